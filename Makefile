@@ -1,0 +1,47 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+# Everything they need (the venv, Delta's jars) is set up on first use and cached.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+JARS   := .cache/jars
+ROOT   ?= ./data
+
+.PHONY: setup run demo test lint typecheck unit bench jars clean
+
+setup: $(VENV)/.installed $(JARS)/.done
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+# Delta's Spark jars from Maven Central, into a project-local cache (no ~/.m2 needed).
+$(JARS)/.done: jars/pom.xml
+	mvn -q -B -Dmaven.repo.local=$(CURDIR)/.cache/m2 -f jars/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)
+	touch $@
+
+jars: $(JARS)/.done
+
+run: setup
+	$(BIN)/logstore --root $(ROOT) demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: setup lint typecheck
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python bench/write_path.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis

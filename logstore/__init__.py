@@ -1,0 +1,40 @@
+"""logstore's core: Kafka's log model on Delta tables.
+
+Topics, partitions, offsets, idempotent producers, fencing and consumer-group
+offsets, with no knowledge of HTTP or of a live Spark session. The ingest API,
+the Spark source and sink, and the maintenance jobs build on this package.
+
+Main entry points: :class:`LogStore` (the embedded store under one root),
+:class:`TopicWriter` (a topic's committer), :class:`TopicReader`,
+:class:`OffsetsStore`, :func:`load_config`.
+"""
+
+from logstore.catalog import Catalog
+from logstore.config import LogstoreConfig, TopicConfig, load_config
+from logstore.errors import LogstoreError
+from logstore.offsets import OffsetsStore
+from logstore.partitioner import Partitioner, murmur2
+from logstore.reader import TopicReader
+from logstore.store import LogStore
+from logstore.structs import AppendResult, FetchResult, GroupOffset, PartitionInfo, ProducerBatch, TopicInfo
+from logstore.writer import TopicWriter
+
+__all__ = [
+    "AppendResult",
+    "Catalog",
+    "FetchResult",
+    "GroupOffset",
+    "LogStore",
+    "LogstoreConfig",
+    "LogstoreError",
+    "OffsetsStore",
+    "PartitionInfo",
+    "Partitioner",
+    "ProducerBatch",
+    "TopicConfig",
+    "TopicInfo",
+    "TopicReader",
+    "TopicWriter",
+    "load_config",
+    "murmur2",
+]

@@ -1,0 +1,137 @@
+"""What logstore keeps in a topic table's Delta log, and how it reads it back.
+
+Every logstore commit to a topic carries Delta *application transactions*
+(``txn`` actions, kept across checkpoints):
+
+* ``logstore.epoch`` = the committer's leader epoch. Two commits that both
+  carry it conflict when they race, so a stale committer's commit fails and it
+  reloads the table; seeing a newer epoch there, it knows it is fenced.
+* ``logstore.hw.<p>`` = partition ``p``'s high watermark after the commit. The
+  log, not a data scan, is where the high watermark is recovered from; file
+  statistics (``max.offset``) back it up for files written by other engines.
+* ``logstore.producer.<id>`` = an idempotent producer's last committed
+  sequence. The commit's ``commitInfo`` also records, under
+  ``logstore.producers``, where each producer batch landed
+  (``{id: {"seq": s, "first": {p: [first_offset, count]}}}``) so a retry after a
+  restart gets its original offsets.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
+
+APP_EPOCH = "logstore.epoch"
+PRODUCERS_METADATA = "logstore.producers"
+CONFIG_PREFIX = "logstore."
+PARTITIONS_PROPERTY = "logstore.partitions"
+
+
+def app_hw(partition: int) -> str:
+    """The ``txn`` app id that holds ``partition``'s high watermark."""
+    return f"logstore.hw.{partition}"
+
+
+def app_producer(producer_id: str) -> str:
+    """The ``txn`` app id that holds a producer's last committed sequence."""
+    return f"logstore.producer.{producer_id}"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of a partition, with the offset range its statistics give."""
+
+    path: str
+    """Absolute local path."""
+    partition: int
+    min_offset: int
+    max_offset: int
+    num_records: int
+    size_bytes: int
+    modification_time_ms: int
+
+
+def data_files(dt: DeltaTable) -> list[DataFile]:
+    """The table's live data files, ordered by (partition, min offset).
+
+    Reads only the Delta log (add actions and their statistics). A file without
+    offset statistics (written by an engine that skipped them) has its offset
+    column read once, from that file alone.
+    """
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    root = table_path(dt)
+    cols = actions.column_names
+    mins = actions["min.offset"].to_pylist() if "min.offset" in cols else [None] * actions.num_rows
+    maxs = actions["max.offset"].to_pylist() if "max.offset" in cols else [None] * actions.num_rows
+    nums = actions["num_records"].to_pylist() if "num_records" in cols else [None] * actions.num_rows
+    out = []
+    for path, part, lo, hi, n, size, mtime in zip(
+        actions["path"].to_pylist(),
+        actions["partition.partition"].to_pylist(),
+        mins,
+        maxs,
+        nums,
+        actions["size_bytes"].to_pylist(),
+        actions["modification_time"].to_pylist(),
+        strict=True,
+    ):
+        full = os.path.join(root, unquote(path))
+        if lo is None or hi is None or n is None:
+            lo, hi, n = _offset_range(full)
+        if n == 0:
+            continue
+        out.append(DataFile(full, int(part), int(lo), int(hi), int(n), int(size), int(mtime)))
+    out.sort(key=lambda f: (f.partition, f.min_offset))
+    return out
+
+
+def _offset_range(path: str) -> tuple[int, int, int]:
+    import pyarrow.parquet as pq
+
+    col = pq.read_table(path, columns=["offset"])["offset"]
+    if len(col) == 0:
+        return 0, -1, 0
+    mm = pc.min_max(col)
+    return mm["min"].as_py(), mm["max"].as_py(), len(col)
+
+
+def table_path(dt: DeltaTable) -> str:
+    """The table's root as a local path."""
+    uri = dt.table_uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
+
+
+def txn_version(dt: DeltaTable, app_id: str) -> int | None:
+    """The version recorded for ``app_id`` in the loaded snapshot, or None."""
+    return dt.transaction_version(app_id)
+
+
+def open_table(path: str) -> DeltaTable:
+    """Open a Delta table, translating delta-rs errors.
+
+    Raises:
+        KafkaStorageError: the table cannot be read.
+    """
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        raise
+    except (DeltaError, OSError) as e:
+        raise KafkaStorageError(f"cannot open table at {path}: {e}") from e
+
+
+def translate(e: Exception, what: str) -> LogstoreError:
+    """A delta-rs or I/O failure as a logstore error (use with ``raise … from e``)."""
+    if isinstance(e, CommitFailedError):
+        return ConcurrentTransactionsError(f"{what}: another committer won the commit race ({e})")
+    return KafkaStorageError(f"{what}: {e}")

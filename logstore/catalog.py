@@ -1,0 +1,246 @@
+"""The topic catalog: one Delta table per topic under ``<root>/topics/<name>``.
+
+A topic's partition count and config overrides are table properties
+(``logstore.partitions``, ``logstore.<key>``); the Delta log is the only place
+they live. Topic tables use only features both delta-rs and Delta Spark can
+write: protocol (1, 2), no deletion vectors, row tracking, in-commit
+timestamps, clustering, type widening or domain metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from logstore import _delta
+from logstore.config import LogstoreConfig, TopicConfig
+from logstore.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.schema import TOPIC_SCHEMA
+from logstore.structs import PartitionInfo, TopicInfo
+
+__all__ = ["MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic_name"]
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's topic-name rules: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``.
+
+    Raises:
+        InvalidTopicError: naming the rule that was broken.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name must be a non-empty string")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be '{name}'")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(
+            f"topic name '{name}' is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
+        )
+    return name
+
+
+class Catalog:
+    """Creates, lists, describes, alters and deletes topics under one root.
+
+    Works on the storage directly; safe to use from several processes (every
+    change is one Delta commit). Not a singleton: build one per root.
+    """
+
+    def __init__(self, config: LogstoreConfig) -> None:
+        self.config = config
+        self.root = os.path.abspath(config.root)
+        self.topics_dir = os.path.join(self.root, "topics")
+
+    def topic_path(self, name: str) -> str:
+        """Where topic ``name``'s table lives (the name is validated)."""
+        return os.path.join(self.topics_dir, validate_topic_name(name))
+
+    def table(self, name: str) -> DeltaTable:
+        """A fresh handle on topic ``name``'s table.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        path = self.topic_path(name)
+        if not os.path.isdir(os.path.join(path, "_delta_log")):
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        try:
+            return _delta.open_table(path)
+        except TableNotFoundError as e:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist") from e
+
+    def exists(self, name: str) -> bool:
+        return os.path.isdir(os.path.join(self.topic_path(name), "_delta_log"))
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
+        """Create topic ``name`` with ``partitions`` partitions and config overrides.
+
+        Raises:
+            InvalidTopicError: an illegal name.
+            InvalidPartitionsError: fewer than one partition.
+            InvalidConfigError: an unknown key or bad value in ``config``.
+            TopicAlreadyExistsError: the name is taken.
+        """
+        path = self.topic_path(name)
+        count = _partition_count(partitions)
+        overrides = self._validated_overrides(config or {})
+        if self.exists(name):
+            raise TopicAlreadyExistsError(f"topic '{name}' already exists")
+        properties = {_delta.PARTITIONS_PROPERTY: str(count)}
+        properties |= {_delta.CONFIG_PREFIX + k: v for k, v in overrides.items()}
+        properties["delta.checkpointInterval"] = str(self.config.checkpoint_interval)
+        try:
+            DeltaTable.create(
+                path,
+                TOPIC_SCHEMA,
+                mode="error",
+                partition_by=["partition"],
+                name=name,
+                configuration=properties,
+                raise_if_key_not_exists=False,
+            )
+        except DeltaError as e:
+            if "already exists" in str(e).lower():
+                raise TopicAlreadyExistsError(f"topic '{name}' already exists") from e
+            raise KafkaStorageError(f"cannot create topic '{name}': {e}") from e
+        return self.describe_topic(name)
+
+    def list_topics(self) -> list[str]:
+        """Topic names, sorted."""
+        if not os.path.isdir(self.topics_dir):
+            return []
+        return sorted(
+            n for n in os.listdir(self.topics_dir) if os.path.isdir(os.path.join(self.topics_dir, n, "_delta_log"))
+        )
+
+    def describe_topic(self, name: str, table: DeltaTable | None = None) -> TopicInfo:
+        """Partitions (log start offset, high watermark, size) and effective config.
+
+        Reads the Delta log and file statistics only, never the data.
+        """
+        dt = table if table is not None else self.table(name)
+        count, config, overrides = self._read_properties(dt)
+        files = _delta.data_files(dt)
+        parts = []
+        for p in range(count):
+            mine = [f for f in files if f.partition == p]
+            hw = high_watermark(dt, p, mine)
+            start = mine[0].min_offset if mine else hw
+            parts.append(PartitionInfo(p, start, hw, sum(f.size_bytes for f in mine), len(mine)))
+        return TopicInfo(name, tuple(parts), config, overrides, dt.version())
+
+    def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:
+        """(partition count, effective config) of a topic, from its table properties only."""
+        dt = table if table is not None else self.table(name)
+        count, config, _ = self._read_properties(dt)
+        return count, config
+
+    def _read_properties(self, dt: DeltaTable) -> tuple[int, TopicConfig, dict[str, str]]:
+        props = dict(dt.metadata().configuration)
+        overrides = {
+            k.removeprefix(_delta.CONFIG_PREFIX): v
+            for k, v in props.items()
+            if k.startswith(_delta.CONFIG_PREFIX) and k != _delta.PARTITIONS_PROPERTY and v not in ("", None)
+        }
+        count = int(props.get(_delta.PARTITIONS_PROPERTY, "1"))
+        return count, TopicConfig.from_overrides(overrides, self.config.topic_defaults), overrides
+
+    def alter_topic(
+        self, name: str, *, config: Mapping[str, Any] | None = None, partitions: int | None = None
+    ) -> TopicInfo:
+        """Set config overrides and/or raise the partition count (one Delta commit).
+
+        A config value of ``None`` removes the override (the default applies again).
+
+        Raises:
+            InvalidPartitionsError: ``partitions`` below the current count.
+            InvalidConfigError: an unknown key or bad value.
+        """
+        dt = self.table(name)
+        current, _ = self.topic_config(name, dt)
+        props: dict[str, str] = {}
+        if partitions is not None:
+            count = _partition_count(partitions)
+            if count < current:
+                raise InvalidPartitionsError(
+                    f"topic '{name}' has {current} partitions; partitions can be added "
+                    f"but never removed (asked for {count})"
+                )
+            props[_delta.PARTITIONS_PROPERTY] = str(count)
+        removals = [k for k, v in (config or {}).items() if v is None]
+        for k in removals:
+            if k not in TopicConfig.known_keys():
+                raise InvalidConfigError(
+                    f"unknown topic config key '{k}'; known keys: {', '.join(TopicConfig.known_keys())}"
+                )
+        sets = self._validated_overrides({k: v for k, v in (config or {}).items() if v is not None})
+        props |= {_delta.CONFIG_PREFIX + k: v for k, v in sets.items()}
+        # A removed override is stored as an empty value: Delta has no "unset" that both engines share.
+        props |= {_delta.CONFIG_PREFIX + k: "" for k in removals}
+        if props:
+            try:
+                dt.alter.set_table_properties(props, raise_if_not_exists=False)
+            except DeltaError as e:
+                raise _delta.translate(e, f"cannot alter topic '{name}'") from e
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` and all its data.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        path = self.topic_path(name)
+        if not self.exists(name):
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        # Drop the log first so a half-deleted topic no longer reads as a topic.
+        shutil.rmtree(os.path.join(path, "_delta_log"))
+        shutil.rmtree(path, ignore_errors=True)
+
+    def _validated_overrides(self, config: Mapping[str, Any]) -> dict[str, str]:
+        TopicConfig.from_overrides(config, self.config.topic_defaults)
+        return {k: _as_property(v) for k, v in config.items()}
+
+
+def high_watermark(dt: DeltaTable, partition: int, files: list[_delta.DataFile] | None = None) -> int:
+    """Partition ``partition``'s high watermark in the loaded snapshot.
+
+    The larger of the ``logstore.hw.<p>`` app transaction and the files'
+    ``max.offset`` + 1, so a log whose newest files were all removed keeps its
+    high watermark, and files written without the app transaction still count.
+    """
+    if files is None:
+        files = [f for f in _delta.data_files(dt) if f.partition == partition]
+    by_stats = max((f.max_offset + 1 for f in files), default=0)
+    return max(by_stats, _delta.txn_version(dt, _delta.app_hw(partition)) or 0)
+
+
+def _partition_count(partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise InvalidPartitionsError(f"partitions must be an integer, got {partitions!r}")
+    if partitions < 1:
+        raise InvalidPartitionsError(f"partitions must be at least 1, got {partitions}")
+    return partitions
+
+
+def _as_property(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

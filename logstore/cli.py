@@ -1,0 +1,294 @@
+"""The ``logstore`` command line: topics, produce, consume, groups.
+
+Every command works on a root directory directly (``--root``, default: the
+config's ``logstore.root``). Errors print as ``ERROR_NAME: message`` on stderr
+with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from logstore.config import LogstoreConfig, load_config
+from logstore.errors import InvalidConfigError, LogstoreError
+from logstore.partitioner import Partitioner
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import AppendResult, ProducerBatch
+
+__all__ = ["main"]
+
+_PRODUCE_BATCH = 10_000
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``logstore`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        config = _config(args)
+        return int(args.func(args, config) or 0)
+    except LogstoreError as e:
+        print(f"{e.name}: {e.message}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+def _config(args: argparse.Namespace) -> LogstoreConfig:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "root", None):
+        overrides["logstore.root"] = args.root
+    return load_config(getattr(args, "config_file", None), overrides=overrides)
+
+
+def _parse_kv(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidConfigError(f"--config takes key=value, got '{item}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+# -- topics ---------------------------------------------------------------------
+
+
+def _topics_create(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    info = LogStore(config).create_topic(args.name, args.partitions, _parse_kv(args.config_kv))
+    print(f"Created topic {info.name} with {len(info.partitions)} partitions.")
+
+
+def _topics_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    for name in LogStore(config).list_topics():
+        print(name)
+
+
+def _topics_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    info = LogStore(config).describe_topic(args.name)
+    overrides = ",".join(f"{k}={v}" for k, v in sorted(info.overrides.items()))
+    print(f"Topic: {info.name}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
+    for p in info.partitions:
+        print(
+            f"\tTopic: {info.name}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+            f"\tHighWatermark: {p.high_watermark}\tSizeBytes: {p.size_bytes}\tFiles: {p.num_files}"
+        )
+
+
+def _topics_alter(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    kv: dict[str, Any] = dict(_parse_kv(args.config_kv))
+    kv |= {k: None for k in args.delete_config or []}
+    info = LogStore(config).alter_topic(args.name, config=kv, partitions=args.partitions)
+    print(f"Altered topic {info.name}: {len(info.partitions)} partitions.")
+
+
+def _topics_delete(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    LogStore(config).delete_topic(args.name)
+    print(f"Deleted topic {args.name}.")
+
+
+# -- produce / consume ----------------------------------------------------------
+
+
+def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    store = LogStore(config)
+    count, _ = store.catalog.topic_config(args.topic)
+    partitioner = Partitioner()
+    sep = args.key_separator.encode() if args.key_separator else None
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+
+    def flush() -> None:
+        if not values:
+            return
+        explicit = [args.partition] * len(values)
+        parts = partitioner.assign(args.topic, keys, explicit, count)
+        (result,) = store.append(args.topic, [ProducerBatch(input_table(parts, values, keys))])
+        if isinstance(result, LogstoreError):
+            raise result
+        keys.clear()
+        values.clear()
+
+    for raw in sys.stdin.buffer:
+        line = raw.rstrip(b"\r\n")
+        if sep is not None:
+            key, found, value = line.partition(sep)
+            if not found:
+                raise InvalidConfigError(f"line has no key separator {args.key_separator!r}: {line[:80]!r}")
+            keys.append(key)
+            values.append(value)
+        else:
+            keys.append(None)
+            values.append(line)
+        if len(values) >= _PRODUCE_BATCH:
+            flush()
+    flush()
+
+
+def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    store = LogStore(config)
+    info = store.describe_topic(args.topic)
+    committed = store.offsets.committed(args.group, args.topic) if args.group else {}
+    positions: dict[int, int] = {}
+    for p in info.partitions:
+        if args.partition is not None and p.partition != args.partition:
+            continue
+        c = committed.get((args.group, args.topic, p.partition))
+        if c is not None:
+            positions[p.partition] = max(c[0], p.log_start_offset)
+        else:
+            positions[p.partition] = p.log_start_offset if args.from_beginning else p.high_watermark
+    reader = store.reader(args.topic)
+    remaining = args.max_records if args.max_records is not None else -1
+    deadline = time.monotonic() + args.timeout_ms / 1000
+    out = sys.stdout.buffer
+    while remaining != 0:
+        reader.refresh()
+        progressed = False
+        for part in sorted(positions):
+            if remaining == 0:
+                break
+            batch = reader.fetch(
+                part, positions[part], max_records=remaining if remaining > 0 else 10_000, refresh=False
+            )
+            recs = batch.records
+            if not len(recs):
+                continue
+            progressed = True
+            for key, value in zip(recs["key"].to_pylist(), recs["value"].to_pylist(), strict=True):
+                if args.print_key:
+                    out.write((key or b"null") + args.key_separator.encode())
+                out.write((value if value is not None else b"null") + b"\n")
+            positions[part] = recs["offset"][-1].as_py() + 1
+            remaining = max(-1, remaining - len(recs)) if remaining > 0 else remaining
+        out.flush()
+        if args.group:
+            store.commit_offsets(args.group, args.topic, positions)
+        if not progressed:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        else:
+            deadline = time.monotonic() + args.timeout_ms / 1000
+
+
+# -- groups ---------------------------------------------------------------------
+
+
+def _groups_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    for g in LogStore(config).list_groups():
+        print(g)
+
+
+def _groups_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    rows = LogStore(config).describe_group(args.group)
+    print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8}")
+    for r in rows:
+        print(
+            f"{r.group:<20} {r.topic:<20} {r.partition:>9} {r.committed_offset:>14} {r.high_watermark:>14} {r.lag:>8}"
+        )
+
+
+# -- demo -----------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    """Create a topic, produce, consume with a group, describe: the store end to end."""
+    store = LogStore(config)
+    name = "demo"
+    if name not in store.list_topics():
+        store.create_topic(name, 3)
+    partitioner = Partitioner()
+    keys: list[bytes | None] = [f"user-{i % 5}".encode() for i in range(30)]
+    values: list[bytes | None] = [f"event {i}".encode() for i in range(30)]
+    parts = partitioner.assign(name, keys, [None] * 30, 3)
+    (result,) = store.append(name, [ProducerBatch(input_table(parts, values, keys))])
+    assert isinstance(result, AppendResult)
+    print(f"produced 30 records to '{name}' in Delta version {result.table_version}")
+    _topics_describe(argparse.Namespace(name=name), config)
+    info = store.describe_topic(name)
+    for p in info.partitions:
+        recs = store.fetch(name, p.partition, max(p.log_start_offset, p.high_watermark - 3)).records
+        for off, key, value in zip(
+            recs["offset"].to_pylist(), recs["key"].to_pylist(), recs["value"].to_pylist(), strict=True
+        ):
+            print(f"  partition {p.partition} offset {off}: {key!r} -> {value!r}")
+    store.commit_offsets("demo-group", name, {p.partition: p.high_watermark for p in info.partitions})
+    _groups_describe(argparse.Namespace(group="demo-group"), config)
+    print(f"topic table: {store.catalog.topic_path(name)} (a Delta table: query it with Spark SQL)")
+
+
+# -- parser ---------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
+    )
+
+    parser = argparse.ArgumentParser(prog="logstore", description=__doc__, parents=[common])
+    parser.add_argument(
+        "--config", dest="config_file", help="TOML config file (default: $LOGSTORE_CONFIG, else conf/logstore.toml)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topics = sub.add_parser("topics", help="create, list, describe, alter, delete topics", parents=[common])
+    tsub = topics.add_subparsers(dest="action", required=True)
+    p = tsub.add_parser("create", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int, required=True)
+    p.add_argument("--config", dest="config_kv", action="append", metavar="KEY=VALUE", help="topic config override")
+    p.set_defaults(func=_topics_create)
+    p = tsub.add_parser("list", parents=[common])
+    p.set_defaults(func=_topics_list)
+    p = tsub.add_parser("describe", parents=[common])
+    p.add_argument("name")
+    p.set_defaults(func=_topics_describe)
+    p = tsub.add_parser("alter", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int)
+    p.add_argument("--config", dest="config_kv", action="append", metavar="KEY=VALUE")
+    p.add_argument("--delete-config", action="append", metavar="KEY")
+    p.set_defaults(func=_topics_alter)
+    p = tsub.add_parser("delete", parents=[common])
+    p.add_argument("name")
+    p.set_defaults(func=_topics_delete)
+
+    p = sub.add_parser("produce", help="produce lines from stdin", parents=[common])
+    p.add_argument("topic")
+    p.add_argument("--key-separator", help="split each line into key and value at the first separator")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--acks", choices=["0", "1", "all"], default="all", help="embedded writes are always acks=all")
+    p.set_defaults(func=_produce)
+
+    p = sub.add_parser("consume", help="print records to stdout", parents=[common])
+    p.add_argument("topic")
+    p.add_argument("--group")
+    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--max-records", type=int)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--print-key", action="store_true")
+    p.add_argument("--key-separator", default=":")
+    p.add_argument("--timeout-ms", type=int, default=0, help="wait this long for new records before exiting")
+    p.set_defaults(func=_consume)
+
+    groups = sub.add_parser("groups", help="consumer groups", parents=[common])
+    gsub = groups.add_subparsers(dest="action", required=True)
+    p = gsub.add_parser("list", parents=[common])
+    p.set_defaults(func=_groups_list)
+    p = gsub.add_parser("describe", parents=[common])
+    p.add_argument("group")
+    p.set_defaults(func=_groups_describe)
+
+    p = sub.add_parser("demo", help="create a topic, produce, consume, describe", parents=[common])
+    p.set_defaults(func=_demo)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Configuration: Kafka-style dotted keys at the edges, frozen typed objects inside.
+
+Two objects:
+
+* :class:`LogstoreConfig` — the service's settings, read from
+  ``conf/logstore.toml`` (or another TOML file), then ``LOGSTORE_*`` environment
+  variables, then explicit overrides (CLI flags), each layer winning over the
+  one before. Its topic-level keys (``retention.ms``, ``message.max.bytes``, …)
+  are the defaults every topic falls back to, like Kafka's broker defaults.
+* :class:`TopicConfig` — one topic's effective settings: the overrides stored in
+  the topic table's properties as ``logstore.<key>`` over the service defaults.
+
+Unknown keys are an :class:`~logstore.errors.InvalidConfigError` naming the key;
+values of the wrong type or range likewise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from logstore.errors import InvalidConfigError
+
+__all__ = [
+    "CleanupPolicy",
+    "LogstoreConfig",
+    "TimestampType",
+    "TopicConfig",
+    "load_config",
+]
+
+CleanupPolicy = Literal["delete", "compact", "compact,delete"]
+TimestampType = Literal["CreateTime", "LogAppendTime"]
+
+_T = TypeVar("_T", "LogstoreConfig", "TopicConfig")
+_CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_MIB = 1024 * 1024
+_DAY_MS = 24 * 3600 * 1000
+
+
+def _key(name: str, doc: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"key": name, "doc": doc, "minimum": minimum, "choices": choices}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicConfig:
+    """A topic's effective settings (Kafka topic-config names in ``key`` metadata).
+
+    Every field falls back to the service default of the same key in
+    :class:`LogstoreConfig` when the topic table carries no ``logstore.<key>``
+    property.
+    """
+
+    retention_ms: int = field(
+        default=7 * _DAY_MS,
+        metadata=_key(
+            "retention.ms", "Age in ms after which whole data files are deleted; -1 keeps forever.", minimum=-1
+        ),
+    )
+    retention_bytes: int = field(
+        default=-1,
+        metadata=_key(
+            "retention.bytes", "Bytes kept per partition before the oldest files are deleted; -1: no limit.", minimum=-1
+        ),
+    )
+    cleanup_policy: CleanupPolicy = field(
+        default="delete",
+        metadata=_key("cleanup.policy", "delete | compact | compact,delete.", choices=_CLEANUP_POLICIES),
+    )
+    segment_bytes: int = field(
+        default=128 * _MIB,
+        metadata=_key("segment.bytes", "Target data-file size in bytes after segment compaction.", minimum=1024),
+    )
+    message_max_bytes: int = field(
+        default=_MIB,
+        metadata=_key("message.max.bytes", "Largest record (key + value + headers) in bytes.", minimum=1),
+    )
+    message_timestamp_type: TimestampType = field(
+        default="CreateTime",
+        metadata=_key(
+            "message.timestamp.type",
+            "CreateTime keeps the producer's timestamp; LogAppendTime stamps records at commit.",
+            choices=_TIMESTAMP_TYPES,
+        ),
+    )
+    delete_retention_ms: int = field(
+        default=_DAY_MS,
+        metadata=_key("delete.retention.ms", "How long tombstones survive key compaction, in ms.", minimum=0),
+    )
+    min_compaction_lag_ms: int = field(
+        default=0,
+        metadata=_key("min.compaction.lag.ms", "Records younger than this (ms) are never key-compacted.", minimum=0),
+    )
+
+    @classmethod
+    def known_keys(cls) -> tuple[str, ...]:
+        """The dotted keys a topic may override."""
+        return tuple(f.metadata["key"] for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, Any], defaults: TopicConfig | None = None) -> TopicConfig:
+        """Apply dotted-key ``overrides`` (strings or typed values) over ``defaults``.
+
+        Raises:
+            InvalidConfigError: a key is not a topic config key, or a value is invalid.
+        """
+        return _apply(defaults or cls(), overrides, "topic config")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dotted key → value, as ``topics describe`` shows it."""
+        return {f.metadata["key"]: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogstoreConfig:
+    """The service's settings. Build with :func:`load_config`; never mutated.
+
+    Topic-level defaults are grouped in :attr:`topic_defaults`, set through the
+    same dotted keys as topic overrides (``retention.ms`` …).
+    """
+
+    root: str = field(
+        default="./data", metadata=_key("logstore.root", "Directory (or URI) holding topics/ and _offsets/.")
+    )
+    server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
+    server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
+    linger_ms: int = field(
+        default=5,
+        metadata=_key(
+            "linger.ms", "How long a partition batch waits for more records before it commits, in ms.", minimum=0
+        ),
+    )
+    batch_size: int = field(
+        default=1 * _MIB,
+        metadata=_key(
+            "batch.size", "Bytes of pending records that trigger a commit without waiting for linger.ms.", minimum=1
+        ),
+    )
+    buffer_memory: int = field(
+        default=256 * _MIB,
+        metadata=_key("buffer.memory", "Bytes of accepted, uncommitted records before producers get 429.", minimum=1),
+    )
+    max_request_size: int = field(
+        default=16 * _MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
+    )
+    num_partitions: int = field(
+        default=1, metadata=_key("num.partitions", "Partitions of an auto-created topic.", minimum=1)
+    )
+    auto_create_topics_enable: bool = field(
+        default=False, metadata=_key("auto.create.topics.enable", "Create unknown topics on first produce.")
+    )
+    zookeeper_connect: str = field(
+        default="", metadata=_key("zookeeper.connect", "host:port[,host:port][/chroot]; empty = embedded, one node.")
+    )
+    checkpoint_interval: int = field(
+        default=100,
+        metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),
+    )
+    spark_jars_dir: str = field(
+        default="",
+        metadata=_key("spark.jars.dir", "Folder with Delta's jars; empty = the project's .cache/jars, else Maven."),
+    )
+    topic_defaults: TopicConfig = field(default_factory=TopicConfig)
+
+    @classmethod
+    def known_keys(cls) -> tuple[str, ...]:
+        """Every dotted key the service accepts (its own and the topic defaults)."""
+        own = tuple(f.metadata["key"] for f in dataclasses.fields(cls) if f.metadata)
+        return own + TopicConfig.known_keys()
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LogstoreConfig:
+        """A copy with dotted-key ``overrides`` applied (strings or typed values).
+
+        Raises:
+            InvalidConfigError: an unknown key or an invalid value.
+        """
+        topic_keys = set(TopicConfig.known_keys())
+        unknown = sorted(set(overrides) - set(self.known_keys()))
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown config key '{unknown[0]}'; known keys: {', '.join(sorted(self.known_keys()))}"
+            )
+        topic = {k: v for k, v in overrides.items() if k in topic_keys}
+        own = {k: v for k, v in overrides.items() if k not in topic_keys}
+        cfg = _apply(self, own, "config")
+        if topic:
+            cfg = dataclasses.replace(cfg, topic_defaults=_apply(cfg.topic_defaults, topic, "config"))
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every dotted key → effective value."""
+        own = {f.metadata["key"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata}
+        return own | self.topic_defaults.to_dict()
+
+
+def env_name(key: str) -> str:
+    """The environment variable that overrides ``key``: ``linger.ms`` → ``LOGSTORE_LINGER_MS``."""
+    return "LOGSTORE_" + key.removeprefix("logstore.").upper().replace(".", "_")
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LogstoreConfig:
+    """Read the configuration: TOML file, then ``LOGSTORE_*`` variables, then ``overrides``.
+
+    Args:
+        path: a TOML file of dotted keys (``"linger.ms" = 5`` or nested tables);
+            ``None`` reads ``conf/logstore.toml`` when it exists, else defaults.
+            ``LOGSTORE_CONFIG`` names another file.
+        overrides: dotted keys from the command line; they win over everything.
+        environ: the environment to read (default ``os.environ``).
+
+    Raises:
+        InvalidConfigError: an unknown key in any layer (named, with where it
+            came from), or a value of the wrong type or out of range.
+    """
+    env = os.environ if environ is None else environ
+    if path is None:
+        path = env.get("LOGSTORE_CONFIG") or None
+    if path is None and Path("conf/logstore.toml").is_file():
+        path = Path("conf/logstore.toml")
+    cfg = LogstoreConfig()
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise InvalidConfigError(f"cannot read config file {path}: {e}") from e
+        cfg = cfg.with_overrides(_flatten(doc))
+    by_env = {env_name(k): k for k in LogstoreConfig.known_keys()}
+    from_env: dict[str, str] = {}
+    for var, value in env.items():
+        if not var.startswith("LOGSTORE_") or var == "LOGSTORE_CONFIG":
+            continue
+        if var not in by_env:
+            raise InvalidConfigError(
+                f"unknown environment variable {var}: LOGSTORE_* variables override config keys "
+                f"({', '.join(sorted(by_env))})"
+            )
+        from_env[by_env[var]] = value
+    cfg = cfg.with_overrides(from_env)
+    return cfg.with_overrides(overrides or {})
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def _apply(obj: _T, overrides: Mapping[str, Any], what: str) -> _T:
+    fields = {f.metadata["key"]: f for f in dataclasses.fields(obj) if f.metadata}
+    changes: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        f = fields.get(key)
+        if f is None:
+            raise InvalidConfigError(f"unknown {what} key '{key}'; known keys: {', '.join(sorted(fields))}")
+        changes[f.name] = _coerce(key, raw, f)
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
+    kind = type(f.default)
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise InvalidConfigError(f"{key} must be true or false, got {raw!r}")
+    if kind is int:
+        if isinstance(raw, bool):
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}")
+        try:
+            value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
+        minimum = f.metadata["minimum"]
+        if minimum is not None and value < minimum:
+            raise InvalidConfigError(f"{key} must be at least {minimum}, got {value}")
+        return value
+    if not isinstance(raw, str):
+        raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
+    choices = f.metadata["choices"]
+    text = raw.strip().replace(" ", "") if choices else raw
+    if choices and text == "delete,compact":
+        text = "compact,delete"
+    if choices and text not in choices:
+        raise InvalidConfigError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
+    return text

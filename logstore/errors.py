@@ -1,0 +1,216 @@
+"""One exception hierarchy for logstore, named after Kafka's error codes.
+
+Every error a user can act on is a :class:`LogstoreError` subclass carrying
+Kafka's numeric ``code``, its ``name`` (``OFFSET_OUT_OF_RANGE``, …) and a
+``retriable`` flag: a retriable error may succeed if the same request is sent
+again unchanged (a lost commit race, a full buffer); a non-retriable one needs
+the request or the configuration changed first.
+
+Foreign errors (delta-rs, ZooKeeper, the file system) are translated at the
+boundary with ``raise … from e``. HTTP status codes live in ``ingest_api/``,
+never here.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ERRORS_BY_NAME",
+    "ConcurrentTransactionsError",
+    "FencedLeaderEpochError",
+    "GroupIdNotFoundError",
+    "InvalidConfigError",
+    "InvalidGroupIdError",
+    "InvalidPartitionsError",
+    "InvalidRequestError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "KafkaStorageError",
+    "LogstoreError",
+    "MessageTooLargeError",
+    "NotLeaderOrFollowerError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "RecordListTooLargeError",
+    "ThrottlingQuotaExceededError",
+    "TopicAlreadyExistsError",
+    "UnknownServerError",
+    "UnknownTopicOrPartitionError",
+]
+
+
+class LogstoreError(Exception):
+    """Root of every logstore error.
+
+    Attributes:
+        code: Kafka's numeric error code.
+        name: Kafka's error name, e.g. ``UNKNOWN_TOPIC_OR_PARTITION``.
+        retriable: whether resending the same request unchanged may succeed.
+        message: a sentence for the user, naming the setting or input to change.
+    """
+
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        """The error as the HTTP API and CLI show it."""
+        return {"error_code": self.name, "message": self.message}
+
+
+class UnknownServerError(LogstoreError):
+    """An unexpected failure; the message says what went wrong."""
+
+
+class OffsetOutOfRangeError(LogstoreError):
+    """A fetch or seek offset outside [log start offset, high watermark]."""
+
+    code = 1
+    name = "OFFSET_OUT_OF_RANGE"
+
+
+class UnknownTopicOrPartitionError(LogstoreError):
+    """The topic does not exist, or the partition is outside 0..partitions-1."""
+
+    code = 3
+    name = "UNKNOWN_TOPIC_OR_PARTITION"
+    retriable = True
+
+
+class NotLeaderOrFollowerError(LogstoreError):
+    """This node is not the committer of the partition; retry on its leader."""
+
+    code = 6
+    name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class MessageTooLargeError(LogstoreError):
+    """A record is larger than the topic's ``message.max.bytes``."""
+
+    code = 10
+    name = "MESSAGE_TOO_LARGE"
+
+
+class InvalidTopicError(LogstoreError):
+    """A topic name breaks Kafka's rules (legal characters, length, ``.``/``..``)."""
+
+    code = 17
+    name = "INVALID_TOPIC_EXCEPTION"
+
+
+class RecordListTooLargeError(LogstoreError):
+    """A produce request is larger than ``max.request.size``."""
+
+    code = 18
+    name = "RECORD_LIST_TOO_LARGE"
+
+
+class InvalidTimestampError(LogstoreError):
+    """A record timestamp is negative or not a number of milliseconds."""
+
+    code = 32
+    name = "INVALID_TIMESTAMP"
+
+
+class TopicAlreadyExistsError(LogstoreError):
+    """``topics create`` of a name that is taken."""
+
+    code = 36
+    name = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidPartitionsError(LogstoreError):
+    """A partition count below 1, or an attempt to decrease it."""
+
+    code = 37
+    name = "INVALID_PARTITIONS"
+
+
+class InvalidConfigError(LogstoreError):
+    """An unknown configuration key, or a value of the wrong type or range."""
+
+    code = 40
+    name = "INVALID_CONFIG"
+
+
+class InvalidRequestError(LogstoreError):
+    """A malformed request: bad JSON, missing or mistyped fields."""
+
+    code = 42
+    name = "INVALID_REQUEST"
+
+
+class OutOfOrderSequenceNumberError(LogstoreError):
+    """An idempotent producer's sequence is stale or skips ahead.
+
+    The next sequence a producer may send is the last committed one plus one;
+    a retry of one of its last few committed sequences is answered with the
+    original offsets instead.
+    """
+
+    code = 45
+    name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class ConcurrentTransactionsError(LogstoreError):
+    """Another committer won the race for the same partitions; retry."""
+
+    code = 51
+    name = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class KafkaStorageError(LogstoreError):
+    """The table or file system failed (I/O error, missing files); retry later."""
+
+    code = 56
+    name = "KAFKA_STORAGE_ERROR"
+    retriable = True
+
+
+class InvalidGroupIdError(LogstoreError):
+    """A consumer-group name is empty or not a string."""
+
+    code = 24
+    name = "INVALID_GROUP_ID"
+
+
+class GroupIdNotFoundError(LogstoreError):
+    """The consumer group has never committed an offset."""
+
+    code = 69
+    name = "GROUP_ID_NOT_FOUND"
+
+
+class FencedLeaderEpochError(LogstoreError):
+    """A committer with an older leader epoch tried to commit: it is a zombie.
+
+    A newer committer has claimed the topic's partitions; the stale one must
+    stop writing. Nothing of the fenced commit reaches the table.
+    """
+
+    code = 74
+    name = "FENCED_LEADER_EPOCH"
+
+
+class ThrottlingQuotaExceededError(LogstoreError):
+    """Buffers are full (``buffer.memory``); retry after the advertised delay."""
+
+    code = 89
+    name = "THROTTLING_QUOTA_EXCEEDED"
+    retriable = True
+
+
+ERRORS_BY_NAME: dict[str, type[LogstoreError]] = {
+    cls.name: cls for cls in [LogstoreError, *LogstoreError.__subclasses__()]
+}
+"""Kafka error name → class, for clients that turn an API error back into an exception."""

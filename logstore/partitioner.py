@@ -1,0 +1,105 @@
+"""Which partition a record goes to — the same choice Kafka's Java client makes.
+
+* An explicit partition is honoured (after a range check).
+* A keyed record goes to ``toPositive(murmur2(key)) % partitions``
+  (``org.apache.kafka.clients.producer.internals.BuiltInPartitioner``). An
+  empty key is a key like any other, distinct from no key.
+* Records without key are sticky: a whole batch goes to one partition and the
+  next batch to another, which keeps batches large (Kafka's
+  ``partitioner.ignore.keys=false`` default since 3.3). For an idempotent batch
+  the sticky partition is derived from ``(producer_id, sequence)``, so a retry
+  lands where the original did and gets its original offsets back.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from logstore.errors import UnknownTopicOrPartitionError
+
+__all__ = ["Partitioner", "murmur2", "to_positive"]
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 of ``data`` as a signed int (``Utils.murmur2``)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length & ~3
+    for i in range(0, n4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    extra = length & 3
+    if extra == 3:
+        h ^= data[n4 + 2] << 16
+    if extra >= 2:
+        h ^= data[n4 + 1] << 8
+    if extra >= 1:
+        h ^= data[n4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    """Kafka's ``Utils.toPositive``: clear the sign bit."""
+    return n & 0x7FFFFFFF
+
+
+class Partitioner:
+    """Chooses partitions for the records of one produce request.
+
+    Holds the round of the sticky partition for key-less records; one
+    instance serves one topic on one node. Not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._sticky = itertools.count()
+
+    def partition_for_key(self, key: bytes, num_partitions: int) -> int:
+        """The partition Kafka's Java client picks for ``key``."""
+        return to_positive(murmur2(key)) % num_partitions
+
+    def assign(
+        self,
+        topic: str,
+        keys: Sequence[bytes | None],
+        explicit: Sequence[int | None],
+        num_partitions: int,
+        *,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> pa.Array:
+        """Partitions (int32) for records with these keys and explicit partitions.
+
+        Raises:
+            UnknownTopicOrPartitionError: an explicit partition outside 0..num_partitions-1.
+        """
+        if producer_id is not None and sequence is not None:
+            sticky = to_positive(murmur2(f"{producer_id}/{sequence}".encode())) % num_partitions
+        else:
+            sticky = next(self._sticky) % num_partitions
+        out: list[int] = []
+        for key, part in zip(keys, explicit, strict=True):
+            if part is not None:
+                if not 0 <= part < num_partitions:
+                    raise UnknownTopicOrPartitionError(
+                        f"partition {part} of topic '{topic}' does not exist (partitions: 0..{num_partitions - 1})"
+                    )
+                out.append(part)
+            elif key is not None:
+                out.append(to_positive(murmur2(key)) % num_partitions)
+            else:
+                out.append(sticky)
+        return pa.array(out, pa.int32())

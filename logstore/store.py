@@ -1,0 +1,141 @@
+"""`LogStore`: the embedded store under one root — topics, writers, readers, groups.
+
+This is what the CLI (``--root``) and the ingest tier build on. It holds one
+:class:`~logstore.writer.TopicWriter` per topic it has written to (claiming
+that topic's next epoch on first write) and one reader per topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from logstore.catalog import Catalog
+from logstore.config import LogstoreConfig
+from logstore.errors import (
+    GroupIdNotFoundError,
+    LogstoreError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.offsets import OffsetsStore
+from logstore.reader import TopicReader
+from logstore.structs import AppendResult, FetchResult, GroupOffset, ProducerBatch, TopicInfo
+from logstore.writer import TopicWriter
+
+__all__ = ["LogStore"]
+
+
+class LogStore:
+    """The embedded store: one object per root and process.
+
+    Thread-safe: appends to one topic are serialised by that topic's lock.
+    """
+
+    def __init__(self, config: LogstoreConfig) -> None:
+        self.config = config
+        self.catalog = Catalog(config)
+        self.offsets = OffsetsStore(config.root)
+        self._writers: dict[str, TopicWriter] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    # topics
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
+        return self.catalog.create_topic(name, partitions, config)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        return self.catalog.describe_topic(name)
+
+    def list_topics(self) -> list[str]:
+        return self.catalog.list_topics()
+
+    def alter_topic(
+        self, name: str, *, config: Mapping[str, Any] | None = None, partitions: int | None = None
+    ) -> TopicInfo:
+        info = self.catalog.alter_topic(name, config=config, partitions=partitions)
+        writer = self._writers.get(name)
+        if writer is not None:
+            with self._lock(name):
+                writer.refresh()
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock(name):
+            self._writers.pop(name, None)
+            self.catalog.delete_topic(name)
+
+    # records
+    def writer(self, topic: str) -> TopicWriter:
+        """This process's committer for ``topic`` (claims the topic on first use)."""
+        with self._guard:
+            w = self._writers.get(topic)
+            if w is None:
+                w = TopicWriter(self.catalog, topic)
+                self._writers[topic] = w
+            return w
+
+    def append(self, topic: str, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """One group commit of ``batches`` to ``topic`` (see :meth:`TopicWriter.append`)."""
+        writer = self.writer(topic)
+        with self._lock(topic):
+            return writer.append(batches)
+
+    def reader(self, topic: str) -> TopicReader:
+        return TopicReader(self.catalog, topic)
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
+    ) -> FetchResult:
+        return self.reader(topic).fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
+
+    # groups
+    def commit_offsets(
+        self, group: str, topic: str, offsets: Mapping[int, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit ``offsets`` for ``group``, each checked to lie in [log start, HW].
+
+        Raises:
+            OffsetOutOfRangeError: an offset outside its partition's range.
+            UnknownTopicOrPartitionError: no such topic or partition.
+        """
+        info = self.catalog.describe_topic(topic)
+        for p, o in offsets.items():
+            if not 0 <= p < len(info.partitions):
+                raise UnknownTopicOrPartitionError(f"partition {p} of topic '{topic}' does not exist")
+            part = info.partitions[p]
+            if not part.log_start_offset <= o <= part.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"offset {o} of topic '{topic}' partition {p} is outside "
+                    f"[{part.log_start_offset}, {part.high_watermark}]"
+                )
+        self.offsets.commit(group, topic, offsets, metadata=metadata)
+
+    def list_groups(self) -> list[str]:
+        return self.offsets.groups()
+
+    def describe_group(self, group: str) -> list[GroupOffset]:
+        """Committed offset, high watermark and lag per partition the group has committed.
+
+        Raises:
+            GroupIdNotFoundError: the group never committed.
+        """
+        committed = self.offsets.committed(group)
+        if not committed:
+            raise GroupIdNotFoundError(f"consumer group '{group}' has no committed offsets")
+        hws: dict[str, list[int]] = {}
+        out = []
+        for (g, t, p), (offset, ts, meta) in sorted(committed.items()):
+            if t not in hws:
+                try:
+                    hws[t] = [x.high_watermark for x in self.catalog.describe_topic(t).partitions]
+                except LogstoreError:
+                    hws[t] = []
+            hw = hws[t][p] if p < len(hws[t]) else 0
+            out.append(GroupOffset(g, t, p, offset, hw, ts, meta))
+        return out
+
+    def _lock(self, topic: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(topic, threading.Lock())

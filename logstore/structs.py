@@ -1,0 +1,113 @@
+"""Small immutable value types shared by the core and its front ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from logstore.config import TopicConfig
+
+__all__ = [
+    "AppendResult",
+    "FetchResult",
+    "GroupOffset",
+    "PartitionInfo",
+    "ProducerBatch",
+    "TopicInfo",
+    "TopicPartition",
+]
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What ``topics describe`` shows of a partition, at one table version."""
+
+    partition: int
+    log_start_offset: int
+    """Smallest offset still stored; moves up through retention only."""
+    high_watermark: int
+    """The offset the next committed record will get; consumers read below it."""
+    size_bytes: int
+    """Bytes of the partition's data files."""
+    num_files: int = 0
+    """Data files holding the partition (segments, in Kafka's words)."""
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's partitions and effective configuration at one table version."""
+
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    config: TopicConfig
+    overrides: dict[str, str] = field(default_factory=dict)
+    """The config keys set on the topic itself (the rest come from the defaults)."""
+    table_version: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    """Records from one produce request, partitions already chosen.
+
+    ``records`` follows :data:`logstore.schema.INPUT_SCHEMA`. With a
+    ``producer_id`` the batch is idempotent: ``sequence`` must be the
+    producer's last committed sequence plus one (any value for a new producer);
+    a retry of a committed sequence writes nothing and returns its original
+    offsets, provided the records land on the same partitions again.
+    """
+
+    records: pa.Table
+    producer_id: str | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where a :class:`ProducerBatch` landed."""
+
+    offsets: pa.Array
+    """int64, one per record, in the batch's record order."""
+    partitions: pa.Array
+    """int32, one per record (the batch's own partition column)."""
+    table_version: int
+    """The Delta version that committed the records (for a duplicate: the current one)."""
+    duplicate: bool = False
+    """True when this was a retry of an already committed sequence: nothing was written."""
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """A slice of one partition read at one table version."""
+
+    records: pa.Table
+    """Columns of :data:`logstore.schema.TOPIC_SCHEMA`, offsets ascending."""
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A consumer group's committed position in one partition, with its lag."""
+
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int
+    """The next offset the group will read (Kafka semantics)."""
+    high_watermark: int
+    commit_time_ms: int = 0
+    metadata: str | None = None
+
+    @property
+    def lag(self) -> int:
+        """Records between the committed offset and the high watermark."""
+        return max(0, self.high_watermark - self.committed_offset)

@@ -1,0 +1,496 @@
+"""The partition log writer: offsets, atomic group commits, fencing, idempotence.
+
+A :class:`TopicWriter` is the committer of one topic's partitions. Each call
+to :meth:`TopicWriter.append` is one Delta commit holding every accepted
+record of every batch handed to it, whatever partitions they span — a
+multi-partition produce is atomic, and many produce requests share one
+commit (group commit).
+
+Guarantees, per partition:
+
+* Offsets start at 0 and are strictly increasing and gap-free at write. They
+  are assigned from the high watermark (HW) the writer holds in memory; the
+  commit records the new HW as the ``logstore.hw.<p>`` app transaction.
+* Exactly one committer wins each commit race: every commit carries the
+  ``logstore.epoch`` app transaction, so two commits racing on the same table
+  conflict and the loser re-reads the table, re-assigns offsets and tries
+  again. No two records of a partition ever share an offset.
+* A committer whose epoch is below the one in the table is a zombie: its
+  commit fails with :class:`~logstore.errors.FencedLeaderEpochError` and
+  leaves the table unchanged. Opening a writer claims a new epoch at once
+  (an empty commit), so a zombie is fenced on its very next commit.
+* Idempotent producers: ``(producer_id, sequence)`` is recorded with the
+  records (app transaction + ``commitInfo``), so a retried sequence — even
+  after a restart — writes nothing and returns the original offsets.
+
+A writer is not thread-safe: one thread (the ingest tier's committer task)
+drives it. The Delta table handle stays open between commits.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from logstore import _delta
+from logstore.catalog import Catalog, high_watermark
+from logstore.config import TopicConfig
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    LogstoreError,
+    MessageTooLargeError,
+    OutOfOrderSequenceNumberError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.schema import (
+    INPUT_SCHEMA,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TOPIC_SCHEMA,
+    record_sizes,
+)
+from logstore.structs import AppendResult, ProducerBatch
+
+__all__ = ["PRODUCER_WINDOW", "TopicWriter"]
+
+PRODUCER_WINDOW = 5
+"""Committed batches per producer whose retry is answered with the original offsets (Kafka: 5)."""
+
+_HISTORY_LIMIT = 1000
+
+
+@dataclass
+class _Producer:
+    last_seq: int | None
+    recent: collections.deque[tuple[int, dict[int, tuple[int, int]]]] = field(
+        default_factory=lambda: collections.deque(maxlen=PRODUCER_WINDOW)
+    )
+
+
+@dataclass
+class _Planned:
+    index: int
+    batch: ProducerBatch
+    records: pa.Table
+
+
+class TopicWriter:
+    """The one committer of a topic's partitions (see the module docstring).
+
+    Args:
+        catalog: the catalog of the root holding the topic.
+        topic: the topic's name.
+        epoch: the leader epoch to claim; ``None`` claims the table's current
+            epoch + 1 (embedded mode); a coordinator (ZooKeeper) passes its own.
+        join: commit under the table's current epoch without claiming a new one.
+            For cooperative writers (the Spark sink) that share a topic with a
+            leader: they win or lose commit races but fence no one.
+        max_attempts: commit attempts per :meth:`append` before giving up with
+            :class:`~logstore.errors.ConcurrentTransactionsError`.
+        clock_ms: wall clock in ms, for CreateTime defaults and LogAppendTime.
+
+    Raises:
+        UnknownTopicOrPartitionError: no such topic.
+        FencedLeaderEpochError: ``epoch`` is below the table's epoch.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        topic: str,
+        *,
+        epoch: int | None = None,
+        join: bool = False,
+        max_attempts: int = 20,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.topic = topic
+        self._catalog = catalog
+        self._dt = catalog.table(topic)
+        self._join = join
+        self._max_attempts = max_attempts
+        self._clock_ms = clock_ms
+        self._producers: dict[str, _Producer] = {}
+        self._num_partitions = 0
+        self._config = TopicConfig()
+        self._hw: list[int] = []
+        self._waiting: list[int] = []
+        self._load_state()
+        current = self._table_epoch()
+        if join:
+            self.epoch = current
+        else:
+            self.epoch = current + 1 if epoch is None else epoch
+            self._claim()
+
+    # -- public -----------------------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def table_version(self) -> int:
+        """The Delta version this writer's state reflects."""
+        return self._dt.version()
+
+    def high_watermark(self, partition: int) -> int:
+        """The offset the next record of ``partition`` will get (as of the last commit seen)."""
+        return self._hw[partition]
+
+    def append(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """Commit every acceptable batch in one Delta commit; one result per batch.
+
+        A batch with bad input (record too large, unknown partition, out-of-order
+        sequence) gets its error in its slot and does not stop the others. A retry
+        of a committed sequence gets its original offsets with ``duplicate=True``.
+        When the call returns, accepted records are durable in the table.
+
+        Raises:
+            FencedLeaderEpochError: a newer committer claimed the topic; nothing
+                of this call was committed.
+            ConcurrentTransactionsError: the commit race was lost ``max_attempts`` times.
+            KafkaStorageError: the table could not be written; the outcome may be
+                unknown, so retry idempotently.
+        """
+        for _attempt in range(self._max_attempts):
+            results, planned = self._plan(batches)
+            if not planned:
+                self._fill_pending_duplicates(batches, results)
+                return [r for r in results if r is not None]
+            try:
+                version, offsets = self._commit(planned)
+            except CommitFailedError:
+                self._refresh()
+                continue
+            except (DeltaError, OSError) as e:
+                self._refresh()
+                raise _delta.translate(e, f"commit to topic '{self.topic}' failed") from e
+            for item, offs in zip(planned, offsets, strict=True):
+                results[item.index] = AppendResult(offs, item.records["partition"].combine_chunks(), version)
+            self._fill_pending_duplicates(batches, results)
+            return [r for r in results if r is not None]
+        raise ConcurrentTransactionsError(
+            f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
+        )
+
+    def refresh(self) -> None:
+        """Re-read the table (new partitions, config, other committers' commits).
+
+        Raises:
+            FencedLeaderEpochError: a newer committer claimed the topic.
+        """
+        self._refresh()
+
+    # -- planning ---------------------------------------------------------------
+
+    def _plan(
+        self, batches: Sequence[ProducerBatch]
+    ) -> tuple[list[AppendResult | LogstoreError | None], list[_Planned]]:
+        results: list[AppendResult | LogstoreError | None] = [None] * len(batches)
+        planned: list[_Planned] = []
+        pending_seq: dict[str, list[int]] = {}
+        waiting: list[int] = []
+        refreshed = False
+        for i, batch in enumerate(batches):
+            try:
+                records = _as_input(batch.records)
+                if len(records) and pc.max(records["partition"]).as_py() >= self._num_partitions and not refreshed:
+                    self._refresh()  # partitions may have been added since we last looked
+                    refreshed = True
+                self._check_records(records)
+                if batch.producer_id is not None:
+                    dup = self._check_sequence(batch, pending_seq)
+                    if dup is not None:
+                        if dup in pending_seq.get(batch.producer_id, ()):
+                            waiting.append(i)  # the original is in this very call
+                        else:
+                            results[i] = self._duplicate_result(batch, records, dup)
+                        continue
+                    assert batch.sequence is not None
+                    pending_seq.setdefault(batch.producer_id, []).append(batch.sequence)
+                planned.append(_Planned(i, batch, records))
+            except LogstoreError as e:
+                results[i] = e
+        self._waiting = waiting
+        return results, [p for p in planned if len(p.records) or p.batch.producer_id is not None]
+
+    def _check_records(self, records: pa.Table) -> None:
+        if not len(records):
+            return
+        parts = pc.min_max(records["partition"])
+        lo, hi = parts["min"].as_py(), parts["max"].as_py()
+        if lo < 0 or hi >= self._num_partitions:
+            bad = lo if lo < 0 else hi
+            raise UnknownTopicOrPartitionError(
+                f"partition {bad} of topic '{self.topic}' does not exist (partitions: 0..{self._num_partitions - 1})"
+            )
+        biggest = pc.max(record_sizes(records)).as_py()
+        if biggest > self._config.message_max_bytes:
+            raise MessageTooLargeError(
+                f"a record of {biggest} bytes exceeds message.max.bytes={self._config.message_max_bytes} "
+                f"of topic '{self.topic}'"
+            )
+        ts = records["timestamp"]
+        if ts.null_count < len(ts) and pc.min(ts.cast(pa.int64())).as_py() < 0:
+            raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+
+    def _producer(self, producer_id: str) -> _Producer:
+        state = self._producers.get(producer_id)
+        if state is None:
+            state = _Producer(_delta.txn_version(self._dt, _delta.app_producer(producer_id)))
+            self._producers[producer_id] = state
+        return state
+
+    def _check_sequence(self, batch: ProducerBatch, pending: dict[str, list[int]]) -> int | None:
+        """None for a new sequence; the sequence itself for a retry of a committed one."""
+        pid, seq = batch.producer_id, batch.sequence
+        assert pid is not None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise InvalidRequestError("an idempotent batch needs an integer sequence >= 0 with its producer_id")
+        last = pending[pid][-1] if pid in pending else self._producer(pid).last_seq
+        if last is None or seq == last + 1:
+            return None
+        if seq <= last:
+            return seq
+        raise OutOfOrderSequenceNumberError(
+            f"producer '{pid}' sent sequence {seq} to topic '{self.topic}' but the next expected is {last + 1}"
+        )
+
+    def _duplicate_result(self, batch: ProducerBatch, records: pa.Table, seq: int) -> AppendResult | LogstoreError:
+        assert batch.producer_id is not None
+        firsts = self._find_committed(batch.producer_id, seq)
+        if firsts is None:
+            return OutOfOrderSequenceNumberError(
+                f"producer '{batch.producer_id}' retried sequence {seq} of topic '{self.topic}', which is older "
+                f"than the last {PRODUCER_WINDOW} committed batches; the next expected is "
+                f"{(self._producer(batch.producer_id).last_seq or 0) + 1}"
+            )
+        parts = records["partition"].combine_chunks()
+        counts = np.bincount(parts.to_numpy(), minlength=self._num_partitions) if len(parts) else np.zeros(0, np.int64)
+        expected = {p: c for p, (_, c) in firsts.items()}
+        got = {p: int(c) for p, c in enumerate(counts) if c}
+        if expected != got:
+            return InvalidRequestError(
+                f"producer '{batch.producer_id}' retried sequence {seq} with different records than it committed"
+            )
+        base = np.zeros(self._num_partitions, np.int64)
+        for p, (first, _) in firsts.items():
+            base[p] = first
+        return AppendResult(pa.array(_offsets_from(parts.to_numpy(), base)), parts, self._dt.version(), duplicate=True)
+
+    def _find_committed(self, producer_id: str, seq: int) -> dict[int, tuple[int, int]] | None:
+        state = self._producer(producer_id)
+        for s, firsts in state.recent:
+            if s == seq:
+                return firsts
+        if state.last_seq is None or seq < state.last_seq - PRODUCER_WINDOW + 1:
+            return None
+        # After a restart the window lives only in the commit history.
+        for commit in self._dt.history(_HISTORY_LIMIT):
+            for entry in commit.get(_delta.PRODUCERS_METADATA) or []:
+                if entry.get("id") == producer_id and entry.get("seq") == seq:
+                    return {int(p): (int(v[0]), int(v[1])) for p, v in entry["first"].items()}
+        return None
+
+    def _fill_pending_duplicates(
+        self, batches: Sequence[ProducerBatch], results: list[AppendResult | LogstoreError | None]
+    ) -> None:
+        # A batch repeated inside one append call: answer it like a retry after the commit.
+        for i in self._waiting:
+            seq = batches[i].sequence
+            assert seq is not None
+            results[i] = self._duplicate_result(batches[i], _as_input(batches[i].records), seq)
+
+    # -- committing -------------------------------------------------------------
+
+    def _commit(self, planned: list[_Planned]) -> tuple[int, list[pa.Array]]:
+        now_ms = self._clock_ms()
+        table = pa.concat_tables([p.records for p in planned]) if len(planned) > 1 else planned[0].records
+        parts = table["partition"].combine_chunks().to_numpy() if len(table) else np.zeros(0, np.int32)
+        base = np.asarray(self._hw, np.int64)
+        offsets = _offsets_from(parts, base)
+        counts = (
+            np.bincount(parts, minlength=self._num_partitions)
+            if len(parts)
+            else np.zeros(self._num_partitions, np.int64)
+        )
+        new_hw = base + counts
+        touched = [int(p) for p in np.nonzero(counts)[0]]
+
+        out = self._stamp(table, offsets, now_ms)
+        if len(parts) > 1 and np.any(parts[1:] < parts[:-1]):
+            out = out.take(pa.array(np.argsort(parts, kind="stable")))
+
+        txns = [Transaction(_delta.APP_EPOCH, self.epoch)]
+        txns += [Transaction(_delta.app_hw(p), int(new_hw[p])) for p in touched]
+        landed: list[tuple[str, int, dict[int, tuple[int, int]]]] = []
+        per_batch: list[pa.Array] = []
+        start = 0
+        for item in planned:
+            n = len(item.records)
+            batch_offsets = offsets[start : start + n]
+            per_batch.append(pa.array(batch_offsets, pa.int64()))
+            if item.batch.producer_id is not None:
+                assert item.batch.sequence is not None
+                landed.append(
+                    (item.batch.producer_id, item.batch.sequence, _firsts(parts[start : start + n], batch_offsets))
+                )
+            start += n
+        last_seq = {pid: seq for pid, seq, _ in landed}
+        txns += [Transaction(_delta.app_producer(pid), seq) for pid, seq in last_seq.items()]
+        metadata = [
+            {"id": pid, "seq": seq, "first": {str(p): list(v) for p, v in firsts.items()}}
+            for pid, seq, firsts in landed
+        ]
+        props = CommitProperties(
+            app_transactions=txns,
+            custom_metadata={_delta.PRODUCERS_METADATA: metadata} if metadata else None,
+        )
+        write_deltalake(self._dt, out, partition_by=["partition"], mode="append", commit_properties=props)
+
+        self._hw = [int(h) for h in new_hw]
+        for pid, seq, firsts in landed:
+            state = self._producer(pid)
+            state.last_seq = seq
+            state.recent.append((seq, firsts))
+        return self._dt.version(), per_batch
+
+    def _stamp(self, table: pa.Table, offsets: np.ndarray, now_ms: int) -> pa.Table:
+        n = len(table)
+        now = pa.scalar(now_ms * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        if self._config.message_timestamp_type == "LogAppendTime":
+            ts: pa.Array | pa.ChunkedArray = pa.repeat(now, n)
+            ts_type = TIMESTAMP_LOG_APPEND_TIME
+        else:
+            ts = pc.fill_null(table["timestamp"], now) if table["timestamp"].null_count else table["timestamp"]
+            ts_type = TIMESTAMP_CREATE_TIME
+        return pa.Table.from_arrays(
+            [
+                table["partition"],
+                pa.array(offsets, pa.int64()),
+                ts,
+                pa.repeat(pa.scalar(ts_type, pa.int32()), n),
+                table["key"],
+                table["value"],
+                table["headers"],
+            ],
+            schema=TOPIC_SCHEMA,
+        )
+
+    def _claim(self) -> None:
+        for _attempt in range(self._max_attempts):
+            current = self._table_epoch()
+            if current > self.epoch:
+                raise FencedLeaderEpochError(
+                    f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
+                )
+            try:
+                write_deltalake(
+                    self._dt,
+                    TOPIC_SCHEMA.empty_table(),
+                    partition_by=["partition"],
+                    mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(_delta.APP_EPOCH, self.epoch)]),
+                )
+                return
+            except CommitFailedError:
+                self._dt.update_incremental()
+                self._load_state()
+            except (DeltaError, OSError) as e:
+                raise KafkaStorageError(f"cannot claim topic '{self.topic}': {e}") from e
+        raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
+
+    # -- state ------------------------------------------------------------------
+
+    def _table_epoch(self) -> int:
+        return _delta.txn_version(self._dt, _delta.APP_EPOCH) or 0
+
+    def _load_state(self) -> None:
+        self._num_partitions, self._config = self._catalog.topic_config(self.topic, self._dt)
+        files = _delta.data_files(self._dt)
+        by_part: dict[int, list[_delta.DataFile]] = collections.defaultdict(list)
+        for f in files:
+            by_part[f.partition].append(f)
+        self._hw = [high_watermark(self._dt, p, by_part[p]) for p in range(self._num_partitions)]
+
+    def _refresh(self) -> None:
+        try:
+            self._dt.update_incremental()
+        except (DeltaError, OSError) as e:
+            raise KafkaStorageError(f"cannot re-read topic '{self.topic}': {e}") from e
+        self._load_state()
+        for state in self._producers.values():
+            state.last_seq = None
+        self._producers = {pid: s for pid, s in self._producers.items() if s.recent}
+        for pid, state in self._producers.items():
+            state.last_seq = _delta.txn_version(self._dt, _delta.app_producer(pid))
+        current = self._table_epoch()
+        if self._join:
+            self.epoch = current
+        elif current > self.epoch:
+            raise FencedLeaderEpochError(
+                f"topic '{self.topic}' was claimed by epoch {current}; this committer (epoch {self.epoch}) is fenced"
+            )
+
+
+def _as_input(records: pa.Table) -> pa.Table:
+    """``records`` in :data:`INPUT_SCHEMA` column order; missing optional columns are null."""
+    if records.schema.equals(INPUT_SCHEMA):
+        return records
+    n = len(records)
+    cols = []
+    for f in INPUT_SCHEMA:
+        if f.name in records.column_names:
+            try:
+                cols.append(records[f.name].cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise InvalidRequestError(f"column '{f.name}' cannot be read as {f.type}: {e}") from e
+        elif f.name in ("partition", "value"):
+            raise InvalidRequestError(f"records need a '{f.name}' column")
+        else:
+            cols.append(pa.nulls(n, f.type))
+    if records["partition"].null_count:
+        raise InvalidRequestError("every record needs a partition")
+    return pa.Table.from_arrays(cols, schema=INPUT_SCHEMA)
+
+
+def _offsets_from(parts: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Offsets for records on ``parts`` (in order), each partition counting up from ``base[p]``."""
+    if not len(parts):
+        return np.zeros(0, np.int64)
+    if np.all(parts == parts[0]):
+        return base[parts[0]] + np.arange(len(parts), dtype=np.int64)
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    counts = np.bincount(parts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    ranks = np.arange(len(parts), dtype=np.int64) - starts[sorted_parts]
+    out = np.empty(len(parts), np.int64)
+    out[order] = base[sorted_parts] + ranks
+    return out
+
+
+def _firsts(parts: np.ndarray, offsets: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per partition: (first offset, record count) of one batch."""
+    out: dict[int, tuple[int, int]] = {}
+    for p in np.unique(parts):
+        mask = parts == p
+        out[int(p)] = (int(offsets[mask].min()), int(mask.sum()))
+    return out
