@@ -210,7 +210,6 @@ class ThrottlingQuotaExceededError(LogstoreError):
     retriable = True
 
 
-ERRORS_BY_NAME: dict[str, type[LogstoreError]] = {
-    cls.name: cls for cls in [LogstoreError, *LogstoreError.__subclasses__()]
-}
+_ALL: list[type[LogstoreError]] = [LogstoreError, *LogstoreError.__subclasses__()]
+ERRORS_BY_NAME: dict[str, type[LogstoreError]] = {cls.name: cls for cls in _ALL}
 """Kafka error name → class, for clients that turn an API error back into an exception."""

@@ -1,0 +1,57 @@
+"""Shared fixtures: a fresh root per test, one SparkSession for the whole run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from logstore.config import LogstoreConfig, load_config
+from logstore.store import LogStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> LogstoreConfig:
+    """Defaults over a fresh, empty root (no config file, no LOGSTORE_* variables)."""
+    return load_config(environ={}, path=None, overrides={"logstore.root": str(tmp_path / "data")})
+
+
+@pytest.fixture
+def store(config: LogstoreConfig) -> LogStore:
+    return LogStore(config)
+
+
+@pytest.fixture
+def make_topic(store: LogStore) -> Callable[..., str]:
+    """Create a topic with a fresh name: ``make_topic(partitions=3, **config)``."""
+    counter = iter(range(1_000_000))
+
+    def make(partitions: int = 1, **config: object) -> str:
+        name = f"topic-{next(counter)}"
+        store.create_topic(name, partitions, {k.replace("_", "."): v for k, v in config.items()})
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The one SparkSession of the test run (local, Delta configured)."""
+    from logstore.spark import session
+
+    s = session(
+        **{
+            "spark.master": "local[2]",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+        }
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()

@@ -1,0 +1,34 @@
+"""Assertions shared by the writer, crash and interop tests."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from logstore import _delta
+from logstore.catalog import Catalog
+
+
+def read_topic(catalog: Catalog, topic: str) -> pa.Table:
+    """Every live record of ``topic`` at its newest version, sorted by (partition, offset)."""
+    dt = catalog.table(topic)
+    tables = []
+    for f in _delta.data_files(dt):
+        t = pq.read_table(f.path)
+        t = t.append_column("partition", pa.repeat(pa.scalar(f.partition, pa.int32()), len(t)))
+        tables.append(t.select(["partition", "offset", "value"]))
+    if not tables:
+        return pa.table({"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64()), "value": []})
+    return pa.concat_tables(tables).sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+def assert_gap_free(catalog: Catalog, topic: str) -> dict[int, list[bytes]]:
+    """Every partition holds exactly offsets 0..n-1; returns partition → values in offset order."""
+    data = read_topic(catalog, topic)
+    out: dict[int, list[bytes]] = {}
+    for p in sorted(set(data["partition"].to_pylist())):
+        rows = data.filter(pa.compute.equal(data["partition"], p))
+        offsets = rows["offset"].to_pylist()
+        assert offsets == list(range(len(offsets))), f"partition {p} offsets are not 0..n-1: {offsets[:20]}…"
+        out[p] = rows["value"].to_pylist()
+    return out

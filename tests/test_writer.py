@@ -1,0 +1,185 @@
+"""The partition log writer: gap-free offsets, atomic group commits, fencing, idempotence."""
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from logstore.errors import (
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+    OutOfOrderSequenceNumberError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.writer import PRODUCER_WINDOW, TopicWriter
+from tests.helpers import assert_gap_free, read_topic
+
+
+def batch(parts: list[int], tag: str = "v", pid: str | None = None, seq: int | None = None) -> ProducerBatch:
+    return ProducerBatch(input_table(parts, [f"{tag}{i}".encode() for i in range(len(parts))]), pid, seq)
+
+
+def ok(result: object) -> AppendResult:
+    assert isinstance(result, AppendResult), result
+    return result
+
+
+def test_offsets_start_at_zero_and_count_up_per_partition(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=3)
+    w = TopicWriter(store.catalog, t)
+    r1 = ok(w.append([batch([0, 1, 0, 2, 0])])[0])
+    r2 = ok(w.append([batch([0, 2])])[0])
+    assert r1.offsets.to_pylist() == [0, 0, 1, 0, 2]
+    assert r2.offsets.to_pylist() == [3, 1]
+    assert [w.high_watermark(p) for p in range(3)] == [4, 1, 2]
+    assert_gap_free(store.catalog, t)
+
+
+def test_many_batches_over_many_partitions_are_one_commit(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=4)
+    w = TopicWriter(store.catalog, t)
+    before = w.table_version
+    results = w.append([batch([0, 1], "a"), batch([2, 3, 0], "b"), batch([1], "c")])
+    assert w.table_version == before + 1
+    assert {ok(r).table_version for r in results} == {before + 1}
+    assert [ok(r).offsets.to_pylist() for r in results] == [[0, 0], [0, 0, 1], [1]]
+
+
+def test_high_watermark_is_recovered_from_the_log(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    TopicWriter(store.catalog, t).append([batch([0, 0, 1])])
+    w = TopicWriter(store.catalog, t)
+    assert [w.high_watermark(0), w.high_watermark(1)] == [2, 1]
+    ok(w.append([batch([0])])[0])
+    assert_gap_free(store.catalog, t)
+
+
+def test_zombie_is_fenced_and_table_unchanged(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    old = TopicWriter(store.catalog, t)
+    ok(old.append([batch([0, 1])])[0])
+    new = TopicWriter(store.catalog, t)
+    assert new.epoch == old.epoch + 1
+    version = DeltaTable(store.catalog.topic_path(t)).version()
+    with pytest.raises(FencedLeaderEpochError, match=f"epoch {old.epoch}"):
+        old.append([batch([0, 1], "zombie")])
+    assert DeltaTable(store.catalog.topic_path(t)).version() == version
+    ok(new.append([batch([0, 1], "new")])[0])
+    values = assert_gap_free(store.catalog, t)
+    assert values[0] == [b"v0", b"new0"]
+    assert b"zombie0" not in values[0] + values[1]
+
+
+def test_claiming_an_older_epoch_is_fenced(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    TopicWriter(store.catalog, t, epoch=5)
+    with pytest.raises(FencedLeaderEpochError):
+        TopicWriter(store.catalog, t, epoch=4)
+
+
+def test_racing_committers_of_one_epoch_stay_gap_free(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    a = TopicWriter(store.catalog, t)
+    b = TopicWriter(store.catalog, t, join=True)  # e.g. the Spark sink beside the ingest leader
+    for i in range(5):
+        ok(a.append([batch([0, 1], f"a{i}-")])[0])
+        ok(b.append([batch([1, 0], f"b{i}-")])[0])  # b's snapshot is stale every time
+    values = assert_gap_free(store.catalog, t)
+    assert len(values[0]) == len(values[1]) == 10
+
+
+def test_idempotent_retry_returns_original_offsets(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    first = ok(w.append([batch([0, 1, 0], "x", "prod", 0)])[0])
+    version = w.table_version
+    again = ok(w.append([batch([0, 1, 0], "x", "prod", 0)])[0])
+    assert again.duplicate and again.offsets.equals(first.offsets)
+    assert w.table_version == version
+    assert len(read_topic(store.catalog, t)) == 3
+
+
+def test_idempotent_retry_after_restart(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=3)
+    w = TopicWriter(store.catalog, t)
+    results = [ok(w.append([batch([s % 3, 0], "x", "prod", s)])[0]) for s in range(PRODUCER_WINDOW + 2)]
+    fresh = TopicWriter(store.catalog, t)  # a restart: no memory of the producer
+    for s in range(2, PRODUCER_WINDOW + 2):
+        again = ok(fresh.append([batch([s % 3, 0], "x", "prod", s)])[0])
+        assert again.duplicate and again.offsets.equals(results[s].offsets)
+    with pytest.raises(OutOfOrderSequenceNumberError, match="older than"):
+        raise fresh.append([batch([0, 0], "x", "prod", 0)])[0]  # type: ignore[misc]
+    nxt = ok(fresh.append([batch([0], "x", "prod", PRODUCER_WINDOW + 2)])[0])
+    assert not nxt.duplicate
+    assert_gap_free(store.catalog, t)
+
+
+def test_sequence_that_skips_ahead_is_rejected_alone(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    w = TopicWriter(store.catalog, t)
+    ok(w.append([batch([0], "x", "prod", 10)])[0])
+    skip, other = w.append([batch([0], "y", "prod", 12), batch([0], "z")])
+    assert isinstance(skip, OutOfOrderSequenceNumberError)
+    assert "next expected is 11" in skip.message
+    assert ok(other).offsets.to_pylist() == [1]
+
+
+def test_retry_inside_one_group_commit(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    w = TopicWriter(store.catalog, t)
+    a, b = w.append([batch([0, 0], "x", "prod", 0), batch([0, 0], "x", "prod", 0)])
+    assert ok(b).duplicate and ok(b).offsets.equals(ok(a).offsets)
+    assert len(read_topic(store.catalog, t)) == 2
+
+
+def test_retry_with_different_records_is_rejected(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    ok(w.append([batch([0, 0], "x", "prod", 0)])[0])
+    (r,) = w.append([batch([0, 1], "x", "prod", 0)])
+    assert isinstance(r, InvalidRequestError)
+
+
+def test_bad_batches_fail_alone_and_write_nothing(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2, message_max_bytes=10)
+    w = TopicWriter(store.catalog, t)
+    big = ProducerBatch(input_table([0], [b"x" * 11]))
+    headers = ProducerBatch(input_table([0], [b"x"], headers=[[("h", b"y" * 9)]]))
+    wrong_part = batch([2])
+    negative_ts = ProducerBatch(input_table([0], [b"x"], timestamps_ms=[-5]))
+    good = batch([1])
+    r = w.append([big, headers, wrong_part, negative_ts, good])
+    assert isinstance(r[0], MessageTooLargeError) and "message.max.bytes=10" in r[0].message
+    assert isinstance(r[1], MessageTooLargeError)
+    assert isinstance(r[2], UnknownTopicOrPartitionError)
+    assert isinstance(r[3], InvalidTimestampError)
+    assert ok(r[4]).offsets.to_pylist() == [0]
+    assert read_topic(store.catalog, t)["value"].to_pylist() == [b"v0"]
+
+
+def test_timestamps_create_time_and_log_append_time(store: LogStore, make_topic: Callable[..., str]) -> None:
+    create = make_topic()
+    append = make_topic(message_timestamp_type="LogAppendTime")
+    for t in (create, append):
+        w = TopicWriter(store.catalog, t, clock_ms=lambda: 5_000)
+        w.append([ProducerBatch(input_table([0, 0], [b"a", b"b"], timestamps_ms=[1_000, None]))])
+    got = {t: store.fetch(t, 0, 0).records for t in (create, append)}
+    ms = {t: got[t]["timestamp"].cast(pa.int64()).to_pylist() for t in got}
+    assert ms[create] == [1_000_000, 5_000_000] and got[create]["timestamp_type"].to_pylist() == [0, 0]
+    assert ms[append] == [5_000_000, 5_000_000] and got[append]["timestamp_type"].to_pylist() == [1, 1]
+
+
+def test_headers_keys_and_tombstones_round_trip(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    store.append(
+        t, [ProducerBatch(input_table([0, 0], [b"v", None], keys=[b"", None], headers=[[("h", b"1"), ("h", None)], []]))]
+    )
+    recs = store.fetch(t, 0, 0).records.to_pylist()
+    assert [(r["key"], r["value"]) for r in recs] == [(b"", b"v"), (None, None)]
+    assert recs[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "h", "value": None}]
