@@ -30,6 +30,7 @@ drives it. The Delta table handle stays open between commits.
 from __future__ import annotations
 
 import collections
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -178,6 +179,8 @@ class TopicWriter:
                 version, offsets = self._commit(planned)
             except CommitFailedError:
                 self._refresh()
+                # Racing writers that retry in lockstep keep colliding; a short random pause breaks the tie.
+                time.sleep(random.uniform(0, min(0.05, 0.001 * 2**_attempt)))
                 continue
             except (DeltaError, OSError) as e:
                 self._refresh()

@@ -14,12 +14,14 @@ def read_topic(catalog: Catalog, topic: str) -> pa.Table:
     dt = catalog.table(topic)
     tables = []
     for f in _delta.data_files(dt):
-        t = pq.read_table(f.path)
+        t = pq.read_table(f.path, columns=["offset", "value"])
         t = t.append_column("partition", pa.repeat(pa.scalar(f.partition, pa.int32()), len(t)))
         tables.append(t.select(["partition", "offset", "value"]))
     if not tables:
         return pa.table({"partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64()), "value": []})
-    return pa.concat_tables(tables).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return pa.concat_tables(tables, promote_options="permissive").sort_by(
+        [("partition", "ascending"), ("offset", "ascending")]
+    )
 
 
 def assert_gap_free(catalog: Catalog, topic: str) -> dict[int, list[bytes]]:

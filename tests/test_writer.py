@@ -178,7 +178,8 @@ def test_timestamps_create_time_and_log_append_time(store: LogStore, make_topic:
 def test_headers_keys_and_tombstones_round_trip(store: LogStore, make_topic: Callable[..., str]) -> None:
     t = make_topic()
     store.append(
-        t, [ProducerBatch(input_table([0, 0], [b"v", None], keys=[b"", None], headers=[[("h", b"1"), ("h", None)], []]))]
+        t,
+        [ProducerBatch(input_table([0, 0], [b"v", None], keys=[b"", None], headers=[[("h", b"1"), ("h", None)], []]))],
     )
     recs = store.fetch(t, 0, 0).records.to_pylist()
     assert [(r["key"], r["value"]) for r in recs] == [(b"", b"v"), (None, None)]
