@@ -77,10 +77,7 @@ def test_delta_rs_reads_what_spark_wrote(spark: SparkSession, store: LogStore, m
     store.append(t, [ProducerBatch(input_table([0, 0], [b"a", b"b"]))])
     path = store.catalog.topic_path(t)
     schema = spark.read.format("delta").load(path).schema
-    rows = [
-        (0, 2 + i, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 0, None, f"spark-{i}".encode(), [])
-        for i in range(3)
-    ]
+    rows = [(0, 2 + i, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 0, None, f"spark-{i}".encode(), []) for i in range(3)]
     spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(path)
     r = store.fetch(t, 0, 0)
     assert r.records["value"].to_pylist() == [b"a", b"b", b"spark-0", b"spark-1", b"spark-2"]
