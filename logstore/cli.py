@@ -8,13 +8,14 @@ with exit status 1.
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from logstore.config import LogstoreConfig, load_config
-from logstore.errors import InvalidConfigError, LogstoreError
+from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
 from logstore.schema import input_table
 from logstore.store import LogStore
@@ -193,6 +194,27 @@ def _groups_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
         )
 
 
+def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    to: str | dict[str, int]
+    if args.to in ("earliest", "latest"):
+        to = args.to
+    elif args.to.lstrip("-").isdigit():
+        to = {"offset": int(args.to)}
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(args.to)
+        except ValueError:
+            raise InvalidRequestError(
+                f"--to takes earliest, latest, an offset or an ISO date-time, got '{args.to}'"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        to = {"timestamp": int(when.timestamp() * 1000)}
+    new = LogStore(config).reset_offsets(args.group, args.topic, to)
+    for p, o in sorted(new.items()):
+        print(f"{args.group} {args.topic} {p} {o}")
+
+
 # -- demo -----------------------------------------------------------------------
 
 
@@ -284,6 +306,12 @@ def _parser() -> argparse.ArgumentParser:
     p = gsub.add_parser("describe", parents=[common])
     p.add_argument("group")
     p.set_defaults(func=_groups_describe)
+
+    p = gsub.add_parser("reset", parents=[common], help="move a group's offsets on a topic")
+    p.add_argument("group")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--to", required=True, help="earliest | latest | OFFSET | DATETIME (ISO 8601, UTC if no zone)")
+    p.set_defaults(func=_groups_reset)
 
     p = sub.add_parser("demo", help="create a topic, produce, consume, describe", parents=[common])
     p.set_defaults(func=_demo)

@@ -22,7 +22,7 @@ from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTop
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
-__all__ = ["PartitionView", "TopicReader", "read_files"]
+__all__ = ["PartitionView", "TopicReader", "offset_for_timestamp", "read_files"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,21 @@ class TopicReader:
             keep = max(1, pc.sum(pc.less_equal(cumulative, max_bytes)).as_py())
             records = records.slice(0, keep)
         return FetchResult(records, view.high_watermark, view.log_start_offset)
+
+
+def offset_for_timestamp(view: PartitionView, timestamp_ms: int) -> int:
+    """The first offset whose timestamp is at or after ``timestamp_ms``; the HW if none is.
+
+    Like Kafka's ``ListOffsets`` by timestamp. Reads the ``offset`` and
+    ``timestamp`` columns of the partition's files in offset order, stopping
+    at the first file that holds a match.
+    """
+    threshold = pa.scalar(timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
+    for f in view.files:
+        t = pq.read_table(f.path, columns=["offset", "timestamp"], filters=[("timestamp", ">=", threshold)])
+        if len(t):
+            return int(pc.min(t["offset"]).as_py())
+    return view.high_watermark
 
 
 def read_files(

@@ -15,12 +15,13 @@ from logstore.catalog import Catalog
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     GroupIdNotFoundError,
+    InvalidRequestError,
     LogstoreError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from logstore.offsets import OffsetsStore
-from logstore.reader import TopicReader
+from logstore.reader import TopicReader, offset_for_timestamp
 from logstore.structs import AppendResult, FetchResult, GroupOffset, ProducerBatch, TopicInfo
 from logstore.writer import TopicWriter
 
@@ -112,6 +113,35 @@ class LogStore:
                 )
         self.offsets.commit(group, topic, offsets, metadata=metadata)
 
+    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
+        """Move ``group``'s committed offsets on every partition of ``topic``; returns them.
+
+        ``to`` is ``"earliest"`` (log start), ``"latest"`` (high watermark),
+        ``{"timestamp": ms}`` (first record at or after it) or ``{"offset": n}``
+        (clamped into [log start, HW], as Kafka's reset tool does).
+
+        Raises:
+            InvalidRequestError: ``to`` is none of these.
+        """
+        reader = self.reader(topic)
+        reader.refresh()
+        count, _ = self.catalog.topic_config(topic)
+        views = [reader.partition_view(p) for p in range(count)]
+        if to == "earliest":
+            new = {v.partition: v.log_start_offset for v in views}
+        elif to == "latest":
+            new = {v.partition: v.high_watermark for v in views}
+        elif isinstance(to, dict) and set(to) == {"timestamp"} and _is_int(to["timestamp"]):
+            new = {v.partition: offset_for_timestamp(v, to["timestamp"]) for v in views}
+        elif isinstance(to, dict) and set(to) == {"offset"} and _is_int(to["offset"]):
+            new = {v.partition: min(max(to["offset"], v.log_start_offset), v.high_watermark) for v in views}
+        else:
+            raise InvalidRequestError(
+                f"reset target must be earliest, latest, {{'timestamp': ms}} or {{'offset': n}}, got {to!r}"
+            )
+        self.offsets.commit(group, topic, new, metadata="reset")
+        return new
+
     def list_groups(self) -> list[str]:
         return self.offsets.groups()
 
@@ -139,3 +169,7 @@ class LogStore:
     def _lock(self, topic: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(topic, threading.Lock())
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -68,3 +68,17 @@ def test_errors_are_kafka_names_on_stderr(tmp_path: Path) -> None:
     assert r.returncode == 1 and "key separator" in r.stderr
     r = run(tmp_path, "topics", "create", "t", "--partitions", "1")
     assert r.returncode == 1 and "TOPIC_ALREADY_EXISTS" in r.stderr
+
+
+def test_groups_reset(tmp_path: Path) -> None:
+    run(tmp_path, "topics", "create", "t", "--partitions", "1")
+    run(tmp_path, "produce", "t", stdin="a\nb\nc\n")
+    run(tmp_path, "consume", "t", "--group", "g", "--from-beginning")
+    assert run(tmp_path, "groups", "reset", "g", "--topic", "t", "--to", "1").stdout.split() == ["g", "t", "0", "1"]
+    assert run(tmp_path, "consume", "t", "--group", "g").stdout.split() == ["b", "c"]
+    assert run(tmp_path, "groups", "reset", "g", "--topic", "t", "--to", "earliest").stdout.split()[-1] == "0"
+    assert (
+        run(tmp_path, "groups", "reset", "g", "--topic", "t", "--to", "2999-01-01T00:00:00").stdout.split()[-1] == "3"
+    )
+    r = run(tmp_path, "groups", "reset", "g", "--topic", "t", "--to", "someday")
+    assert r.returncode == 1 and "INVALID_REQUEST" in r.stderr

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from logstore.errors import GroupIdNotFoundError, InvalidGroupIdError, OffsetOutOfRangeError
+from logstore.errors import GroupIdNotFoundError, InvalidGroupIdError, InvalidRequestError, OffsetOutOfRangeError
 from logstore.offsets import OffsetsStore
 from logstore.schema import input_table
 from logstore.store import LogStore
@@ -37,3 +37,15 @@ def test_bad_commits(store: LogStore, make_topic: Callable[..., str]) -> None:
         store.commit_offsets("", t, {0: 0})
     with pytest.raises(GroupIdNotFoundError):
         store.describe_group("nobody")
+
+
+def test_reset_to_earliest_latest_offset_and_timestamp(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    store.append(t, [ProducerBatch(input_table([0, 0, 0, 1], [b"v"] * 4, timestamps_ms=[1000, 2000, 3000, 500]))])
+    assert store.reset_offsets("g", t, "latest") == {0: 3, 1: 1}
+    assert store.reset_offsets("g", t, "earliest") == {0: 0, 1: 0}
+    assert store.reset_offsets("g", t, {"offset": 2}) == {0: 2, 1: 1}  # clamped to the HW
+    assert store.reset_offsets("g", t, {"timestamp": 1500}) == {0: 1, 1: 1}
+    assert {r.partition: r.committed_offset for r in store.describe_group("g")} == {0: 1, 1: 1}
+    with pytest.raises(InvalidRequestError):
+        store.reset_offsets("g", t, "yesterday")
