@@ -215,6 +215,33 @@ def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
         print(f"{args.group} {args.topic} {p} {o}")
 
 
+# -- serve ----------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first."""
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["server.host"] = args.host
+    if args.port is not None:
+        overrides["server.port"] = args.port
+    config = config.with_overrides(overrides)
+    import uvicorn
+
+    from ingest_api.app import create_app  # the core itself never imports the HTTP tier
+
+    print(f"logstore serving {config.root} on http://{config.server_host}:{config.server_port}", flush=True)
+    uvicorn.run(
+        create_app(config),
+        host=config.server_host,
+        port=config.server_port,
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=30,
+    )
+
+
 # -- demo -----------------------------------------------------------------------
 
 
@@ -312,6 +339,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True)
     p.add_argument("--to", required=True, help="earliest | latest | OFFSET | DATETIME (ISO 8601, UTC if no zone)")
     p.set_defaults(func=_groups_reset)
+
+    p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(func=_serve)
 
     p = sub.add_parser("demo", help="create a topic, produce, consume, describe", parents=[common])
     p.set_defaults(func=_demo)

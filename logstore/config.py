@@ -158,6 +158,9 @@ class LogstoreConfig:
     zookeeper_connect: str = field(
         default="", metadata=_key("zookeeper.connect", "host:port[,host:port][/chroot]; empty = embedded, one node.")
     )
+    wal_dir: str = field(
+        default="", metadata=_key("wal.dir", "Local write-ahead log of acks=1 records; empty = <logstore.root>/_wal.")
+    )
     checkpoint_interval: int = field(
         default=100,
         metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),

@@ -193,6 +193,10 @@ class TopicWriter:
             f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
         )
 
+    def producer_sequence(self, producer_id: str) -> int | None:
+        """The last sequence committed by ``producer_id`` on this topic, or None."""
+        return self._producer(producer_id).last_seq
+
     def refresh(self) -> None:
         """Re-read the table (new partitions, config, other committers' commits).
 

@@ -1,0 +1,47 @@
+"""Prometheus metrics of one ingest node (a registry per app, not a global)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The node's metrics; ``registry`` is what ``/metrics`` renders."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.records_in = Counter("logstore_records_in", "Records accepted, per topic", ["topic"], registry=r)
+        self.bytes_in = Counter("logstore_bytes_in", "Key and value bytes accepted, per topic", ["topic"], registry=r)
+        self.produce_latency = Histogram(
+            "logstore_produce_latency_seconds",
+            "Produce request latency per acks level",
+            ["acks"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_latency = Histogram(
+            "logstore_commit_latency_seconds",
+            "Delta commit latency per topic",
+            ["topic"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_records = Histogram(
+            "logstore_commit_records",
+            "Records per Delta commit (group commit size)",
+            buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+            registry=r,
+        )
+        self.high_watermark = Gauge(
+            "logstore_high_watermark", "High watermark per partition", ["topic", "partition"], registry=r
+        )
+        self.group_lag = Gauge(
+            "logstore_group_lag", "Consumer group lag per partition", ["group", "topic", "partition"], registry=r
+        )
+        self.buffer_bytes = Gauge("logstore_buffer_bytes", "Accepted, uncommitted bytes", registry=r)
+        self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)

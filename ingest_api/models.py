@@ -1,0 +1,125 @@
+"""HTTP request and response models (the OpenAPI contract of DESIGN §3).
+
+Separate from the core's types: these describe JSON on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Bytes = str | dict[str, str] | None
+"""A UTF-8 string, or ``{"b64": "…"}`` for binary, or null."""
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: Bytes = None
+    value: Bytes = None
+    partition: int | None = Field(default=None, ge=0)
+    headers: dict[str, Bytes] | None = None
+    timestamp: int | None = Field(default=None, ge=0, description="CreateTime in ms since the epoch")
+
+
+class ProduceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    records: list[Record] = Field(min_length=1)
+    producer_id: str | None = Field(default=None, min_length=1, description="stable id of an idempotent producer")
+    sequence: int | None = Field(default=None, ge=0, description="per producer and topic: last + 1")
+
+
+class RecordOffset(BaseModel):
+    partition: int
+    offset: int
+
+
+class ProduceResponse(BaseModel):
+    offsets: list[RecordOffset]
+
+
+class CreateTopic(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    partitions: int = 1
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class AlterTopic(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    partitions: int | None = None
+    config: dict[str, Any] = Field(default_factory=dict, description="a null value removes the override")
+
+
+class PartitionOut(BaseModel):
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+
+
+class TopicOut(BaseModel):
+    name: str
+    partitions: list[PartitionOut]
+    config: dict[str, Any]
+
+
+class TopicList(BaseModel):
+    topics: list[str]
+
+
+class FetchedRecord(BaseModel):
+    partition: int
+    offset: int
+    timestamp: int = Field(description="ms since the epoch")
+    key: Bytes
+    value: Bytes
+    headers: dict[str, Bytes]
+
+
+class FetchResponse(BaseModel):
+    records: list[FetchedRecord]
+    high_watermark: int
+    log_start_offset: int
+
+
+class GroupPartition(BaseModel):
+    partition: int
+    committed_offset: int
+    high_watermark: int
+    lag: int
+
+
+class GroupTopic(BaseModel):
+    topic: str
+    partitions: list[GroupPartition]
+
+
+class GroupOut(BaseModel):
+    group: str
+    topics: list[GroupTopic]
+
+
+class GroupList(BaseModel):
+    groups: list[str]
+
+
+class CommitOffsets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topic: str
+    partitions: dict[str, int] = Field(description="partition number (as a string) → next offset to read")
+    metadata: str | None = None
+
+
+class ResetOffsets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topic: str
+    to: Literal["earliest", "latest"] | dict[Literal["timestamp", "offset"], int]
+
+
+class Error(BaseModel):
+    error_code: str
+    message: str
+
+
+Acks = Literal["0", "1", "all"]

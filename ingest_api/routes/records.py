@@ -1,0 +1,111 @@
+"""Produce and fetch records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+import orjson
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from ingest_api.deps import BrokerDep
+from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
+from ingest_api.parse import encode_bytes, parse_produce
+from logstore.catalog import validate_topic_name
+from logstore.structs import AppendResult, FetchResult
+
+router = APIRouter(prefix="/v1/topics", tags=["records"])
+
+
+@router.post(
+    "/{topic}/records",
+    response_model=ProduceResponse,
+    responses={202: {"description": "acks=0: accepted in memory"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ProduceRequest.model_json_schema()}},
+        }
+    },
+)
+async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = "all") -> Response:
+    """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits."""
+    started = time.perf_counter()
+    validate_topic_name(topic)
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit():
+        broker.check_request_size(int(length))
+    body = await request.body()
+    broker.check_request_size(len(body))
+    parsed = parse_produce(body)
+    pipeline = broker.pipeline(topic) if topic in broker._pipelines else await run_in_threadpool(broker.pipeline, topic)
+    sub = pipeline.submit(parsed, acks)
+    if acks == "0":
+        broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)
+        return Response(status_code=202)
+    if acks == "1" and sub.promised is not None and sub.logged is not None:
+        await asyncio.wrap_future(sub.logged)
+        parts, offsets = sub.partitions.to_pylist(), sub.promised.tolist()
+    else:
+        result: AppendResult = await asyncio.wrap_future(sub.committed)
+        parts, offsets = result.partitions.to_pylist(), result.offsets.to_pylist()
+    broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)
+    return _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
+
+
+@router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
+async def fetch(
+    topic: str,
+    partition: int,
+    broker: BrokerDep,
+    offset: Annotated[int, Query(ge=0)],
+    max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
+    max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
+    wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
+) -> Response:
+    """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones."""
+    validate_topic_name(topic)
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        result = await run_in_threadpool(broker.fetch, topic, partition, offset, max_records, max_bytes)
+        left = deadline - time.monotonic()
+        if len(result.records) or left <= 0:
+            break
+        # commits on this node wake us at once; other writers are seen on the next poll
+        await broker.wait_for_commit(topic, min(left, 0.1))
+    return _json(_fetch_body(result))
+
+
+def _fetch_body(result: FetchResult) -> dict[str, object]:
+    recs = result.records
+    ts = recs["timestamp"].cast("int64").to_pylist()
+    records = []
+    for i, (p, o, k, v, h) in enumerate(
+        zip(
+            recs["partition"].to_pylist(),
+            recs["offset"].to_pylist(),
+            recs["key"].to_pylist(),
+            recs["value"].to_pylist(),
+            recs["headers"].to_pylist(),
+            strict=True,
+        )
+    ):
+        records.append(
+            {
+                "partition": p,
+                "offset": o,
+                "timestamp": ts[i] // 1000,
+                "key": encode_bytes(k),
+                "value": encode_bytes(v),
+                "headers": {x["key"]: encode_bytes(x["value"]) for x in (h or [])},
+            }
+        )
+    return {"records": records, "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset}
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")

@@ -1,0 +1,62 @@
+"""/v1/topics: create, list, describe, alter, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
+
+from ingest_api.deps import BrokerDep
+from ingest_api.models import AlterTopic, CreateTopic, TopicList, TopicOut
+from logstore.structs import TopicInfo
+
+router = APIRouter(prefix="/v1/topics", tags=["topics"])
+
+
+def topic_out(info: TopicInfo) -> TopicOut:
+    return TopicOut.model_validate(
+        {
+            "name": info.name,
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "log_start_offset": p.log_start_offset,
+                    "high_watermark": p.high_watermark,
+                    "size_bytes": p.size_bytes,
+                }
+                for p in info.partitions
+            ],
+            "config": info.config.to_dict(),
+        }
+    )
+
+
+@router.post("", status_code=201, response_model=TopicOut)
+async def create_topic(body: CreateTopic, broker: BrokerDep) -> TopicOut:
+    info = await run_in_threadpool(broker.store.create_topic, body.name, body.partitions, body.config)
+    return topic_out(info)
+
+
+@router.get("", response_model=TopicList)
+async def list_topics(broker: BrokerDep) -> TopicList:
+    return TopicList(topics=await run_in_threadpool(broker.store.list_topics))
+
+
+@router.get("/{topic}", response_model=TopicOut)
+async def describe_topic(topic: str, broker: BrokerDep) -> TopicOut:
+    return topic_out(await run_in_threadpool(broker.store.describe_topic, topic))
+
+
+@router.patch("/{topic}", response_model=TopicOut)
+async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicOut:
+    info = await run_in_threadpool(
+        lambda: broker.store.catalog.alter_topic(topic, config=body.config, partitions=body.partitions)
+    )
+    await run_in_threadpool(broker.reconfigure, topic)
+    return topic_out(info)
+
+
+@router.delete("/{topic}", status_code=204)
+async def delete_topic(topic: str, broker: BrokerDep) -> Response:
+    await run_in_threadpool(broker.forget, topic)
+    await run_in_threadpool(broker.store.catalog.delete_topic, topic)
+    return Response(status_code=204)
