@@ -55,3 +55,21 @@ def spark() -> Iterator[SparkSession]:
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Callable[..., object]]:
+    """Start ``logstore serve`` on a fresh root: ``server(**{"linger.ms": 5})``; stopped after the test."""
+    from tests.server import Server
+
+    started: list[Server] = []
+
+    def start(root: Path | None = None, **config: object) -> Server:
+        s = Server(root or tmp_path / "data", **config).start()
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill()

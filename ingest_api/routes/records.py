@@ -7,7 +7,6 @@ import time
 from typing import Annotated, Any
 
 import orjson
-
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
