@@ -129,6 +129,7 @@ class TopicPipeline:
         self._topic_config = self.writer.config
         self._leo = np.array([self.writer.high_watermark(p) for p in range(self._num_partitions)], np.int64)
         self._last_seq: dict[str, int] = {}
+        self._uncertain = 0
         self._wal_pid = f"__wal.{broker.node_id}"
         self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
         self._replay()
@@ -213,6 +214,12 @@ class TopicPipeline:
                     )
                 else:
                     self._last_seq[pid] = seq
+            if self._uncertain:
+                # An unpredicted batch is pending or committing and may take offsets first:
+                # nothing submitted after it can be promised offsets until it commits.
+                predicted = False
+            if not predicted:
+                self._uncertain += 1
             if acks == "1" and pid is None:
                 pid, seq = self._wal_pid, self._wal_seq
                 self._wal_seq += 1
@@ -249,9 +256,10 @@ class TopicPipeline:
             self._commit(items)
 
     def _commit(self, items: list[_Pending]) -> None:
-        # Predicted batches keep submit order so the offsets promised to acks=1 hold;
-        # batches whose fate only the writer knows (retries, new producers) go last.
-        ordered = [i for i in items if i.predicted] + [i for i in items if not i.predicted]
+        # Submit order is commit order, so the offsets promised to acks=1 hold: no batch is
+        # promised offsets while one whose fate only the writer knows (a retry, a producer
+        # new to this node) is ahead of it.
+        ordered = items
         attempt = 0
         while True:
             started = time.perf_counter()
@@ -290,6 +298,7 @@ class TopicPipeline:
             else:
                 item.future.set_exception(result)
         with self._cond:
+            self._uncertain -= sum(1 for i in ordered if not i.predicted)
             hw = np.array([self.writer.high_watermark(p) for p in range(self.writer.num_partitions)], np.int64)
             for item in self._pending:
                 if item.predicted:
@@ -302,6 +311,8 @@ class TopicPipeline:
         self._broker.notify_commit(self.topic)
 
     def _fail(self, items: list[_Pending], error: LogstoreError) -> None:
+        with self._cond:
+            self._uncertain -= sum(1 for i in items if not i.predicted)
         for item in items:
             self._broker.buffer.release(item.nbytes)
             item.future.set_exception(error)

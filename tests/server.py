@@ -51,6 +51,10 @@ class Server:
                 time.sleep(0.05)
         raise RuntimeError("server did not become ready")
 
+    def restart(self) -> Server:
+        """Start again on the same root and port (after :meth:`kill` or :meth:`stop`)."""
+        return self.start()
+
     def client(self, timeout: float = 30) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
 

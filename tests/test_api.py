@@ -27,7 +27,9 @@ def create(c: httpx.Client, name: str, partitions: int = 1, **config: Any) -> di
     return r.json()  # type: ignore[no-any-return]
 
 
-def produce(c: httpx.Client, topic: str, records: list[dict[str, Any]], acks: str = "all", **extra: Any) -> httpx.Response:
+def produce(
+    c: httpx.Client, topic: str, records: list[dict[str, Any]], acks: str = "all", **extra: Any
+) -> httpx.Response:
     return c.post(f"/v1/topics/{topic}/records", params={"acks": acks}, json={"records": records, **extra})
 
 
@@ -78,7 +80,9 @@ def test_produce_and_fetch_round_trip(api: httpx.Client) -> None:
     assert first["headers"] == {"h": "v", "bin": {"b64": "AP8="}}
     assert tomb["value"] is None
     p1 = offsets[1]["partition"]
-    bin_rec = api.get(f"/v1/topics/t/partitions/{p1}/records", params={"offset": offsets[1]["offset"]}).json()["records"][0]
+    bin_rec = api.get(f"/v1/topics/t/partitions/{p1}/records", params={"offset": offsets[1]["offset"]}).json()[
+        "records"
+    ][0]
     assert bin_rec["key"] == {"b64": base64.b64encode(b"\xff\x00").decode()} and bin_rec["value"] == {"b64": "gA=="}
 
 
