@@ -1,0 +1,245 @@
+"""Ingest benchmark: HTTP produce throughput and latency against the core writer's limit.
+
+Prints one JSON document. Starts ``logstore serve`` on loopback (fresh root,
+one 8-partition topic) and drives it from a separate load-generator process
+(asyncio + httpx, keep-alive connections) with 1,000-record JSON batches of
+100-byte values:
+
+* ``max``: closed loop, ``--concurrency`` requests in flight, acks=all →
+  records/s; the server's mean records per Delta commit is read from /metrics.
+* ``limit``: the same records written straight through ``TopicWriter`` with the
+  same records per commit, in this process → records/s, and the ratio.
+* ``latency``: open loop at half the measured maximum, acks=1 and acks=all →
+  p50/p99/p999 in ms.
+* ``overload``: acks=0 flood with a small ``buffer.memory``; the server's peak
+  RSS (VmHWM) against buffer.memory.
+
+Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from logstore.catalog import Catalog  # noqa: E402
+from logstore.config import load_config  # noqa: E402
+from logstore.schema import input_table  # noqa: E402
+from logstore.structs import ProducerBatch  # noqa: E402
+from logstore.writer import TopicWriter  # noqa: E402
+from tests.server import Server  # noqa: E402
+
+RECORDS = 1000
+VALUE_BYTES = 100
+PARTITIONS = 8
+
+
+def body() -> bytes:
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
+    vals = [bytes(letters[rng.integers(0, len(letters), VALUE_BYTES)]).decode() for _ in range(RECORDS)]
+    return orjson.dumps({"records": [{"value": v} for v in vals]})
+
+
+# -- load generator (separate process) -------------------------------------------
+
+
+async def _closed_loop(url: str, acks: str, seconds: float, concurrency: int) -> dict[str, float]:
+    payload = body()
+    done = 0
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < stop:
+                r = await c.post("/v1/topics/bench/records", params={"acks": acks}, content=payload,
+                                 headers={"content-type": "application/json"})
+                if r.status_code in (200, 202):
+                    done += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"requests": done, "records_per_s": done * RECORDS / elapsed}
+
+
+async def _open_loop(url: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
+    payload = body()
+    lat: list[float] = []
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+
+        async def one() -> None:
+            t0 = time.perf_counter()
+            r = await c.post("/v1/topics/bench/records", params={"acks": acks}, content=payload,
+                             headers={"content-type": "application/json"})
+            if r.status_code == 200:
+                lat.append(time.perf_counter() - t0)
+
+        tasks = []
+        start = time.perf_counter()
+        n = int(seconds * rate)
+        for i in range(n):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    ms = np.array(lat) * 1000
+    return {
+        "requests": len(lat),
+        "rate_records_per_s": rate * RECORDS,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "p999_ms": float(np.percentile(ms, 99.9)),
+    }
+
+
+def loadgen(argv: list[str]) -> None:
+    mode, url, acks, seconds, x = argv
+    if mode == "closed":
+        out = asyncio.run(_closed_loop(url, acks, float(seconds), int(x)))
+    else:
+        out = asyncio.run(_open_loop(url, acks, float(seconds), float(x)))
+    print(json.dumps(out))
+
+
+def run_loadgen(*args: object) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--loadgen", *map(str, args)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+# -- orchestration --------------------------------------------------------------
+
+
+def metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def start_server(root: Path, **config: object) -> Server:
+    s = Server(root, **config).start()
+    with s.client() as c:
+        c.post("/v1/topics", json={"name": "bench", "partitions": PARTITIONS})
+    return s
+
+
+def core_limit(records_per_commit: float, total: int) -> float:
+    per_commit = max(RECORDS, int(round(records_per_commit / RECORDS)) * RECORDS)
+    with tempfile.TemporaryDirectory() as d:
+        catalog = Catalog(load_config(environ={}, overrides={"logstore.root": d}))
+        catalog.create_topic("bench", PARTITIONS)
+        w = TopicWriter(catalog, "bench")
+        payload = orjson.loads(body())["records"]
+        values = pa.array([r["value"] for r in payload], pa.string()).cast(pa.binary())
+        batches = [ProducerBatch(input_table(pa.repeat(pa.scalar(i % PARTITIONS, pa.int32()), RECORDS), values))
+                   for i in range(per_commit // RECORDS)]
+        commits = max(3, total // per_commit)
+        start = time.perf_counter()
+        for _ in range(commits):
+            w.append(batches)
+        return commits * per_commit / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--loadgen", nargs=5)
+    args = ap.parse_args()
+    if args.loadgen:
+        loadgen(args.loadgen)
+        return
+    if args.quick:
+        args.runs, args.seconds = 1, 4
+    maxes, limits, per_commit = [], [], []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as d:
+            srv = start_server(Path(d))
+            try:
+                res = run_loadgen("closed", srv.url, "all", args.seconds, args.concurrency)
+                commits = metric(srv.url, "logstore_commit_records_count")
+                records = metric(srv.url, "logstore_commit_records_sum")
+            finally:
+                srv.stop()
+            maxes.append(res["records_per_s"])
+            per_commit.append(records / max(commits, 1))
+            limits.append(core_limit(per_commit[-1], int(res["records_per_s"] * 3)))
+    best = statistics.median(maxes)
+    out: dict[str, object] = {
+        "batch_records": RECORDS,
+        "value_bytes": VALUE_BYTES,
+        "partitions": PARTITIONS,
+        "runs": args.runs,
+        "acks_all_records_per_s": round(best),
+        "acks_all_mb_per_s": round(best * VALUE_BYTES / 1e6, 1),
+        "records_per_commit": round(statistics.median(per_commit)),
+        "core_writer_limit_records_per_s": round(statistics.median(limits)),
+        "ratio_to_core_writer": round(best / statistics.median(limits), 3),
+    }
+    half = best / 2 / RECORDS
+    latency = {}
+    for acks in ("1", "all"):
+        with tempfile.TemporaryDirectory() as d:
+            srv = start_server(Path(d))
+            try:
+                latency[f"acks_{acks}"] = {
+                    k: round(v, 2) for k, v in run_loadgen("open", srv.url, acks, args.seconds, half).items()
+                }
+            finally:
+                srv.stop()
+    out["latency_at_half_max"] = latency
+    buffer = 64 * 1024 * 1024
+    with tempfile.TemporaryDirectory() as d:
+        srv = start_server(Path(d), **{"buffer.memory": buffer})
+        try:
+            base = _hwm(srv)
+            flood = run_loadgen("closed", srv.url, "0", args.seconds, args.concurrency * 2)
+            peak = _hwm(srv)
+        finally:
+            srv.stop()
+    out["overload"] = {
+        "acks_0_records_per_s_offered": round(flood["records_per_s"]),
+        "buffer_memory_mb": buffer // 2**20,
+        "rss_before_mb": round(base / 2**20),
+        "peak_rss_mb": round(peak / 2**20),
+        "peak_minus_before_over_buffer": round((peak - base) / buffer, 2),
+    }
+    print(json.dumps(out, indent=2))
+
+
+def _hwm(srv: Server) -> int:
+    assert srv.proc is not None
+    with open(f"/proc/{srv.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
