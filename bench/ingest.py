@@ -37,12 +37,12 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from logstore.catalog import Catalog  # noqa: E402
-from logstore.config import load_config  # noqa: E402
-from logstore.schema import input_table  # noqa: E402
-from logstore.structs import ProducerBatch  # noqa: E402
-from logstore.writer import TopicWriter  # noqa: E402
-from tests.server import Server  # noqa: E402
+from logstore.catalog import Catalog
+from logstore.config import load_config
+from logstore.schema import input_table
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+from tests.server import Server
 
 RECORDS = 1000
 VALUE_BYTES = 100
@@ -69,8 +69,12 @@ async def _closed_loop(url: str, acks: str, seconds: float, concurrency: int) ->
         async def worker() -> None:
             nonlocal done
             while time.perf_counter() < stop:
-                r = await c.post("/v1/topics/bench/records", params={"acks": acks}, content=payload,
-                                 headers={"content-type": "application/json"})
+                r = await c.post(
+                    "/v1/topics/bench/records",
+                    params={"acks": acks},
+                    content=payload,
+                    headers={"content-type": "application/json"},
+                )
                 if r.status_code in (200, 202):
                     done += 1
 
@@ -88,8 +92,12 @@ async def _open_loop(url: str, acks: str, seconds: float, rate: float) -> dict[s
 
         async def one() -> None:
             t0 = time.perf_counter()
-            r = await c.post("/v1/topics/bench/records", params={"acks": acks}, content=payload,
-                             headers={"content-type": "application/json"})
+            r = await c.post(
+                "/v1/topics/bench/records",
+                params={"acks": acks},
+                content=payload,
+                headers={"content-type": "application/json"},
+            )
             if r.status_code == 200:
                 lat.append(time.perf_counter() - t0)
 
@@ -146,15 +154,17 @@ def start_server(root: Path, **config: object) -> Server:
 
 
 def core_limit(records_per_commit: float, total: int) -> float:
-    per_commit = max(RECORDS, int(round(records_per_commit / RECORDS)) * RECORDS)
+    per_commit = max(RECORDS, round(records_per_commit / RECORDS) * RECORDS)
     with tempfile.TemporaryDirectory() as d:
         catalog = Catalog(load_config(environ={}, overrides={"logstore.root": d}))
         catalog.create_topic("bench", PARTITIONS)
         w = TopicWriter(catalog, "bench")
         payload = orjson.loads(body())["records"]
         values = pa.array([r["value"] for r in payload], pa.string()).cast(pa.binary())
-        batches = [ProducerBatch(input_table(pa.repeat(pa.scalar(i % PARTITIONS, pa.int32()), RECORDS), values))
-                   for i in range(per_commit // RECORDS)]
+        batches = [
+            ProducerBatch(input_table(pa.repeat(pa.scalar(i % PARTITIONS, pa.int32()), RECORDS), values))
+            for i in range(per_commit // RECORDS)
+        ]
         commits = max(3, total // per_commit)
         start = time.perf_counter()
         for _ in range(commits):

@@ -34,14 +34,15 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 
 from logstore import _delta
+from logstore._log_append import LogAppender, VersionTaken
 from logstore.catalog import Catalog, high_watermark
 from logstore.config import TopicConfig
 from logstore.errors import (
@@ -120,6 +121,8 @@ class TopicWriter:
         self.topic = topic
         self._catalog = catalog
         self._dt = catalog.table(topic)
+        self._version = self._dt.version()
+        self._appender = LogAppender(catalog.topic_path(topic), catalog.config.checkpoint_interval)
         self._join = join
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
@@ -148,8 +151,8 @@ class TopicWriter:
 
     @property
     def table_version(self) -> int:
-        """The Delta version this writer's state reflects."""
-        return self._dt.version()
+        """The newest Delta version this writer knows of (its own last commit, or what it loaded)."""
+        return self._version
 
     def high_watermark(self, partition: int) -> int:
         """The offset the next record of ``partition`` will get (as of the last commit seen)."""
@@ -177,14 +180,16 @@ class TopicWriter:
                 return [r for r in results if r is not None]
             try:
                 version, offsets = self._commit(planned)
-            except CommitFailedError:
+            except _Replan:
                 self._refresh()
                 # Racing writers that retry in lockstep keep colliding; a short random pause breaks the tie.
                 time.sleep(random.uniform(0, min(0.05, 0.001 * 2**_attempt)))
                 continue
-            except (DeltaError, OSError) as e:
+            except (KafkaStorageError, OSError) as e:
                 self._refresh()
-                raise _delta.translate(e, f"commit to topic '{self.topic}' failed") from e
+                if isinstance(e, KafkaStorageError):
+                    raise
+                raise KafkaStorageError(f"commit to topic '{self.topic}' failed: {e}") from e
             for item, offs in zip(planned, offsets, strict=True):
                 results[item.index] = AppendResult(offs, item.records["partition"].combine_chunks(), version)
             self._fill_pending_duplicates(batches, results)
@@ -300,7 +305,7 @@ class TopicWriter:
         base = np.zeros(self._num_partitions, np.int64)
         for p, (first, _) in firsts.items():
             base[p] = first
-        return AppendResult(pa.array(_offsets_from(parts.to_numpy(), base)), parts, self._dt.version(), duplicate=True)
+        return AppendResult(pa.array(_offsets_from(parts.to_numpy(), base)), parts, self._version, duplicate=True)
 
     def _find_committed(self, producer_id: str, seq: int) -> dict[int, tuple[int, int]] | None:
         state = self._producer(producer_id)
@@ -310,6 +315,7 @@ class TopicWriter:
         if state.last_seq is None or seq < state.last_seq - PRODUCER_WINDOW + 1:
             return None
         # After a restart the window lives only in the commit history.
+        self._dt.update_incremental()
         for commit in self._dt.history(_HISTORY_LIMIT):
             for entry in commit.get(_delta.PRODUCERS_METADATA) or []:
                 if entry.get("id") == producer_id and entry.get("seq") == seq:
@@ -345,8 +351,8 @@ class TopicWriter:
         if len(parts) > 1 and np.any(parts[1:] < parts[:-1]):
             out = out.take(pa.array(np.argsort(parts, kind="stable")))
 
-        txns = [Transaction(_delta.APP_EPOCH, self.epoch)]
-        txns += [Transaction(_delta.app_hw(p), int(new_hw[p])) for p in touched]
+        txns = [(_delta.APP_EPOCH, self.epoch)]
+        txns += [(_delta.app_hw(p), int(new_hw[p])) for p in touched]
         landed: list[tuple[str, int, dict[int, tuple[int, int]]]] = []
         per_batch: list[pa.Array] = []
         start = 0
@@ -361,23 +367,38 @@ class TopicWriter:
                 )
             start += n
         last_seq = {pid: seq for pid, seq, _ in landed}
-        txns += [Transaction(_delta.app_producer(pid), seq) for pid, seq in last_seq.items()]
+        txns += [(_delta.app_producer(pid), seq) for pid, seq in last_seq.items()]
         metadata = [
             {"id": pid, "seq": seq, "first": {str(p): list(v) for p, v in firsts.items()}}
             for pid, seq, firsts in landed
         ]
-        props = CommitProperties(
-            app_transactions=txns,
-            custom_metadata={_delta.PRODUCERS_METADATA: metadata} if metadata else None,
-        )
-        write_deltalake(self._dt, out, partition_by=["partition"], mode="append", commit_properties=props)
+        files = self._appender.write_files(out)
+        self._commit_files(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None)
 
         self._hw = [int(h) for h in new_hw]
         for pid, seq, firsts in landed:
             state = self._producer(pid)
             state.last_seq = seq
             state.recent.append((seq, firsts))
-        return self._dt.version(), per_batch
+        return self._version, per_batch
+
+    def _commit_files(self, files: list[Any], txns: list[tuple[str, int]], info: dict[str, Any] | None) -> None:
+        """Commit at the next free version; a version taken by a commit that moves offsets means re-plan."""
+        version = self._version + 1
+        while True:
+            try:
+                self._appender.commit(version, files, txns, info)
+            except VersionTaken:
+                last = version
+                for v, action in self._appender.actions_since(version):
+                    last = v
+                    if _moves_offsets(action):
+                        self._appender.discard(files)
+                        raise _Replan() from None
+                version = last + 1
+                continue
+            self._version = version
+            return
 
     def _stamp(self, table: pa.Table, offsets: np.ndarray, now_ms: int) -> pa.Table:
         n = len(table)
@@ -409,19 +430,12 @@ class TopicWriter:
                     f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
                 )
             try:
-                write_deltalake(
-                    self._dt,
-                    TOPIC_SCHEMA.empty_table(),
-                    partition_by=["partition"],
-                    mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(_delta.APP_EPOCH, self.epoch)]),
-                )
+                self._commit_files([], [(_delta.APP_EPOCH, self.epoch)], {"operation": "CLAIM"})
                 return
-            except CommitFailedError:
+            except _Replan:
                 self._dt.update_incremental()
+                self._version = self._dt.version()
                 self._load_state()
-            except (DeltaError, OSError) as e:
-                raise KafkaStorageError(f"cannot claim topic '{self.topic}': {e}") from e
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
 
     # -- state ------------------------------------------------------------------
@@ -442,6 +456,7 @@ class TopicWriter:
             self._dt.update_incremental()
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot re-read topic '{self.topic}': {e}") from e
+        self._version = max(self._version, self._dt.version())
         self._load_state()
         for state in self._producers.values():
             state.last_seq = None
@@ -455,6 +470,18 @@ class TopicWriter:
             raise FencedLeaderEpochError(
                 f"topic '{self.topic}' was claimed by epoch {current}; this committer (epoch {self.epoch}) is fenced"
             )
+
+
+class _Replan(Exception):
+    """A concurrent commit changed offsets, partitions or config: re-read the table and plan again."""
+
+
+def _moves_offsets(action: dict[str, Any]) -> bool:
+    if "txn" in action:
+        return bool(action["txn"].get("appId") == _delta.APP_EPOCH)
+    if "metaData" in action or "protocol" in action:
+        return True
+    return "add" in action and bool(action["add"].get("dataChange", True))
 
 
 def _as_input(records: pa.Table) -> pa.Table:
