@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +63,13 @@ class LogAppender:
     drives it from one thread.
     """
 
-    def __init__(self, table_root: str, checkpoint_interval: int) -> None:
+    def __init__(self, table_root: str, checkpoint_interval: int, *, fsync: bool = True) -> None:
         self.root = table_root
         self.log_dir = os.path.join(table_root, "_delta_log")
         self._checkpoint_interval = checkpoint_interval
+        self._fsync = fsync
         self._checkpoints = _Checkpointer(table_root)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
 
     # -- data files -------------------------------------------------------------
 
@@ -80,6 +83,7 @@ class LogAppender:
         ends = np.concatenate([bounds, [len(parts)]])
         data = records.drop_columns(["partition"])
         files = []
+        paths: list[str] = []
         now_ms = time.time_ns() // 1_000_000
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             p = int(parts[s])
@@ -92,6 +96,7 @@ class LogAppender:
                 size = os.path.getsize(path)
             except OSError as err:
                 raise KafkaStorageError(f"cannot write {path}: {err}") from err
+            paths.append(path)
             add = {
                 "path": rel,
                 "partitionValues": {"partition": str(p)},
@@ -101,6 +106,12 @@ class LogAppender:
                 "stats": _stats(chunk),
             }
             files.append(_File(add, path))
+        # The commit will point at these files: they must be on disk before it is.
+        try:
+            if self._fsync:
+                list(self._pool.map(_fsync_file, paths))
+        except OSError as err:
+            raise KafkaStorageError(f"cannot sync data files of {self.root}: {err}") from err
         return files
 
     def discard(self, files: Sequence[_File]) -> None:
@@ -148,14 +159,16 @@ class LogAppender:
             with open(tmp, "wb") as fh:
                 fh.write(b"\n".join(lines) + b"\n")
                 fh.flush()
-                os.fsync(fh.fileno())
+                if self._fsync:
+                    os.fsync(fh.fileno())
             try:
                 os.link(tmp, final)  # atomic, and fails if the version exists
             except FileExistsError:
                 raise VersionTaken(version) from None
             finally:
                 os.remove(tmp)
-            _fsync_dir(self.log_dir)
+            if self._fsync:
+                _fsync_dir(self.log_dir)
         except OSError as err:
             raise KafkaStorageError(f"cannot write commit {final}: {err}") from err
         if version % self._checkpoint_interval == 0:
@@ -177,6 +190,7 @@ class LogAppender:
 
     def close(self) -> None:
         self._checkpoints.close()
+        self._pool.shutdown(wait=False)
 
 
 class _Checkpointer:
@@ -246,6 +260,14 @@ def _stats(chunk: pa.Table) -> str:
 def _iso(t: dt.datetime) -> str:
     """Delta's statistics format for timestamps: ISO-8601 UTC, milliseconds."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

@@ -161,6 +161,14 @@ class LogstoreConfig:
     wal_dir: str = field(
         default="", metadata=_key("wal.dir", "Local write-ahead log of acks=1 records; empty = <logstore.root>/_wal.")
     )
+    commit_fsync: bool = field(
+        default=True,
+        metadata=_key(
+            "commit.fsync",
+            "fsync data and commit files before a commit counts (power-loss durability); "
+            "false relies on the page cache like Kafka's default (survives process crashes only).",
+        ),
+    )
     checkpoint_interval: int = field(
         default=100,
         metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),

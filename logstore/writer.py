@@ -122,7 +122,9 @@ class TopicWriter:
         self._catalog = catalog
         self._dt = catalog.table(topic)
         self._version = self._dt.version()
-        self._appender = LogAppender(catalog.topic_path(topic), catalog.config.checkpoint_interval)
+        self._appender = LogAppender(
+            catalog.topic_path(topic), catalog.config.checkpoint_interval, fsync=catalog.config.commit_fsync
+        )
         self._join = join
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
