@@ -169,7 +169,7 @@ class TopicPipeline:
         else:
             parts = self._partitioner.assign(
                 self.topic,
-                parsed.keys.to_pylist(),
+                parsed.keys,
                 explicit,
                 self._num_partitions,
                 producer_id=parsed.producer_id,

@@ -89,6 +89,9 @@ def parse_produce(body: bytes) -> ParsedRecords:
     if sequence is not None and (not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0):
         raise InvalidRequestError("'sequence' must be an integer >= 0")
 
+    fast = _parse_plain(records, producer_id, sequence)
+    if fast is not None:
+        return fast
     n = len(records)
     keys: list[Any] = [None] * n
     values: list[Any] = [None] * n
@@ -141,6 +144,37 @@ def parse_produce(body: bytes) -> ParsedRecords:
     )
     hdr_arr = pa.array(headers, HEADERS_TYPE) if headers is not None else pa.nulls(n, HEADERS_TYPE)
     return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, partitions, producer_id, sequence)
+
+
+_PLAIN_FIELDS = frozenset(("key", "value"))
+
+
+def _parse_plain(records: list[Any], producer_id: str | None, sequence: int | None) -> ParsedRecords | None:
+    """The common case in C-speed steps: only string (or null) keys and values.
+
+    Returns None when any record needs the general path (and its precise errors).
+    """
+    try:
+        fields = set().union(*records)
+    except TypeError:
+        return None  # a record that is not an object
+    if not fields <= _PLAIN_FIELDS:
+        return None
+    try:
+        values = pa.array([r.get("value") for r in records], pa.string())
+        keys = pa.array([r.get("key") for r in records], pa.string()) if "key" in fields else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, AttributeError):
+        return None
+    n = len(records)
+    return ParsedRecords(
+        keys.cast(pa.binary()) if keys is not None else pa.nulls(n, pa.binary()),
+        values.cast(pa.binary()),
+        pa.nulls(n, HEADERS_TYPE),
+        pa.nulls(n, pa.timestamp("us", tz="UTC")),
+        [None] * n,
+        producer_id,
+        sequence,
+    )
 
 
 def _headers(i: int, h: Any) -> list[dict[str, Any]]:

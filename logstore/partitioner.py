@@ -16,11 +16,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from logstore.errors import UnknownTopicOrPartitionError
 
-__all__ = ["Partitioner", "murmur2", "to_positive"]
+__all__ = ["Partitioner", "murmur2", "murmur2_array", "to_positive"]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -52,6 +53,51 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def murmur2_array(keys: pa.Array) -> np.ndarray:
+    """:func:`murmur2` of every (non-null) binary key, vectorised: int32 per key (null → 0).
+
+    Keys are grouped by length; each group is hashed as a NumPy matrix, so the
+    cost per key is a few array operations instead of a Python loop.
+    """
+    arr = keys.cast(pa.binary())
+    n = len(arr)
+    out = np.zeros(n, np.uint32)
+    if n == 0:
+        return out.view(np.int32)
+    _validity, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    valid = np.ones(n, bool) if arr.null_count == 0 else np.asarray(arr.is_valid())
+    m = np.uint32(_M)
+    for length in np.unique(lengths[valid]):
+        idx = np.flatnonzero((lengths == length) & valid)
+        length = int(length)
+        rows = data[offsets[idx][:, None] + np.arange(length)] if length else np.zeros((len(idx), 0), np.uint8)
+        h = np.full(len(idx), (_SEED ^ length) & _MASK, np.uint32)
+        n4 = length & ~3
+        with np.errstate(over="ignore"):
+            for i in range(0, n4, 4):
+                k = rows[:, i : i + 4].copy().view("<u4").ravel()
+                k = k * m
+                k ^= k >> np.uint32(24)
+                k = k * m
+                h = (h * m) ^ k
+            extra = length & 3
+            if extra == 3:
+                h ^= rows[:, n4 + 2].astype(np.uint32) << np.uint32(16)
+            if extra >= 2:
+                h ^= rows[:, n4 + 1].astype(np.uint32) << np.uint32(8)
+            if extra >= 1:
+                h ^= rows[:, n4].astype(np.uint32)
+                h = h * m
+            h ^= h >> np.uint32(13)
+            h = h * m
+            h ^= h >> np.uint32(15)
+        out[idx] = h
+    return out.view(np.int32)
+
+
 def to_positive(n: int) -> int:
     """Kafka's ``Utils.toPositive``: clear the sign bit."""
     return n & 0x7FFFFFFF
@@ -74,7 +120,7 @@ class Partitioner:
     def assign(
         self,
         topic: str,
-        keys: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | pa.Array,
         explicit: Sequence[int | None],
         num_partitions: int,
         *,
@@ -90,6 +136,13 @@ class Partitioner:
             sticky = to_positive(murmur2(f"{producer_id}/{sequence}".encode())) % num_partitions
         else:
             sticky = next(self._sticky) % num_partitions
+        if all(p is None for p in explicit):
+            key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
+            hashed = (murmur2_array(key_arr).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
+            parts = np.where(np.asarray(key_arr.is_valid()), hashed, sticky).astype(np.int32)
+            return pa.array(parts, pa.int32())
+        if isinstance(keys, pa.Array):
+            keys = keys.to_pylist()
         out: list[int] = []
         for key, part in zip(keys, explicit, strict=True):
             if part is not None:

@@ -56,3 +56,18 @@ def test_explicit_partition_wins_and_is_range_checked() -> None:
     assert p.assign("t", [b"k"], [2], 3).to_pylist() == [2]
     with pytest.raises(UnknownTopicOrPartitionError, match="partition 3 of topic 't'"):
         p.assign("t", [b"k"], [3], 3)
+
+
+def test_vectorised_murmur2_matches_the_scalar_one() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from logstore.partitioner import murmur2_array
+
+    rnd = random.Random(3)
+    keys = [bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 40))) for _ in range(2000)]
+    keys += [data for data, _ in KAFKA_MURMUR2] + [None]
+    got = murmur2_array(pa.array(keys, pa.binary())).tolist()
+    assert got == [murmur2(k) if k is not None else 0 for k in keys]
+    assert murmur2_array(pa.array(keys, pa.binary()).slice(5, 50)).tolist() == got[5:55]
