@@ -11,9 +11,10 @@ import argparse
 import datetime
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from logstore.client import Producer, RemoteStore
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
@@ -46,6 +47,12 @@ def _config(args: argparse.Namespace) -> LogstoreConfig:
     return load_config(getattr(args, "config_file", None), overrides=overrides)
 
 
+def _backend(args: argparse.Namespace, config: LogstoreConfig) -> LogStore | RemoteStore:
+    """The store itself (``--root``, embedded) or a running server (``--server URL``)."""
+    server = getattr(args, "server", None)
+    return RemoteStore(server) if server else LogStore(config)
+
+
 def _parse_kv(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
@@ -60,17 +67,17 @@ def _parse_kv(items: list[str] | None) -> dict[str, str]:
 
 
 def _topics_create(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    info = LogStore(config).create_topic(args.name, args.partitions, _parse_kv(args.config_kv))
+    info = _backend(args, config).create_topic(args.name, args.partitions, _parse_kv(args.config_kv))
     print(f"Created topic {info.name} with {len(info.partitions)} partitions.")
 
 
 def _topics_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    for name in LogStore(config).list_topics():
+    for name in _backend(args, config).list_topics():
         print(name)
 
 
 def _topics_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    info = LogStore(config).describe_topic(args.name)
+    info = _backend(args, config).describe_topic(args.name)
     overrides = ",".join(f"{k}={v}" for k, v in sorted(info.overrides.items()))
     print(f"Topic: {info.name}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
     for p in info.partitions:
@@ -83,12 +90,12 @@ def _topics_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
 def _topics_alter(args: argparse.Namespace, config: LogstoreConfig) -> None:
     kv: dict[str, Any] = dict(_parse_kv(args.config_kv))
     kv |= {k: None for k in args.delete_config or []}
-    info = LogStore(config).alter_topic(args.name, config=kv, partitions=args.partitions)
+    info = _backend(args, config).alter_topic(args.name, config=kv, partitions=args.partitions)
     print(f"Altered topic {info.name}: {len(info.partitions)} partitions.")
 
 
 def _topics_delete(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    LogStore(config).delete_topic(args.name)
+    _backend(args, config).delete_topic(args.name)
     print(f"Deleted topic {args.name}.")
 
 
@@ -96,44 +103,61 @@ def _topics_delete(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
 
 def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    sep = args.key_separator.encode() if args.key_separator else None
+
+    def lines() -> Iterator[tuple[bytes | None, bytes]]:
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            if sep is None:
+                yield None, line
+                continue
+            key, found, value = line.partition(sep)
+            if not found:
+                raise InvalidConfigError(f"line has no key separator {args.key_separator!r}: {line[:80]!r}")
+            yield key, value
+
+    if getattr(args, "server", None):
+        failures: list[LogstoreError] = []
+
+        def delivered(error: LogstoreError | None, _meta: object) -> None:
+            if error is not None:
+                failures.append(error)
+
+        with Producer(args.server, acks=args.acks) as producer:
+            for key, value in lines():
+                producer.produce(args.topic, value, key=key, partition=args.partition, on_delivery=delivered)
+        if failures:
+            raise failures[0]
+        return
+
     store = LogStore(config)
     count, _ = store.catalog.topic_config(args.topic)
     partitioner = Partitioner()
-    sep = args.key_separator.encode() if args.key_separator else None
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
 
     def flush() -> None:
         if not values:
             return
-        explicit = [args.partition] * len(values)
-        parts = partitioner.assign(args.topic, keys, explicit, count)
+        parts = partitioner.assign(args.topic, keys, [args.partition] * len(values), count)
         (result,) = store.append(args.topic, [ProducerBatch(input_table(parts, values, keys))])
         if isinstance(result, LogstoreError):
             raise result
         keys.clear()
         values.clear()
 
-    for raw in sys.stdin.buffer:
-        line = raw.rstrip(b"\r\n")
-        if sep is not None:
-            key, found, value = line.partition(sep)
-            if not found:
-                raise InvalidConfigError(f"line has no key separator {args.key_separator!r}: {line[:80]!r}")
-            keys.append(key)
-            values.append(value)
-        else:
-            keys.append(None)
-            values.append(line)
+    for key, value in lines():
+        keys.append(key)
+        values.append(value)
         if len(values) >= _PRODUCE_BATCH:
             flush()
     flush()
 
 
 def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    store = LogStore(config)
+    store = _backend(args, config)
     info = store.describe_topic(args.topic)
-    committed = store.offsets.committed(args.group, args.topic) if args.group else {}
+    committed = store.committed(args.group, args.topic) if args.group else {}
     positions: dict[int, int] = {}
     for p in info.partitions:
         if args.partition is not None and p.partition != args.partition:
@@ -143,20 +167,17 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
             positions[p.partition] = max(c[0], p.log_start_offset)
         else:
             positions[p.partition] = p.log_start_offset if args.from_beginning else p.high_watermark
-    reader = store.reader(args.topic)
     remaining = args.max_records if args.max_records is not None else -1
     deadline = time.monotonic() + args.timeout_ms / 1000
     out = sys.stdout.buffer
     while remaining != 0:
-        reader.refresh()
         progressed = False
         for part in sorted(positions):
             if remaining == 0:
                 break
-            batch = reader.fetch(
-                part, positions[part], max_records=remaining if remaining > 0 else 10_000, refresh=False
-            )
-            recs = batch.records
+            recs = store.fetch(
+                args.topic, part, positions[part], max_records=remaining if remaining > 0 else 10_000
+            ).records
             if not len(recs):
                 continue
             progressed = True
@@ -181,12 +202,12 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
 
 def _groups_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    for g in LogStore(config).list_groups():
+    for g in _backend(args, config).list_groups():
         print(g)
 
 
 def _groups_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    rows = LogStore(config).describe_group(args.group)
+    rows = _backend(args, config).describe_group(args.group)
     print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8}")
     for r in rows:
         print(
@@ -210,7 +231,7 @@ def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.UTC)
         to = {"timestamp": int(when.timestamp() * 1000)}
-    new = LogStore(config).reset_offsets(args.group, args.topic, to)
+    new = _backend(args, config).reset_offsets(args.group, args.topic, to)
     for p, o in sorted(new.items()):
         print(f"{args.group} {args.topic} {p} {o}")
 
@@ -279,6 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
     )
+    common.add_argument(
+        "--server", default=argparse.SUPPRESS, metavar="URL", help="work through a running server instead of --root"
+    )
 
     parser = argparse.ArgumentParser(prog="logstore", description=__doc__, parents=[common])
     parser.add_argument(
@@ -312,7 +336,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("--key-separator", help="split each line into key and value at the first separator")
     p.add_argument("--partition", type=int)
-    p.add_argument("--acks", choices=["0", "1", "all"], default="all", help="embedded writes are always acks=all")
+    p.add_argument(
+        "--acks", choices=["0", "1", "all"], default="all", help="with --server; embedded writes are acks=all"
+    )
     p.set_defaults(func=_produce)
 
     p = sub.add_parser("consume", help="print records to stdout", parents=[common])

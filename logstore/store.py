@@ -40,6 +40,7 @@ class LogStore:
         self.offsets = OffsetsStore(config.root)
         self._writers: dict[str, TopicWriter] = {}
         self._locks: dict[str, threading.Lock] = {}
+        self._readers: dict[str, TopicReader] = {}
         self._guard = threading.Lock()
 
     # topics
@@ -65,6 +66,7 @@ class LogStore:
     def delete_topic(self, name: str) -> None:
         with self._lock(name):
             self._writers.pop(name, None)
+            self._readers.pop(name, None)
             self.catalog.delete_topic(name)
 
     # records
@@ -89,7 +91,17 @@ class LogStore:
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
     ) -> FetchResult:
-        return self.reader(topic).fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
+        """A slice of ``partition`` from ``offset`` (see :meth:`TopicReader.fetch`), with a warm reader."""
+        with self._guard:
+            reader = self._readers.get(topic)
+            if reader is None:
+                reader = self._readers[topic] = self.reader(topic)
+        with self._lock(f"read:{topic}"):
+            return reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
+
+    def committed(self, group: str, topic: str) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
+        """``group``'s latest commits on ``topic``: (group, topic, partition) → (offset, time ms, metadata)."""
+        return self.offsets.committed(group, topic)
 
     # groups
     def commit_offsets(

@@ -1,0 +1,87 @@
+"""`logstore.client.Producer` and the CLI's `--server` mode against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from logstore.catalog import Catalog
+from logstore.client import Producer, RecordMetadata, RemoteStore
+from logstore.config import load_config
+from logstore.errors import LogstoreError, MessageTooLargeError
+from logstore.partitioner import murmur2, to_positive
+from tests.helpers import assert_gap_free
+from tests.server import Server
+
+
+def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> None:
+    srv = server()
+    RemoteStore(srv.url).create_topic("t", 3, {"message.max.bytes": 1000})
+    delivered: list[tuple[LogstoreError | None, RecordMetadata | None]] = []
+    with Producer(srv.url, linger_ms=20, batch_records=50) as p:
+        for i in range(200):
+            p.produce(
+                "t", f"v{i}", key=f"k{i % 7}", headers={"n": str(i)}, on_delivery=lambda e, m: delivered.append((e, m))
+            )
+        p.produce("t", "x" * 2000, on_delivery=lambda e, m: delivered.append((e, m)))
+        assert p.flush(timeout=60) == 0
+    errors = [e for e, _ in delivered if e is not None]
+    assert len(errors) == 1 and isinstance(errors[0], MessageTooLargeError)
+    metas = [m for e, m in delivered if e is None and m is not None]
+    assert len(metas) == 200
+    assert {m.partition for m in metas if m.offset == 0} <= {0, 1, 2}
+    assert metas[0].partition == to_positive(murmur2(b"k0")) % 3
+    values = assert_gap_free(Catalog(load_config(environ={}, overrides={"logstore.root": str(srv.root)})), "t")
+    assert sum(len(v) for v in values.values()) == 200
+
+
+def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[..., Server]) -> None:
+    srv = server()
+    RemoteStore(srv.url).create_topic("t", 2)
+    acked: list[RecordMetadata] = []
+    lock = threading.Lock()
+
+    def ok(e: LogstoreError | None, m: RecordMetadata | None) -> None:
+        assert e is None, e
+        with lock:
+            acked.append(m)  # type: ignore[arg-type]
+
+    with Producer(srv.url, linger_ms=1, batch_records=20) as p:
+        for i in range(300):
+            p.produce("t", f"v{i}", on_delivery=ok)
+            if i == 150:
+                srv.kill()
+                srv.restart()
+        assert p.flush(timeout=120) == 0
+    values = assert_gap_free(Catalog(load_config(environ={}, overrides={"logstore.root": str(srv.root)})), "t")
+    stored = [v for vs in values.values() for v in vs]
+    assert sorted(stored) == sorted(f"v{i}".encode() for i in range(300))  # each exactly once
+    assert len(acked) == 300
+
+
+def cli(srv: Server, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "logstore"
+    return subprocess.run(
+        [str(exe), "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_server_mode(server: Callable[..., Server]) -> None:
+    srv = server()
+    assert cli(srv, "topics", "create", "t", "--partitions", "2", "--config", "retention.ms=5000").returncode == 0
+    assert cli(srv, "topics", "list").stdout.split() == ["t"]
+    r = cli(srv, "produce", "t", "--key-separator", ":", stdin="a:1\nb:2\na:3\n")
+    assert r.returncode == 0, r.stderr
+    r = cli(srv, "consume", "t", "--group", "g", "--from-beginning", "--print-key")
+    assert sorted(r.stdout.split()) == ["a:1", "a:3", "b:2"]
+    assert r.stdout.index("a:1") < r.stdout.index("a:3")
+    lines = cli(srv, "groups", "describe", "g").stdout.splitlines()
+    assert all(line.split()[-1] == "0" for line in lines[1:])
+    assert "retention.ms=5000" in cli(srv, "topics", "describe", "t").stdout
+    r = cli(srv, "topics", "create", "t", "--partitions", "1")
+    assert r.returncode == 1 and "TOPIC_ALREADY_EXISTS" in r.stderr
+    assert cli(srv, "groups", "reset", "g", "--topic", "t", "--to", "earliest").returncode == 0
+    assert sorted(cli(srv, "consume", "t", "--group", "g").stdout.split()) == ["1", "2", "3"]
