@@ -5,9 +5,15 @@ Separate from the core's types: these describe JSON on the wire.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+INT64_MAX = 2**63 - 1
+Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""An offset, a sequence or a count: 0..2^63-1, like Kafka's int64 fields."""
+TimestampMs = Annotated[int, Field(ge=0, le=INT64_MAX // 1000, description="ms since the epoch")]
+PartitionCount = Annotated[int, Field(ge=1, le=10_000)]
 
 Bytes = str | dict[str, str] | None
 """A UTF-8 string, or ``{"b64": "…"}`` for binary, or null."""
@@ -17,16 +23,16 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: Bytes = None
     value: Bytes = None
-    partition: int | None = Field(default=None, ge=0)
+    partition: Annotated[int, Field(ge=0, le=10_000)] | None = None
     headers: dict[str, Bytes] | None = None
-    timestamp: int | None = Field(default=None, ge=0, description="CreateTime in ms since the epoch")
+    timestamp: TimestampMs | None = None
 
 
 class ProduceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     records: list[Record] = Field(min_length=1)
     producer_id: str | None = Field(default=None, min_length=1, description="stable id of an idempotent producer")
-    sequence: int | None = Field(default=None, ge=0, description="per producer and topic: last + 1")
+    sequence: Offset | None = Field(default=None, description="per producer and topic: last + 1")
 
 
 class RecordOffset(BaseModel):
@@ -41,13 +47,13 @@ class ProduceResponse(BaseModel):
 class CreateTopic(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
-    partitions: int = 1
+    partitions: PartitionCount = 1
     config: dict[str, Any] = Field(default_factory=dict)
 
 
 class AlterTopic(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    partitions: int | None = None
+    partitions: PartitionCount | None = None
     config: dict[str, Any] = Field(default_factory=dict, description="a null value removes the override")
 
 
@@ -107,14 +113,14 @@ class GroupList(BaseModel):
 class CommitOffsets(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topic: str
-    partitions: dict[str, int] = Field(description="partition number (as a string) → next offset to read")
+    partitions: dict[str, Offset] = Field(description="partition number (as a string) → next offset to read")
     metadata: str | None = None
 
 
 class ResetOffsets(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topic: str
-    to: Literal["earliest", "latest"] | dict[Literal["timestamp", "offset"], int]
+    to: Literal["earliest", "latest"] | dict[Literal["timestamp"], TimestampMs] | dict[Literal["offset"], Offset]
 
 
 class Error(BaseModel):

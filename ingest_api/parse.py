@@ -20,6 +20,8 @@ from logstore.schema import HEADERS_TYPE
 
 __all__ = ["ParsedRecords", "decode_bytes", "encode_bytes", "parse_produce"]
 
+_INT64_MAX = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class ParsedRecords:
@@ -86,8 +88,10 @@ def parse_produce(body: bytes) -> ParsedRecords:
         raise InvalidRequestError("'producer_id' must be a non-empty string")
     if (producer_id is None) != (sequence is None):
         raise InvalidRequestError("'producer_id' and 'sequence' go together")
-    if sequence is not None and (not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0):
-        raise InvalidRequestError("'sequence' must be an integer >= 0")
+    if sequence is not None and (
+        not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= _INT64_MAX
+    ):
+        raise InvalidRequestError("'sequence' must be an integer in 0..2^63-1")
 
     fast = _parse_plain(records, producer_id, sequence)
     if fast is not None:
@@ -117,8 +121,8 @@ def parse_produce(body: bytes) -> ParsedRecords:
         if ts is not None:
             if not isinstance(ts, int) or isinstance(ts, bool):
                 raise InvalidTimestampError(f"records[{i}].timestamp must be integer milliseconds since the epoch")
-            if ts < 0:
-                raise InvalidTimestampError(f"records[{i}].timestamp must not be negative")
+            if not 0 <= ts <= _INT64_MAX // 1000:
+                raise InvalidTimestampError(f"records[{i}].timestamp must be in 0..2^63/1000 ms")
             if timestamps is None:
                 timestamps = [None] * n
             timestamps[i] = ts

@@ -31,9 +31,11 @@ from logstore.errors import (
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import PartitionInfo, TopicInfo
 
-__all__ = ["MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic_name"]
+__all__ = ["MAX_PARTITIONS", "MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+"""Partitions per topic; each is a Delta partition directory, so the bound keeps the table listable."""
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -237,6 +239,8 @@ def _partition_count(partitions: object) -> int:
         raise InvalidPartitionsError(f"partitions must be an integer, got {partitions!r}")
     if partitions < 1:
         raise InvalidPartitionsError(f"partitions must be at least 1, got {partitions}")
+    if partitions > MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"partitions must be at most {MAX_PARTITIONS}, got {partitions}")
     return partitions
 
 

@@ -109,7 +109,22 @@ class TopicReader:
                 f"[{view.log_start_offset}, {view.high_watermark}]"
             )
         end = min(view.high_watermark, offset + max(0, max_records))
-        records = read_files(view.files, partition, offset, end)
+        try:
+            records = read_files(view.files, partition, offset, end)
+        except FileNotFoundError:
+            # The topic was deleted and recreated, or vacuumed past this version: start over once.
+            self._dt = self._catalog.table(self.topic)
+            self._view_version = -1
+            view = self.partition_view(partition)
+            if not view.log_start_offset <= offset <= view.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of topic '{self.topic}' partition {partition} is outside "
+                    f"[{view.log_start_offset}, {view.high_watermark}]"
+                ) from None
+            try:
+                records = read_files(view.files, partition, min(offset, view.high_watermark), end)
+            except FileNotFoundError as e:
+                raise KafkaStorageError(f"topic '{self.topic}' partition {partition}: {e}") from e
         if len(records) > 1 and max_bytes > 0:
             sizes = pc.add(
                 pc.fill_null(pc.binary_length(records["key"]), 0), pc.fill_null(pc.binary_length(records["value"]), 0)

@@ -80,7 +80,7 @@ def test_longest_legal_name(store: LogStore) -> None:
     store.create_topic("a._-" + "x" * 245, 1)
 
 
-@pytest.mark.parametrize("partitions", [0, -1, "3", 2.5, True])
+@pytest.mark.parametrize("partitions", [0, -1, "3", 2.5, True, 10_001, 2**70])
 def test_invalid_partition_counts(store: LogStore, partitions: object) -> None:
     with pytest.raises(InvalidPartitionsError):
         store.create_topic("t", partitions)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import time
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
@@ -20,6 +20,24 @@ from logstore.structs import AppendResult, FetchResult
 router = APIRouter(prefix="/v1/topics", tags=["records"])
 
 
+def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
+    """The model's JSON schema with its ``$defs`` inlined (the body is read raw, so FastAPI cannot place them)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(x) for x in node]
+        return node
+
+    return dict(resolve(schema))
+
+
 @router.post(
     "/{topic}/records",
     response_model=ProduceResponse,
@@ -27,7 +45,7 @@ router = APIRouter(prefix="/v1/topics", tags=["records"])
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": ProduceRequest.model_json_schema()}},
+            "content": {"application/json": {"schema": _inline(ProduceRequest)}},
         }
     },
 )
@@ -59,9 +77,9 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
 @router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
 async def fetch(
     topic: str,
-    partition: int,
+    partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
     broker: BrokerDep,
-    offset: Annotated[int, Query(ge=0)],
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
     max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
