@@ -27,8 +27,9 @@ $(JARS)/.done: jars/pom.xml
 
 jars: $(JARS)/.done
 
+# The HTTP API on the embedded default: ./data, 127.0.0.1:8080, no ZooKeeper.
 run: setup
-	$(BIN)/logstore --root $(ROOT) demo
+	$(BIN)/logstore --root $(ROOT) serve
 
 lint: setup
 	$(BIN)/ruff check .
@@ -42,6 +43,7 @@ test: setup lint typecheck
 
 bench: setup
 	$(BIN)/python bench/write_path.py
+	$(BIN)/python bench/ingest.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis
