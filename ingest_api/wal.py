@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import orjson
 import pyarrow as pa
 
+from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
 __all__ = ["Frame", "WriteAheadLog"]
@@ -149,7 +150,7 @@ class WriteAheadLog:
             self._file_bytes = 0
             with self._lock:
                 self._segments.append((first_number, path))
-            _fsync_dir(self.dir)
+            fsync_path(self.dir)
         return self._file
 
     def _read_all(self) -> Iterator[Frame]:
@@ -175,11 +176,3 @@ class WriteAheadLog:
             if pos < len(data):
                 with open(path, "r+b") as f:
                     f.truncate(pos)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
 __all__ = ["LogAppender", "VersionTaken"]
@@ -109,7 +110,7 @@ class LogAppender:
         # The commit will point at these files: they must be on disk before it is.
         try:
             if self._fsync:
-                list(self._pool.map(_fsync_file, paths))
+                list(self._pool.map(fsync_path, paths))
         except OSError as err:
             raise KafkaStorageError(f"cannot sync data files of {self.root}: {err}") from err
         return files
@@ -168,7 +169,7 @@ class LogAppender:
             finally:
                 os.remove(tmp)
             if self._fsync:
-                _fsync_dir(self.log_dir)
+                fsync_path(self.log_dir)
         except OSError as err:
             raise KafkaStorageError(f"cannot write commit {final}: {err}") from err
         if version % self._checkpoint_interval == 0:
@@ -260,19 +261,3 @@ def _stats(chunk: pa.Table) -> str:
 def _iso(t: dt.datetime) -> str:
     """Delta's statistics format for timestamps: ISO-8601 UTC, milliseconds."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
