@@ -368,6 +368,7 @@ class TopicPipeline:
             self._cond.notify_all()
         self._thread.join()
         self.wal.close()
+        self.writer.close()
 
 
 def _offsets(parts: np.ndarray, base: np.ndarray) -> np.ndarray:

@@ -189,6 +189,10 @@ class LogAppender:
                     yield v, orjson.loads(line)
             v += 1
 
+    def wait_for_checkpoints(self) -> None:
+        """Block until the checkpoints requested so far are written."""
+        self._checkpoints.wait_idle()
+
     def close(self) -> None:
         self._checkpoints.close()
         self._pool.shutdown(wait=False)
@@ -199,23 +203,35 @@ class _Checkpointer:
 
     def __init__(self, root: str) -> None:
         self._root = root
-        self._wanted = threading.Event()
+        self._cond = threading.Condition()
+        self._wanted = False
+        self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def request(self) -> None:
-        self._wanted.set()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="delta-checkpoint", daemon=True)
-            self._thread.start()
+        with self._cond:
+            self._wanted = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="delta-checkpoint", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        """Block until every requested checkpoint is written."""
+        with self._cond:
+            while self._wanted or self._busy:
+                self._cond.wait()
 
     def _run(self) -> None:
         table: DeltaTable | None = None
-        while not self._closed:
-            self._wanted.wait()
-            self._wanted.clear()
-            if self._closed:
-                return
+        while True:
+            with self._cond:
+                while not self._wanted and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._wanted, self._busy = False, True
             try:
                 if table is None:
                     table = DeltaTable(self._root)
@@ -224,10 +240,15 @@ class _Checkpointer:
                 table.create_checkpoint()
             except Exception:
                 table = None
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
     def close(self) -> None:
-        self._closed = True
-        self._wanted.set()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
 
 def _stats(chunk: pa.Table) -> str:

@@ -200,6 +200,11 @@ class TopicWriter:
             f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
         )
 
+    def close(self) -> None:
+        """Finish pending checkpoints and release background threads."""
+        self._appender.wait_for_checkpoints()
+        self._appender.close()
+
     def producer_sequence(self, producer_id: str) -> int | None:
         """The last sequence committed by ``producer_id`` on this topic, or None."""
         return self._producer(producer_id).last_seq

@@ -184,3 +184,21 @@ def test_headers_keys_and_tombstones_round_trip(store: LogStore, make_topic: Cal
     recs = store.fetch(t, 0, 0).records.to_pylist()
     assert [(r["key"], r["value"]) for r in recs] == [(b"", b"v"), (None, None)]
     assert recs[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "h", "value": None}]
+
+
+def test_checkpoints_are_written_in_the_background(store: LogStore, tmp_path: object) -> None:
+    import os
+
+    from logstore.catalog import Catalog
+    from logstore.config import load_config
+
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path), "checkpoint.interval": 5}))
+    catalog.create_topic("t", 2)
+    w = TopicWriter(catalog, "t")
+    for i in range(12):
+        ok(w.append([batch([i % 2])])[0])
+    w.close()
+    log = os.path.join(catalog.topic_path("t"), "_delta_log")
+    assert any(n.endswith(".checkpoint.parquet") for n in os.listdir(log))
+    fresh = TopicWriter(catalog, "t")  # reads from the checkpoint on
+    assert [fresh.high_watermark(0), fresh.high_watermark(1)] == [6, 6]
