@@ -210,7 +210,9 @@ def core_limit(records_per_commit: float, total: int) -> float:
         start = time.perf_counter()
         for _ in range(commits):
             w.append(batches)
-        return commits * per_commit / (time.perf_counter() - start)
+        rate = commits * per_commit / (time.perf_counter() - start)
+        w.close()
+        return rate
 
 
 def main() -> None:

@@ -80,7 +80,9 @@ def run_logstore(root: str, batch: pa.Table, commits: int, fsync: bool = True) -
         t0 = time.perf_counter()
         w.append([ProducerBatch(batch)])
         lat.append(time.perf_counter() - t0)
-    return time.perf_counter() - start, lat
+    elapsed = time.perf_counter() - start
+    w.close()
+    return elapsed, lat
 
 
 def run_raw(root: str, batch: pa.Table, commits: int) -> float:
