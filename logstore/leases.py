@@ -5,7 +5,8 @@ logstore group has no broker, so a reader that wants a topic for its group
 takes a lease: the file ``<root>/_groups/<group>/<topic>.lease`` holding the
 owner's id, host, pid and an expiry time. The owner renews it (a heartbeat
 thread) well before it expires and deletes it when it stops; a crashed owner
-stops renewing, and after ``timeout_ms`` anyone may take the lease over.
+stops renewing, and after ``timeout_ms`` anyone may take the lease over — at
+once when the owner ran on the same host and its process is gone.
 
 Creation is atomic (``O_CREAT | O_EXCL``). Taking over an expired lease is a
 delete then an exclusive create; two readers racing for the same expired
@@ -129,7 +130,9 @@ class GroupLease:
         current = self._read(topic)
         if current is not None:
             expires = current.get("expires_ms")
-            if isinstance(expires, int) and expires > self._clock_ms() and current.get("owner") != self.owner:
+            owner = current.get("owner")
+            live = isinstance(expires, int) and expires > self._clock_ms() and _owner_alive(owner)
+            if live and owner != self.owner:
                 raise GroupSubscribedToTopicError(
                     f"consumer group '{self.group}' already has a live reader of topic '{topic}' "
                     f"({current.get('owner')}); stop that query first, or use another group. "
@@ -170,6 +173,22 @@ class GroupLease:
                         self._renew(topic)
                     except (GroupSubscribedToTopicError, OSError):
                         return
+
+
+def _owner_alive(owner: object) -> bool:
+    """False when ``owner`` ran on this host in a process that has exited (a stopped or killed query)."""
+    if not isinstance(owner, str) or owner.count(":") < 2:
+        return True
+    host, pid, _ = owner.rsplit(":", 2)
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another host: only the expiry time tells
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _safe(group: str) -> str:
