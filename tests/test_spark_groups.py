@@ -9,6 +9,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from logstore import cli
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.leases import GroupLease
 from logstore.store import LogStore
@@ -22,7 +23,11 @@ def committed(store: LogStore, group: str, topic: str) -> dict[int, int]:
 
 @pytest.mark.spark
 def test_group_offsets_reach_the_high_watermark_after_available_now(
-    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+    spark: SparkSession,
+    store: LogStore,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     t = make_topic(partitions=3)
     produce(store, t, [0] * 7 + [1] * 5 + [2] * 2)
@@ -35,6 +40,11 @@ def test_group_offsets_reach_the_high_watermark_after_available_now(
     assert committed(store, "billing", t) == hws == {0: 7, 1: 5, 2: 2}
     lag = {(g.partition, g.committed_offset, g.high_watermark, g.lag) for g in store.describe_group("billing")}
     assert lag == {(0, 7, 7, 0), (1, 5, 5, 0), (2, 2, 2, 0)}
+    # `logstore groups describe` shows the query's position.
+    produce(store, t, [1, 1])
+    assert cli.main(["groups", "describe", "billing", "--root", store.config.root]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[2:] for r in rows] == [["0", "7", "7", "0"], ["1", "5", "7", "2"], ["2", "2", "2", "0"]]
 
 
 @pytest.mark.spark
