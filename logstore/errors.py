@@ -202,6 +202,17 @@ class FencedLeaderEpochError(LogstoreError):
     name = "FENCED_LEADER_EPOCH"
 
 
+class GroupSubscribedToTopicError(LogstoreError):
+    """Another live consumer of the group already reads the topic (a second query of one group).
+
+    Each (group, topic) has one live reader at a time, held by a lease under
+    ``<root>/_groups/``; a reader that dies stops renewing it and it expires.
+    """
+
+    code = 86
+    name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class ThrottlingQuotaExceededError(LogstoreError):
     """Buffers are full (``buffer.memory``); retry after the advertised delay."""
 

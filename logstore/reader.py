@@ -49,6 +49,11 @@ class TopicReader:
         self._view_version = -1
         self._num_partitions = 0
 
+    @property
+    def table(self) -> DeltaTable:
+        """The topic's table handle, at the version last loaded."""
+        return self._dt
+
     def refresh(self) -> int:
         """Load the newest table version; returns it."""
         try:

@@ -72,6 +72,7 @@ def session(**overrides: str) -> SparkSession:
     Workers run this interpreter (``PYSPARK_PYTHON``). ``overrides`` are Spark
     conf keys, e.g. ``session(**{"spark.master": "spark://host:7077"})``; they
     win over the defaults here. Reuses the active session when there is one.
+    Registers the ``logstore`` data source (``format("logstore")``, read and write).
     """
     from pyspark.sql import SparkSession
 
@@ -98,4 +99,9 @@ def session(**overrides: str) -> SparkSession:
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    # Imported here, not at the top: the core never imports the Spark packages at import time.
+    from spark_source import LogstoreDataSource
+
+    spark.dataSource.register(LogstoreDataSource)
+    return spark

@@ -50,6 +50,7 @@ def spark() -> Iterator[SparkSession]:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
         }
     )
     s.sparkContext.setLogLevel("ERROR")

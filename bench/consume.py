@@ -1,0 +1,131 @@
+"""Consume throughput: the `logstore` Spark source against Spark's native Delta read of the same table.
+
+Writes a topic of ``--records`` records with ``--value-bytes`` values through
+the `TopicWriter` (``--batch`` records per append, partitions in turn), then in
+one Spark session:
+
+* ``source``: ``readStream.format("logstore")`` from earliest with
+  ``trigger(availableNow=True)`` into the ``noop`` sink;
+* ``delta``: ``read.format("delta")`` of the topic's table into ``noop`` — the limit;
+
+and prints one JSON object with records/s of each and their ratio.
+
+    .venv/bin/python bench/consume.py                        # 2M records
+    .venv/bin/python bench/consume.py --records 20000000     # the target size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from logstore.config import load_config
+from logstore.schema import INPUT_SCHEMA, input_table
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+
+
+def generate(store: LogStore, topic: str, records: int, partitions: int, value_bytes: int, batch: int) -> float:
+    store.create_topic(topic, partitions)
+    writer = TopicWriter(store.catalog, topic)
+    rng = np.random.default_rng(7)
+    t0 = time.perf_counter()
+    written = 0
+    p = 0
+    while written < records:
+        n = min(batch, records - written)
+        raw = pa.py_buffer(rng.integers(0, 256, n * value_bytes, dtype=np.uint8).tobytes())
+        values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(value_bytes), n, [None, raw]).cast(pa.binary())
+        t = input_table(pa.array(np.full(n, p, np.int32)), values)
+        writer.append([ProducerBatch(t.cast(INPUT_SCHEMA))])
+        written += n
+        p = (p + 1) % partitions
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=100_000, help="records per TopicWriter.append")
+    ap.add_argument("--max-records-per-partition", type=int, default=1_000_000, help="records per Spark task")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--root", default=None, help="store root (default: a temporary directory, removed after)")
+    args = ap.parse_args()
+
+    root = args.root or tempfile.mkdtemp(prefix="logstore-bench-")
+    try:
+        store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": root}))
+        gen_s = generate(store, "bench", args.records, args.partitions, args.value_bytes, args.batch)
+
+        from logstore.spark import session
+
+        spark = session(
+            **{
+                "spark.master": args.master,
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.databricks.delta.snapshotPartitions": "2",
+            }
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+
+        checkpoint = os.path.join(root, "_bench_checkpoint")
+        t0 = time.perf_counter()
+        q = (
+            spark.readStream.format("logstore")
+            .option("logstore.root", root)
+            .option("subscribe", "bench")
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerPartition", str(args.max_records_per_partition))
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+        source_s = time.perf_counter() - t0
+        source_rows = sum(p["numInputRows"] for p in q.recentProgress)
+
+        t0 = time.perf_counter()
+        spark.read.format("delta").load(store.catalog.topic_path("bench")).write.format("noop").mode("overwrite").save()
+        delta_s = time.perf_counter() - t0
+        spark.stop()
+
+        source_rps = source_rows / source_s
+        delta_rps = args.records / delta_s
+        print(
+            json.dumps(
+                {
+                    "records": args.records,
+                    "partitions": args.partitions,
+                    "value_bytes": args.value_bytes,
+                    "master": args.master,
+                    "generate_s": round(gen_s, 2),
+                    "source_rows": source_rows,
+                    "source_s": round(source_s, 2),
+                    "source_records_per_s": round(source_rps),
+                    "delta_s": round(delta_s, 2),
+                    "delta_records_per_s": round(delta_rps),
+                    "ratio": round(source_rps / delta_rps, 3),
+                },
+                indent=2,
+            )
+        )
+    finally:
+        if args.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Writing DataFrames into topics: ``write`` / ``writeStream`` with ``format("logstore")``.
+
+Input columns, as Spark's Kafka sink has them: ``value`` (binary or string,
+required), ``key`` (binary or string), ``headers``
+(``array<struct<key string, value binary>>``), ``partition`` (int) and
+``topic`` (string; the ``topic`` option wins over it). A record without
+``partition`` goes by its key — murmur2, the partition Kafka's Java client and
+the ingest tier pick — and key-less records of one batch stick to one partition.
+
+Where it runs and why it is exactly-once:
+
+* ``write`` runs on executors and only hands its rows back (Arrow) in the commit message.
+* ``commit`` runs on the driver, once per micro-batch, after every task
+  succeeded. It appends the batch to each topic in one Delta commit through a
+  cooperative :class:`~logstore.writer.TopicWriter` (``join=True``): offsets
+  come from the writer, gap-free, and a race with another committer (an ingest
+  server) is retried, never fenced. The commit is an idempotent producer
+  batch: producer id = the streaming query's id (from its checkpoint), sequence
+  = the batch id. A batch replayed after a crash — same query, same batch id —
+  finds its sequence already committed and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from logstore import _delta
+from logstore.catalog import Catalog
+from logstore.config import load_config
+from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
+from logstore.partitioner import Partitioner
+from logstore.schema import HEADERS_TYPE, INPUT_SCHEMA
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+
+__all__ = ["LogstoreBatchWriter", "LogstoreStreamWriter", "SinkRows"]
+
+log = logging.getLogger("spark_sink")
+
+_COLUMNS = ("topic", "partition", "key", "value", "headers")
+
+
+@dataclass(frozen=True)
+class SinkRows(WriterCommitMessage):
+    """One task's rows, in the sink's input columns (pickled back to the driver)."""
+
+    records: pa.Table
+
+
+class _Sink:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        opts = {k.lower(): v for k, v in options.items()}
+        names = set(schema.fieldNames())
+        if "value" not in names:
+            raise InvalidConfigError("format('logstore') writes need a 'value' column")
+        self.topic = opts.get("topic") or opts.get("path") or None
+        if self.topic is None and "topic" not in names:
+            raise InvalidConfigError("format('logstore') writes need a 'topic' option or a 'topic' column")
+        self.root = opts.get("logstore.root") or load_config().root
+        self.checkpoint = opts.get("checkpointlocation")
+        self.producer_id = opts.get("producerid") or None
+
+    def _rows(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
+        batches = list(iterator)
+        if not batches:
+            return SinkRows(_empty())
+        table = pa.Table.from_batches(batches)
+        return SinkRows(table.select([c for c in _COLUMNS if c in table.column_names]))
+
+    def _append(self, messages: list[SinkRows | None], producer_id: str | None, sequence: int | None) -> None:
+        tables = [m.records for m in messages if m is not None and len(m.records)]
+        catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": self.root}))
+        data = _normalise(pa.concat_tables(tables, promote_options="permissive") if tables else _empty())
+        if self.topic is not None:
+            groups = {self.topic: data}
+        else:
+            if data["topic"].null_count:
+                raise InvalidRequestError("a row has a null 'topic' and no 'topic' option was given")
+            groups = {str(t): data.filter(pc.equal(data["topic"], t)) for t in pc.unique(data["topic"]).to_pylist()}
+        for topic, rows in sorted(groups.items()):
+            if producer_id is not None and sequence is not None:
+                committed = _delta.txn_version(catalog.table(topic), _delta.app_producer(producer_id))
+                if committed is not None and committed >= sequence:
+                    log.info("batch %d of %s is already in topic '%s'; skipped", sequence, producer_id, topic)
+                    continue
+            else:
+                committed = None
+            writer = TopicWriter(catalog, topic, join=True)
+            records = _as_input(rows, topic, writer.num_partitions, producer_id, sequence)
+            batches = [ProducerBatch(records, producer_id, sequence)]
+            if committed is not None and sequence is not None and committed < sequence - 1:
+                # Batches with no rows for this topic left gaps in its sequence; close them in the same commit.
+                batches[:0] = [
+                    ProducerBatch(records.slice(0, 0), producer_id, s) for s in range(committed + 1, sequence)
+                ]
+            for result in writer.append(batches):
+                if isinstance(result, LogstoreError):
+                    raise result
+
+
+class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):
+    """``df.write.format("logstore")``: all rows of the job in one commit per topic."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
+        return self._rows(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._append([m for m in messages if isinstance(m, SinkRows)], None, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing reached a topic: rows only travel to the driver before the commit."""
+
+
+class LogstoreStreamWriter(_Sink, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("logstore")``: one idempotent commit per topic and micro-batch.
+
+    The producer id is the ``producerId`` option, else ``spark-<query id>``
+    read from ``<checkpointLocation>/metadata`` (Spark keeps a query's id
+    there for its whole life, across restarts; a new checkpoint is a new query).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        if self.producer_id is None:
+            self.producer_id = _query_producer_id(self.checkpoint)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
+        return self._rows(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._append([m for m in messages if isinstance(m, SinkRows)], self.producer_id, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing reached a topic: rows only travel to the driver before the commit."""
+
+
+def _query_producer_id(checkpoint: str | None) -> str:
+    if not checkpoint:
+        raise InvalidConfigError(
+            "writeStream.format('logstore') needs a checkpointLocation (its query id keeps replays "
+            "exactly-once) or an explicit 'producerId' option"
+        )
+    path = os.path.join(checkpoint.removeprefix("file:"), "metadata")
+    try:
+        with open(path) as f:
+            query_id = json.loads(f.readline())["id"]
+    except (OSError, ValueError, KeyError) as e:
+        raise InvalidConfigError(f"cannot read the query id from {path}: {e}") from e
+    return f"spark-{query_id}"
+
+
+def _empty() -> pa.Table:
+    return pa.table({"value": pa.array([], pa.binary())})
+
+
+def _normalise(t: pa.Table) -> pa.Table:
+    """Any accepted input columns as (topic, partition, key, value, headers) with the sink's types."""
+    n = len(t)
+
+    def col(name: str, typ: pa.DataType) -> pa.ChunkedArray | pa.Array:
+        if name not in t.column_names:
+            return pa.nulls(n, typ)
+        c = t[name]
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            c = pc.cast(c, pa.large_string()).cast(pa.large_binary()) if typ == pa.binary() else c
+        try:
+            return c.cast(typ)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InvalidRequestError(f"column '{name}' cannot be written as {typ}: {e}") from e
+
+    return pa.table(
+        {
+            "topic": col("topic", pa.string()),
+            "partition": col("partition", pa.int32()),
+            "key": col("key", pa.binary()),
+            "value": col("value", pa.binary()),
+            "headers": col("headers", HEADERS_TYPE),
+        }
+    )
+
+
+def _as_input(
+    rows: pa.Table, topic: str, num_partitions: int, producer_id: str | None, sequence: int | None
+) -> pa.Table:
+    """``rows`` in the writer's input schema, every record's partition chosen."""
+    explicit = rows["partition"].to_pylist()
+    keys = rows["key"].to_pylist() if rows["key"].null_count < len(rows) else [None] * len(rows)
+    parts = Partitioner().assign(topic, keys, explicit, num_partitions, producer_id=producer_id, sequence=sequence)
+    return pa.Table.from_arrays(
+        [parts, pa.nulls(len(rows), pa.timestamp("us", tz="UTC")), rows["key"], rows["value"], rows["headers"]],
+        schema=INPUT_SCHEMA,
+    )

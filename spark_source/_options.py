@@ -1,0 +1,151 @@
+"""The source's options, Kafka source names at the edge, one frozen object inside."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from logstore.config import load_config
+from logstore.errors import InvalidConfigError
+
+__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "SourceOptions"]
+
+EARLIEST = -2
+"""Kafka's JSON offset for "the log start offset"."""
+LATEST = -1
+"""Kafka's JSON offset for "the high watermark"."""
+
+OffsetSpec = str | dict[str, dict[str, int]]
+"""``"earliest"``, ``"latest"``, or Kafka's JSON parsed: topic → partition (as text) → offset."""
+
+_KNOWN = {
+    "subscribe",
+    "subscribepattern",
+    "topic",
+    "group",
+    "startingoffsets",
+    "startingtimestamp",
+    "endingoffsets",
+    "maxoffsetspertrigger",
+    "maxrecordsperpartition",
+    "failondataloss",
+    "includeheaders",
+    "logstore.root",
+    "path",
+}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options of one ``format("logstore")`` read."""
+
+    root: str
+    """``logstore.root``; falls back to the config's ``logstore.root`` (``./data``)."""
+    topics: tuple[str, ...]
+    """``subscribe`` (comma list) or ``topic``; empty with a pattern."""
+    pattern: str | None
+    """``subscribePattern``: a regular expression matched against whole topic names."""
+    group: str | None
+    """Consumer group whose offsets the query starts from and commits to; none: no commits."""
+    starting: OffsetSpec
+    """``startingOffsets``; streaming default ``latest``, batch default ``earliest``."""
+    starting_timestamp_ms: int | None
+    """``startingTimestamp`` (ms): start at the first record at or after it; wins over ``startingOffsets``."""
+    ending: OffsetSpec
+    """``endingOffsets`` (batch only): ``latest`` or Kafka's JSON."""
+    max_offsets_per_trigger: int | None
+    """Records per micro-batch across all partitions, shared in proportion to each one's backlog."""
+    max_records_per_partition: int
+    """Records per Spark task: a longer partition slice is split into several input partitions."""
+    fail_on_data_loss: bool
+    """``failOnDataLoss`` (default true): fail when retention removed records the query had not read."""
+    include_headers: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        """Read Spark's (case-insensitive) options.
+
+        Raises:
+            InvalidConfigError: an unknown option, a missing subscription, or a bad value (named).
+        """
+        opts = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in opts if k not in _KNOWN)
+        if unknown:
+            raise InvalidConfigError(f"unknown option(s) of format('logstore'): {', '.join(unknown)}")
+        subscribe = opts.get("subscribe") or opts.get("topic") or opts.get("path")
+        pattern = opts.get("subscribepattern")
+        if bool(subscribe) == bool(pattern):
+            raise InvalidConfigError(
+                "format('logstore') needs exactly one of 'subscribe' (or 'topic') and 'subscribePattern'"
+            )
+        topics = tuple(t.strip() for t in subscribe.split(",") if t.strip()) if subscribe else ()
+        if pattern:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise InvalidConfigError(f"subscribePattern '{pattern}' is not a regular expression: {e}") from e
+        root = opts.get("logstore.root") or load_config().root
+        max_per_trigger = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+        if max_per_trigger is not None and not streaming:
+            max_per_trigger = None
+        return cls(
+            root=root,
+            topics=topics,
+            pattern=pattern or None,
+            group=opts.get("group") or None,
+            starting=_offset_spec(
+                opts.get("startingoffsets", "latest" if streaming else "earliest"), "startingOffsets"
+            ),
+            starting_timestamp_ms=_positive(opts, "startingtimestamp", "startingTimestamp", allow_zero=True),
+            ending=_offset_spec(opts.get("endingoffsets", "latest"), "endingOffsets"),
+            max_offsets_per_trigger=max_per_trigger,
+            max_records_per_partition=_positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition") or 1_000_000,
+            fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            include_headers=_bool(opts.get("includeheaders", "false"), "includeHeaders"),
+        )
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is subscribed."""
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+
+def _offset_spec(value: str, name: str) -> OffsetSpec:
+    v = value.strip()
+    if v.lower() in ("earliest", "latest"):
+        return v.lower()
+    try:
+        parsed = json.loads(v)
+    except ValueError as e:
+        raise InvalidConfigError(f"{name} must be earliest, latest or Kafka's JSON, got {value!r}") from e
+    if not isinstance(parsed, dict) or not all(isinstance(p, dict) for p in parsed.values()):
+        raise InvalidConfigError(f'{name} JSON must look like {{"topic": {{"0": 23, "1": -2}}}}, got {value!r}')
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in parsed.items():
+        for p, o in parts.items():
+            if not str(p).isdigit() or not isinstance(o, int) or isinstance(o, bool) or o < LATEST - 1:
+                raise InvalidConfigError(f"{name}: bad offset {o!r} for topic '{topic}' partition {p!r}")
+        out[topic] = {str(p): int(o) for p, o in parts.items()}
+    return out
+
+
+def _positive(opts: Mapping[str, str], key: str, name: str, *, allow_zero: bool = False) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        n = int(opts[key])
+    except ValueError as e:
+        raise InvalidConfigError(f"{name} must be an integer, got {opts[key]!r}") from e
+    if n < 0 or (n == 0 and not allow_zero):
+        raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {n}")
+    return n
+
+
+def _bool(value: str, name: str) -> bool:
+    v = str(value).strip().lower()
+    if v not in ("true", "false"):
+        raise InvalidConfigError(f"{name} must be true or false, got {value!r}")
+    return v == "true"

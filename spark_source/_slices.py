@@ -1,0 +1,134 @@
+"""Partition slices: what one Spark task reads, and how it reads it.
+
+A slice is ``[start, end)`` of one topic partition plus the data files that
+cover it at the Delta version the batch was planned on. The file list travels
+inside the slice (it is pickled to the executor), so a task never looks at the
+Delta log: compaction or retention committed after planning cannot change
+what the batch reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import InputPartition
+
+from logstore._delta import DataFile
+
+__all__ = ["KAFKA_ARROW_SCHEMA", "KAFKA_SCHEMA_DDL", "TopicSlice", "plan_slices", "read_slice"]
+
+KAFKA_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+)
+"""Spark's Kafka source schema (``KafkaRecordToRowConverter.kafkaSchema``), all columns nullable."""
+HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
+"""The extra column with ``includeHeaders=true``, as the Kafka source has it."""
+
+KAFKA_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+)
+"""The Arrow schema Spark expects of ``read()`` for :data:`KAFKA_SCHEMA_DDL` (its ``to_arrow_schema``)."""
+_HEADERS_ARROW = pa.field(
+    "headers", pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
+)
+_READ_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class TopicSlice(InputPartition):
+    """Records ``start <= offset < end`` of one partition, read from ``files`` (picklable)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    files: tuple[DataFile, ...]
+    include_headers: bool
+
+
+def plan_slices(
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    files: Sequence[DataFile],
+    *,
+    max_records: int,
+    include_headers: bool,
+) -> list[TopicSlice]:
+    """``[start, end)`` of a partition as slices of at most about ``max_records`` records.
+
+    Cuts fall on file boundaries where files allow, so each file is opened by
+    one task; a file larger than ``max_records`` is one slice of its own.
+    """
+    mine = [f for f in files if f.partition == partition and f.max_offset >= start and f.min_offset < end]
+    out: list[TopicSlice] = []
+    lo = start
+    group: list[DataFile] = []
+    for f in mine:
+        group.append(f)
+        hi = min(end, f.max_offset + 1)
+        if hi - lo >= max_records:
+            out.append(TopicSlice(topic, partition, lo, hi, tuple(group), include_headers))
+            lo, group = hi, []
+    if lo < end and group:
+        out.append(TopicSlice(topic, partition, lo, end, tuple(group), include_headers))
+    return out
+
+
+def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
+    """The slice's records as Arrow batches in the Kafka source schema, offsets ascending.
+
+    Runs on an executor. A file wholly inside the slice is streamed; a file
+    cut by the slice is read with an offset filter (Parquet statistics skip
+    row groups outside it).
+    """
+    columns = ["offset", "timestamp", "timestamp_type", "key", "value"]
+    if s.include_headers:
+        columns.append("headers")
+    for f in sorted(s.files, key=lambda f: f.min_offset):
+        if f.min_offset >= s.start and f.max_offset < s.end:
+            pf = pq.ParquetFile(f.path)
+            for rb in pf.iter_batches(batch_size=_READ_BATCH_ROWS, columns=columns):
+                yield _to_kafka(rb, s)
+        else:
+            t = pq.read_table(f.path, columns=columns, filters=[("offset", ">=", s.start), ("offset", "<", s.end)])
+            if len(t) > 1 and not _sorted(t["offset"]):
+                t = t.sort_by("offset")
+            for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
+                yield _to_kafka(rb, s)
+
+
+def _to_kafka(rb: pa.RecordBatch, s: TopicSlice) -> pa.RecordBatch:
+    n = rb.num_rows
+    arrays = [
+        rb.column("key"),
+        rb.column("value"),
+        pa.repeat(pa.scalar(s.topic, pa.string()), n),
+        pa.repeat(pa.scalar(s.partition, pa.int32()), n),
+        rb.column("offset"),
+        rb.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+        rb.column("timestamp_type").cast(pa.int32()),
+    ]
+    schema = KAFKA_ARROW_SCHEMA
+    if s.include_headers:
+        arrays.append(rb.column("headers").cast(_HEADERS_ARROW.type))
+        schema = schema.append(_HEADERS_ARROW)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _sorted(col: pa.ChunkedArray) -> bool:
+    arr = col.combine_chunks()
+    return len(arr) < 2 or not pc.any(pc.less(arr[1:], arr[:-1])).as_py()

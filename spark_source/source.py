@@ -1,0 +1,225 @@
+"""``format("logstore")``: the Python data source Spark reads topics (and writes them) through.
+
+Where each piece runs:
+
+* :class:`LogstoreDataSource` is pickled by Spark and rebuilt in every Python
+  worker that needs it; building it does no I/O.
+* :class:`LogstoreStreamReader`'s ``initialOffset``, ``latestOffset``,
+  ``partitions``, ``commit`` and ``stop`` run in one long-lived Python worker
+  the driver starts per query (no SparkSession there). That worker reads the
+  topics' Delta logs, commits the group's offsets and holds the group's lease.
+* ``read`` runs on executors, one call per :class:`~spark_source._slices.TopicSlice`;
+  it reads only the slice's files, listed at planning time, and is stateless.
+
+Consumer groups. With ``group``, a new query starts from the group's committed
+offsets (``startingOffsets`` for partitions it never committed) and the group's
+offsets reach the end of every completed batch: ``latestOffset(start, …)`` is
+called only after the batch ending at ``start`` has completed (Spark runs
+micro-batches one after another and plans the next one after committing the
+previous one), so it commits ``start`` before it plans. That includes the last
+batch of an ``availableNow`` run, which ends with a ``latestOffset`` call that
+finds nothing new. Spark's own ``commit(end)`` comes one batch later and
+commits too (a no-op when already there). The query's checkpoint, not the
+group, is where a restarted query resumes. A group's topic has one live query
+at a time (:class:`~logstore.leases.GroupLease`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from logstore.leases import GroupLease
+from logstore.offsets import OffsetsStore
+from spark_source._options import SourceOptions
+from spark_source._planner import Offsets, Planner, Views, canonical, rate_limited
+from spark_source._slices import HEADERS_DDL, KAFKA_SCHEMA_DDL, TopicSlice, read_slice
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
+    from pyspark.sql.types import StructType
+
+__all__ = ["LogstoreBatchReader", "LogstoreDataSource", "LogstoreStreamReader"]
+
+_PLANS_KEPT = 8
+
+
+class LogstoreDataSource(DataSource):
+    """The ``logstore`` data source: Kafka-source-compatible reads, exactly-once writes.
+
+    Options (reads): ``subscribe`` / ``subscribePattern`` / ``topic``, ``group``,
+    ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
+    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``failOnDataLoss``,
+    ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "logstore"
+
+    def schema(self) -> str:
+        headers = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return KAFKA_SCHEMA_DDL + (", " + HEADERS_DDL if headers else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogstoreBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogstoreStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_sink.sink import LogstoreBatchWriter
+
+        return LogstoreBatchWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_sink.sink import LogstoreStreamWriter
+
+        return LogstoreStreamWriter(dict(self.options), schema)
+
+
+class LogstoreBatchReader(DataSourceReader):
+    """``spark.read.format("logstore")``: ``startingOffsets`` to ``endingOffsets`` at the newest versions."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.options)
+        views = planner.views()
+        return planner.slices(planner.starting_offsets(views), planner.ending_offsets(views), views)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicSlice)
+        return read_slice(partition)
+
+
+class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("logstore")`` (see the module docstring for where each method runs)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        # Built on first use: the reader is also pickled to executors for read().
+        self._planner: Planner | None = None
+        self._offsets: OffsetsStore | None = None
+        self._lease: GroupLease | None = None
+        self._committed: dict[tuple[str, str], int] = {}
+        self._target: dict[tuple[str, int], int] | None = None
+        self._plans: dict[str, Views] = {}
+
+    # -- Spark's methods (driver-side worker) --------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        planner = self._planner_()
+        views = planner.views()
+        self._hold(views)
+        start = planner.starting_offsets(views)
+        if self.options.group is not None:
+            for (_, t, p), (offset, _, _) in self._offsets_().committed(self.options.group).items():
+                if t in start and str(p) in start[t]:
+                    start[t][str(p)] = offset
+                    self._committed[(t, str(p))] = offset
+        return start
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        views = self._planner_().views()
+        self._target = {(t, p): v.high_watermark for t, parts in views.items() for p, v in parts.items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # The batch ending at `start` has completed: make the group's offsets reach it first.
+        self._commit_group(start)
+        planner = self._planner_()
+        views = planner.views()
+        self._hold(views)
+        begin: dict[tuple[str, int], int] = {}
+        until: dict[tuple[str, int], int] = {}
+        for t, parts in views.items():
+            for p, v in parts.items():
+                b = planner.begin(t, p, start.get(t, {}).get(str(p)), v)
+                u = v.high_watermark
+                if self._target is not None:
+                    u = min(u, self._target.get((t, p), b))  # a partition added after the start waits
+                begin[(t, p)], until[(t, p)] = b, max(b, u)
+        if isinstance(limit, ReadMaxRows):
+            until = rate_limited(begin, until, limit.max_rows)
+        end: Offsets = {}
+        for (t, p), o in until.items():
+            end.setdefault(t, {})[str(p)] = o
+        end = canonical(end)
+        self._remember(end, views)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        views = self._planner_().views()
+        return canonical({t: {str(p): v.high_watermark for p, v in parts.items()} for t, parts in views.items()})
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        planner = self._planner_()
+        views = self._plans.get(_key(end))
+        if views is None:  # planned by an earlier run of the query (a replay after a restart)
+            views = planner.views()
+        return planner.slices(start, end, views)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicSlice)
+        return read_slice(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._commit_group(end)
+
+    def stop(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+    # -- internals --------------------------------------------------------------
+
+    def _planner_(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def _offsets_(self) -> OffsetsStore:
+        if self._offsets is None:
+            self._offsets = OffsetsStore(self.options.root)
+        return self._offsets
+
+    def _hold(self, views: Views) -> None:
+        if self.options.group is None:
+            return
+        if self._lease is None:
+            self._lease = GroupLease(self.options.root, self.options.group)
+        self._lease.acquire(set(views))
+
+    def _commit_group(self, offsets: dict[str, Any]) -> None:
+        if self.options.group is None:
+            return
+        for t, parts in offsets.items():
+            changed = {int(p): int(o) for p, o in parts.items() if self._committed.get((t, p)) != o}
+            if changed:
+                self._offsets_().commit(self.options.group, t, changed, metadata="spark")
+                for p, o in changed.items():
+                    self._committed[(t, str(p))] = o
+
+    def _remember(self, end: Offsets, views: Views) -> None:
+        self._plans[_key(end)] = views
+        while len(self._plans) > _PLANS_KEPT:
+            self._plans.pop(next(iter(self._plans)))
+
+
+def _key(offsets: dict[str, Any]) -> str:
+    return json.dumps(canonical(offsets))

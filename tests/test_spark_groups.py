@@ -1,0 +1,122 @@
+"""Consumer groups on the Spark source: start from the group, commit after every batch, one live query."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from logstore import cli
+from logstore.errors import GroupSubscribedToTopicError
+from logstore.leases import GroupLease
+from logstore.store import LogStore
+from tests.spark_helpers import batch_sizes, drain, read_stream
+from tests.test_spark_source import offsets_by_partition, produce
+
+
+def committed(store: LogStore, group: str, topic: str) -> dict[int, int]:
+    return {p: o for (_, _, p), (o, _, _) in store.offsets.committed(group, topic).items()}
+
+
+@pytest.mark.spark
+def test_group_offsets_reach_the_high_watermark_after_available_now(
+    spark: SparkSession,
+    store: LogStore,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    t = make_topic(partitions=3)
+    produce(store, t, [0] * 7 + [1] * 5 + [2] * 2)
+    _, q = drain(
+        read_stream(spark, store, subscribe=t, group="billing", startingOffsets="earliest", maxOffsetsPerTrigger=5),
+        tmp_path,
+    )
+    assert len(batch_sizes(q)) >= 3  # the last of several batches was committed too
+    hws = {p.partition: p.high_watermark for p in store.describe_topic(t).partitions}
+    assert committed(store, "billing", t) == hws == {0: 7, 1: 5, 2: 2}
+    lag = {(g.partition, g.committed_offset, g.high_watermark, g.lag) for g in store.describe_group("billing")}
+    assert lag == {(0, 7, 7, 0), (1, 5, 5, 0), (2, 2, 2, 0)}
+    # `logstore groups describe` shows the query's position.
+    produce(store, t, [1, 1])
+    assert cli.main(["groups", "describe", "billing", "--root", store.config.root]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[2:] for r in rows] == [["0", "7", "7", "0"], ["1", "5", "7", "2"], ["2", "2", "2", "0"]]
+
+
+@pytest.mark.spark
+def test_a_new_query_of_a_group_starts_at_its_committed_offsets(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 0, 0, 1, 1])
+    store.commit_offsets("g", t, {0: 2})  # partition 1 never committed: startingOffsets applies
+    rows, _ = drain(read_stream(spark, store, subscribe=t, group="g", startingOffsets="earliest"), tmp_path / "a")
+    assert offsets_by_partition(rows) == {0: [2], 1: [0, 1]}
+    produce(store, t, [0, 1])
+    # Another query (new checkpoint) of the same group picks up where the first one left off.
+    rows, _ = drain(read_stream(spark, store, subscribe=t, group="g", startingOffsets="earliest"), tmp_path / "b")
+    assert offsets_by_partition(rows) == {0: [3], 1: [2]}
+    assert committed(store, "g", t) == {0: 4, 1: 3}
+
+
+@pytest.mark.spark
+def test_a_second_live_query_of_a_group_fails_fast(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    t = make_topic(partitions=1)
+    produce(store, t, [0, 0])
+    first = (
+        read_stream(spark, store, subscribe=t, group="g", startingOffsets="earliest")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "first"))
+        .start()
+    )
+    try:
+        first.processAllAvailable()
+        second = (
+            read_stream(spark, store, subscribe=t, group="g")
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "second"))
+            .start()
+        )
+        with pytest.raises(StreamingQueryException, match=f"GROUP_SUBSCRIBED_TO_TOPIC.*'g'.*'{t}'"):
+            second.awaitTermination()
+        # Another group reads the same topic at the same time.
+        rows, _ = drain(read_stream(spark, store, subscribe=t, group="other", startingOffsets="earliest"), tmp_path)
+        assert rows.count() == 2
+    finally:
+        first.stop()
+    # Stopping the first query released its lease: the group can start a new query.
+    third = (
+        read_stream(spark, store, subscribe=t, group="g")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "third"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    third.awaitTermination()
+    assert committed(store, "g", t) == {0: 2}
+
+
+def test_lease_of_a_crashed_reader_expires(tmp_path: Path) -> None:
+    now = [1_000_000]
+    crashed = GroupLease(str(tmp_path), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
+    crashed._take("t")  # holds the lease but never renews it (no heartbeat), like a killed process
+    newcomer = GroupLease(str(tmp_path), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
+    with pytest.raises(GroupSubscribedToTopicError, match="already has a live reader"):
+        newcomer.acquire({"t"})
+    now[0] += 5_001
+    newcomer.acquire({"t"})
+    newcomer.release()
+    with pytest.raises(GroupSubscribedToTopicError, match="lost topic 't'"):
+        _renew_after_takeover(tmp_path, crashed, now)
+
+
+def _renew_after_takeover(root: Path, stale: GroupLease, now: list[int]) -> None:
+    taker = GroupLease(str(root), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
+    taker._take("t")
+    stale._renew("t")
