@@ -4,12 +4,18 @@ Every maintenance job plans from the Delta log alone (add actions and their
 statistics) and commits with delta-rs ``create_write_transaction``: remove
 actions for the files it drops or replaces, add actions for the files it
 wrote. Such a commit carries no ``logstore.*`` app transaction and records no
-read predicate, so under Delta's optimistic concurrency:
+read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 
-* a writer appending at the same time never conflicts with it (appends only
-  add files), and neither does a maintenance commit with a stale snapshot of
-  the writer's appends — delta-rs rebases it;
-* two maintenance commits that remove the same file do conflict: the second
+* a maintenance commit made from a stale snapshot rebases over the writer's
+  appends — appends never make maintenance fail;
+* a ``dataChange=false`` rewrite (segment compaction) never makes a writer's
+  append fail either;
+* a ``dataChange=true`` remove (retention, key compaction) does make an append
+  that raced it fail: delta-rs counts every file of an append's snapshot as
+  read. ``TopicWriter`` re-reads the table and commits again (its offsets come
+  from the high watermark, which maintenance never changes), so a maintenance
+  commit costs a racing writer one retry, never a lost or duplicated record;
+* two maintenance commits that remove the same file conflict: the second
   fails with ``CommitFailedError`` and changes nothing.
 
 The table protocol stays (1, 2): only plain add and remove actions are
