@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -48,10 +49,12 @@ __all__ = [
     "FILE_SCHEMA",
     "LiveFile",
     "NewFile",
+    "PartitionFiles",
     "commit",
     "discard",
     "live_files",
     "log_start_offsets",
+    "partition_files",
     "write_segment",
 ]
 
@@ -136,6 +139,95 @@ def live_files(dt_: DeltaTable) -> dict[int, list[LiveFile]]:
         )
     for files in out.values():
         files.sort(key=lambda f: f.min_offset)
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    """One partition's live files as columns, in offset order (for jobs that touch few of many files)."""
+
+    partition: int
+    log_paths: pa.Array
+    min_offset: np.ndarray
+    max_offset: np.ndarray
+    num_records: np.ndarray
+    size_bytes: np.ndarray
+    max_timestamp_ms: np.ndarray
+    """float64 ms; NaN where a file has no timestamp statistic."""
+    root: str
+
+    def __len__(self) -> int:
+        return len(self.min_offset)
+
+    @classmethod
+    def of(cls, partition: int, files: Sequence[LiveFile], root: str) -> PartitionFiles:
+        """Columns from :class:`LiveFile` objects (offset order)."""
+        return cls(
+            partition,
+            pa.array([f.log_path for f in files], pa.string()),
+            np.array([f.min_offset for f in files], np.int64),
+            np.array([f.max_offset for f in files], np.int64),
+            np.array([f.num_records for f in files], np.int64),
+            np.array([f.size_bytes for f in files], np.int64),
+            np.array([np.nan if f.max_timestamp_ms is None else f.max_timestamp_ms for f in files], np.float64),
+            root,
+        )
+
+    def file(self, i: int) -> LiveFile:
+        """File ``i`` as a :class:`LiveFile`."""
+        log_path = self.log_paths[i].as_py()
+        ts = self.max_timestamp_ms[i]
+        return LiveFile(
+            log_path,
+            os.path.join(self.root, unquote(log_path)),
+            self.partition,
+            int(self.min_offset[i]),
+            int(self.max_offset[i]),
+            int(self.num_records[i]),
+            int(self.size_bytes[i]),
+            None if np.isnan(ts) else int(ts),
+        )
+
+
+def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
+    """Partition → live files as columns, sorted by offset, without a Python object per file.
+
+    Returns None when some file lacks offset statistics (use :func:`live_files`).
+    """
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    out: dict[int, PartitionFiles] = {}
+    if actions.num_rows == 0:
+        return out
+    cols = actions.column_names
+    if not {"min.offset", "max.offset", "num_records"} <= set(cols) or any(
+        actions[c].null_count for c in ("min.offset", "max.offset", "num_records")
+    ):
+        return None
+    actions = actions.filter(pc.greater(actions["num_records"], 0))
+    actions = actions.take(
+        pc.sort_indices(actions, [("partition.partition", "ascending"), ("min.offset", "ascending")])
+    )
+    parts = actions["partition.partition"].to_numpy()
+    if "max.timestamp" in cols:
+        ts = actions["max.timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        max_ts = ts.to_numpy(zero_copy_only=False).astype(np.float64)
+    else:
+        max_ts = np.full(actions.num_rows, np.nan)
+    root = _delta.table_path(dt_)
+    bounds = np.flatnonzero(np.diff(parts)) + 1
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(parts)]]), strict=True):
+        if hi <= lo:
+            continue
+        out[int(parts[lo])] = PartitionFiles(
+            int(parts[lo]),
+            actions["path"].slice(lo, hi - lo).combine_chunks(),
+            actions["min.offset"].slice(lo, hi - lo).to_numpy(),
+            actions["max.offset"].slice(lo, hi - lo).to_numpy(),
+            actions["num_records"].slice(lo, hi - lo).to_numpy(),
+            actions["size_bytes"].slice(lo, hi - lo).to_numpy(),
+            max_ts[lo:hi],
+            root,
+        )
     return out
 
 

@@ -23,38 +23,43 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 from deltalake.exceptions import CommitFailedError
 
-from logstore.catalog import Catalog
+from logstore import _delta
+from logstore.catalog import Catalog, high_watermark
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
-__all__ = ["plan_retention", "run_retention"]
+__all__ = ["plan_retention", "retained_from", "run_retention"]
 
 _ATTEMPTS = 5
 
 
-def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
-    """The files of one partition (offset order) that retention deletes: a prefix, never the last."""
-    if "delete" not in config.cleanup_policy or len(files) < 2:
-        return []
-    closed = list(files[:-1])
+def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
+    """How many of a partition's oldest files retention deletes (a prefix; never the last file)."""
+    n = len(cols)
+    if "delete" not in config.cleanup_policy or n < 2:
+        return 0
+    closed = n - 1
     drop = 0
     if config.retention_ms >= 0:
-        cutoff = now_ms - config.retention_ms
-        while drop < len(closed):
-            newest = closed[drop].max_timestamp_ms
-            if newest is None or newest >= cutoff:
-                break
-            drop += 1
+        # Statistics keep ms, rounded down: max < cutoff in ms means every record is older than cutoff.
+        old = cols.max_timestamp_ms[:closed] < now_ms - config.retention_ms  # NaN (no statistic) is never old
+        drop = closed if old.all() else int(np.argmin(old))
     if config.retention_bytes >= 0:
-        remaining = sum(f.size_bytes for f in files[drop:])
-        while drop < len(closed) and remaining - closed[drop].size_bytes >= config.retention_bytes:
-            remaining -= closed[drop].size_bytes
-            drop += 1
-    return closed[:drop]
+        kept_after = np.cumsum(cols.size_bytes[::-1])[::-1]  # kept_after[i] = bytes of files i..n-1
+        # Kafka's rule: file i goes only if the files after it still hold retention.bytes.
+        fits = kept_after[1 : closed + 1] >= config.retention_bytes
+        drop = max(drop, closed if fits.all() else int(np.argmin(fits)))
+    return drop
+
+
+def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
+    """The files of one partition (offset order) that retention deletes: a prefix, never the last."""
+    return list(files[: retained_from(_files.PartitionFiles.of(0, files, ""), config, now_ms)])
 
 
 def run_retention(
@@ -66,6 +71,9 @@ def run_retention(
 ) -> list[PartitionReport]:
     """Apply retention to every partition of ``topic`` in one Delta commit.
 
+    Works on the log's add actions as columns and builds objects only for the
+    files it removes, so its cost follows those files, not the table's size.
+
     Raises:
         UnknownTopicOrPartitionError: no such topic.
         ConcurrentTransactionsError: other maintenance kept removing the same
@@ -75,26 +83,31 @@ def run_retention(
         dt = catalog.table(topic)
         count, config = catalog.topic_config(topic, dt)
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        by_part = _files.live_files(dt)
-        plans = {p: plan_retention(by_part.get(p, []), config, now) for p in range(count)}
-        removes = [f for files in plans.values() for f in files]
+        by_part = _files.partition_files(dt)
+        if by_part is None:  # some file has no offset statistics: read them the slow way
+            root = _delta.table_path(dt)
+            by_part = {p: _files.PartitionFiles.of(p, fs, root) for p, fs in _files.live_files(dt).items()}
+        drops = {p: retained_from(cols, config, now) for p, cols in by_part.items()}
+        removes = [by_part[p].file(i) for p, n in drops.items() for i in range(n)]
         version: int | None = None
         if removes:
             try:
                 version = _files.commit(dt, removes, [], data_change=True, operation="retention")
             except CommitFailedError:
                 continue  # another maintenance run removed some of these files; plan again
-        starts = _files.log_start_offsets(catalog, topic)
         reports = []
         for p in range(count):
-            gone = plans[p]
+            cols = by_part.get(p)
+            n = drops.get(p, 0)
+            gone = [f for f in removes if f.partition == p]
+            start = int(cols.min_offset[n]) if cols is not None and n < len(cols) else high_watermark(dt, p, [])
             r = PartitionReport(
                 topic,
                 p,
                 files_removed=len(gone),
                 bytes_removed=sum(f.size_bytes for f in gone),
                 records_removed=sum(f.num_records for f in gone),
-                log_start_offset=starts[p],
+                log_start_offset=start,
                 version=version if gone else None,
             )
             progress(
