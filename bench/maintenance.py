@@ -86,6 +86,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
         if len(chunk) == 1000 or i == files - 1:
             props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), i + 1)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
+            dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []
     dt.update_incremental()
     dt.create_checkpoint()
@@ -114,6 +115,7 @@ def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.r
         if len(chunk) == 1000 or i == files - 1:
             props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), (i + 1) * per_file)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
+            dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []
     dt.update_incremental()
     dt.create_checkpoint()
