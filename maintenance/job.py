@@ -11,10 +11,16 @@ job            what                                                  runs where
 ``vacuum``     delete unreferenced files past Delta's retention      driver (delta-rs)
 =============  ====================================================  =========================
 
-Submit to a cluster (the store's root must be reachable by every executor)::
+Submit to a cluster (the store's root must be reachable by every executor,
+and the project installed in the executors' Python)::
 
     spark-submit --jars "$(ls .cache/jars/*.jar | paste -sd,)" \\
         maintenance/job.py retention compact clean --root /data/logstore
+
+Locally, with pyspark's ``spark-submit`` from the venv::
+
+    PATH=$PWD/.venv/bin:$PATH PYSPARK_PYTHON=$PWD/.venv/bin/python spark-submit --master 'local[2]' \\
+        --jars "$(ls .cache/jars/*.jar | paste -sd,)" maintenance/job.py retention compact --root ./data
 
 ``python -m maintenance ...`` does the same with a local session.
 """
