@@ -1,4 +1,4 @@
-"""The ``logstore`` command line: topics, produce, consume, groups.
+"""The ``logstore`` command line: topics, produce, consume, groups, maintain.
 
 Every command works on a root directory directly (``--root``, default: the
 config's ``logstore.root``). Errors print as ``ERROR_NAME: message`` on stderr
@@ -263,6 +263,47 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     )
 
 
+# -- maintain -------------------------------------------------------------------
+
+
+def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
+    """Retention, compaction, key compaction, vacuum: ``maintenance`` runs them (imported here only)."""
+    import logging
+
+    from logstore.catalog import Catalog
+    from maintenance.job import SPARK_JOBS, run_job
+    from maintenance.scheduler import Scheduler, parse_duration
+
+    catalog = Catalog(config)
+    spark = None
+    if not args.no_spark and (args.job == "run" or args.job in SPARK_JOBS):
+        from logstore.spark import session
+
+        spark = session(**{"spark.app.name": "logstore-maintenance"})
+    if args.job == "run":
+        try:
+            every = parse_duration(args.every)
+        except ValueError:
+            raise InvalidRequestError(f"--every takes a duration like 30s, 5m or 1h, got '{args.every}'") from None
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        scheduler = Scheduler(catalog, spark=spark, every_s=every)
+        try:
+            scheduler.run_forever(cycles=args.cycles)
+        except KeyboardInterrupt:
+            scheduler.stop()
+        return 0
+    report = run_job(
+        args.job,
+        catalog,
+        topics=[args.topic] if args.topic else None,
+        spark=spark,
+        vacuum_retention_hours=args.vacuum_retention_hours,
+    )
+    if args.json:
+        print(report.to_json())
+    return 1 if report.errors else 0
+
+
 # -- demo -----------------------------------------------------------------------
 
 
@@ -370,6 +411,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host")
     p.add_argument("--port", type=int)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser(
+        "maintain", help="retention | compact (segments) | clean (keys) | vacuum | run (scheduler)", parents=[common]
+    )
+    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "run"])
+    p.add_argument("--topic", help="only this topic (default: every topic)")
+    p.add_argument("--every", default="5m", help="run: time between cycles (30s, 5m, 1h)")
+    p.add_argument("--cycles", type=int, help="run: stop after this many cycles (default: run until stopped)")
+    p.add_argument("--vacuum-retention-hours", type=int, default=168, help="vacuum: keep removed files this long")
+    p.add_argument("--no-spark", action="store_true", help="no SparkSession: compact in-process, skip clean")
+    p.add_argument("--json", action="store_true", help="print the run's report as JSON")
+    p.set_defaults(func=_maintain)
 
     p = sub.add_parser("demo", help="create a topic, produce, consume, describe", parents=[common])
     p.set_defaults(func=_demo)

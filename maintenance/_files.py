@@ -1,0 +1,351 @@
+"""What maintenance reads from a topic's Delta log and how it commits file changes.
+
+Every maintenance job plans from the Delta log alone (add actions and their
+statistics) and commits with delta-rs ``create_write_transaction``: remove
+actions for the files it drops or replaces, add actions for the files it
+wrote. Such a commit carries no ``logstore.*`` app transaction and records no
+read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
+
+* a maintenance commit made from a stale snapshot rebases over the writer's
+  appends — appends never make maintenance fail;
+* a ``dataChange=false`` rewrite (segment compaction) never makes a writer's
+  append fail either;
+* a ``dataChange=true`` remove (retention, key compaction) does make an append
+  that raced it fail: delta-rs counts every file of an append's snapshot as
+  read. ``TopicWriter`` re-reads the table and commits again (its offsets come
+  from the high watermark, which maintenance never changes), so a maintenance
+  commit costs a racing writer one retry, never a lost or duplicated record;
+* two maintenance commits that remove the same file conflict: the second
+  fails with ``CommitFailedError`` and changes nothing.
+
+The table protocol stays (1, 2): only plain add and remove actions are
+written, never deletion vectors or other table features.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+from logstore import _delta
+from logstore.catalog import Catalog
+from logstore.schema import TOPIC_SCHEMA
+
+__all__ = [
+    "FILE_SCHEMA",
+    "LiveFile",
+    "NewFile",
+    "PartitionFiles",
+    "commit",
+    "discard",
+    "live_files",
+    "log_start_offsets",
+    "partition_files",
+    "write_segment",
+]
+
+FILE_SCHEMA = pa.schema([f for f in TOPIC_SCHEMA if f.name != "partition"])
+"""Columns inside a data file (``partition`` lives in the directory name)."""
+
+ROW_GROUP_BYTES = 1 << 20
+"""Uncompressed bytes per Parquet row group in files maintenance writes (about a fetch's worth)."""
+
+_MAINTENANCE_METADATA = "logstore.maintenance"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MS = dt.timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A live data file of a topic, as its add action and statistics describe it."""
+
+    log_path: str
+    """The path exactly as the add action spells it (relative, URL-encoded); removes must match it."""
+    path: str
+    """Absolute local path."""
+    partition: int
+    min_offset: int
+    max_offset: int
+    num_records: int
+    size_bytes: int
+    max_timestamp_ms: int | None
+    """Newest record timestamp in ms (statistics keep ms), or None without statistics."""
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A data file a job wrote into the table directory, not yet committed."""
+
+    log_path: str
+    partition: int
+    size_bytes: int
+    num_records: int
+    min_offset: int
+    max_offset: int
+    stats: str
+    modification_time_ms: int
+
+
+def live_files(dt_: DeltaTable) -> dict[int, list[LiveFile]]:
+    """Partition → its live files in offset order, from the Delta log only.
+
+    Files without offset statistics get them from their ``offset`` column, as
+    :func:`logstore._delta.data_files` does; empty files are left out.
+    """
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    out: dict[int, list[LiveFile]] = {}
+    if actions.num_rows == 0:
+        return out
+    root = _delta.table_path(dt_)
+    cols = actions.column_names
+    n = actions.num_rows
+
+    def col(name: str) -> list[object]:
+        return actions[name].to_pylist() if name in cols else [None] * n
+
+    for log_path, part, lo, hi, num, size, ts in zip(
+        col("path"),
+        col("partition.partition"),
+        col("min.offset"),
+        col("max.offset"),
+        col("num_records"),
+        col("size_bytes"),
+        col("max.timestamp"),
+        strict=True,
+    ):
+        assert isinstance(log_path, str)
+        full = os.path.join(root, unquote(log_path))
+        if lo is None or hi is None or num is None:
+            lo, hi, num = _delta._offset_range(full)
+        if num == 0:
+            continue
+        ts_ms = (ts - _EPOCH) // _MS if isinstance(ts, dt.datetime) else None
+        out.setdefault(int(part), []).append(
+            LiveFile(log_path, full, int(part), int(lo), int(hi), int(num), int(size), ts_ms)
+        )
+    for files in out.values():
+        files.sort(key=lambda f: f.min_offset)
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    """One partition's live files as columns, in offset order (for jobs that touch few of many files)."""
+
+    partition: int
+    log_paths: pa.Array
+    min_offset: np.ndarray
+    max_offset: np.ndarray
+    num_records: np.ndarray
+    size_bytes: np.ndarray
+    max_timestamp_ms: np.ndarray
+    """float64 ms; NaN where a file has no timestamp statistic."""
+    root: str
+
+    def __len__(self) -> int:
+        return len(self.min_offset)
+
+    @classmethod
+    def of(cls, partition: int, files: Sequence[LiveFile], root: str) -> PartitionFiles:
+        """Columns from :class:`LiveFile` objects (offset order)."""
+        return cls(
+            partition,
+            pa.array([f.log_path for f in files], pa.string()),
+            np.array([f.min_offset for f in files], np.int64),
+            np.array([f.max_offset for f in files], np.int64),
+            np.array([f.num_records for f in files], np.int64),
+            np.array([f.size_bytes for f in files], np.int64),
+            np.array([np.nan if f.max_timestamp_ms is None else f.max_timestamp_ms for f in files], np.float64),
+            root,
+        )
+
+    def file(self, i: int) -> LiveFile:
+        """File ``i`` as a :class:`LiveFile`."""
+        log_path = self.log_paths[i].as_py()
+        ts = self.max_timestamp_ms[i]
+        return LiveFile(
+            log_path,
+            os.path.join(self.root, unquote(log_path)),
+            self.partition,
+            int(self.min_offset[i]),
+            int(self.max_offset[i]),
+            int(self.num_records[i]),
+            int(self.size_bytes[i]),
+            None if np.isnan(ts) else int(ts),
+        )
+
+
+def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
+    """Partition → live files as columns, sorted by offset, without a Python object per file.
+
+    Returns None when some file lacks offset statistics (use :func:`live_files`).
+    """
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    out: dict[int, PartitionFiles] = {}
+    if actions.num_rows == 0:
+        return out
+    cols = actions.column_names
+    if not {"min.offset", "max.offset", "num_records"} <= set(cols) or any(
+        actions[c].null_count for c in ("min.offset", "max.offset", "num_records")
+    ):
+        return None
+    actions = actions.filter(pc.greater(actions["num_records"], 0))
+    actions = actions.take(
+        pc.sort_indices(actions, [("partition.partition", "ascending"), ("min.offset", "ascending")])
+    )
+    parts = actions["partition.partition"].to_numpy()
+    if "max.timestamp" in cols:
+        ts = actions["max.timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        max_ts = ts.to_numpy(zero_copy_only=False).astype(np.float64)
+    else:
+        max_ts = np.full(actions.num_rows, np.nan)
+    root = _delta.table_path(dt_)
+    bounds = np.flatnonzero(np.diff(parts)) + 1
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(parts)]]), strict=True):
+        if hi <= lo:
+            continue
+        out[int(parts[lo])] = PartitionFiles(
+            int(parts[lo]),
+            actions["path"].slice(lo, hi - lo).combine_chunks(),
+            actions["min.offset"].slice(lo, hi - lo).to_numpy(),
+            actions["max.offset"].slice(lo, hi - lo).to_numpy(),
+            actions["num_records"].slice(lo, hi - lo).to_numpy(),
+            actions["size_bytes"].slice(lo, hi - lo).to_numpy(),
+            max_ts[lo:hi],
+            root,
+        )
+    return out
+
+
+def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile:
+    """Write ``records`` (one partition, any column order) as one data file sorted by offset.
+
+    Returns the add-action fields, statistics included, for :func:`commit`.
+    Runs wherever the table directory is reachable (driver or Spark executor).
+    """
+    data = records.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    offsets = data["offset"]
+    if len(data) > 1 and pc.any(pc.less(offsets.combine_chunks()[1:], offsets.combine_chunks()[:-1])).as_py():
+        data = data.sort_by("offset")
+    rel = f"partition={partition}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    full = os.path.join(table_root, rel)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    # Row groups of about ROW_GROUP_BYTES keep a fetch from the middle of a big merged file reading
+    # only the row groups around its offsets (Parquet statistics), not the whole file.
+    rows = max(1024, int(len(data) * ROW_GROUP_BYTES / max(1, data.nbytes)))
+    pq.write_table(data, full, compression="snappy", row_group_size=rows, write_page_index=True)
+    st = os.stat(full)
+    ts = pc.min_max(data["timestamp"])
+    tt = pc.min_max(data["timestamp_type"])
+    lo, hi = pc.min_max(data["offset"])["min"].as_py(), pc.min_max(data["offset"])["max"].as_py()
+    stats = {
+        "numRecords": len(data),
+        "minValues": {"offset": lo, "timestamp": _iso_ms(ts["min"].as_py()), "timestamp_type": tt["min"].as_py()},
+        # Statistics keep ms; round the maximum up so it is never below a record's timestamp.
+        "maxValues": {
+            "offset": hi,
+            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
+            "timestamp_type": tt["max"].as_py(),
+        },
+        "nullCount": {
+            "offset": 0,
+            "timestamp": 0,
+            "timestamp_type": 0,
+            "key": data["key"].null_count,
+            "value": data["value"].null_count,
+        },
+    }
+    return NewFile(rel, partition, st.st_size, len(data), lo, hi, json.dumps(stats), int(st.st_mtime * 1000))
+
+
+def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
+    if ceil and ts.microsecond % 1000:
+        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
+    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def commit(
+    dt_: DeltaTable,
+    removes: Sequence[LiveFile],
+    adds: Sequence[NewFile],
+    *,
+    data_change: bool,
+    operation: str,
+) -> int:
+    """One Delta commit removing ``removes`` and adding ``adds``; returns its version.
+
+    ``data_change=False`` marks a rewrite that leaves every record as it was
+    (segment compaction), so streaming readers of the Delta table skip it.
+    ``dt_`` is left loaded at (at least) the new version.
+
+    Raises:
+        deltalake.exceptions.CommitFailedError: another commit removed one of
+            ``removes`` first; nothing was committed.
+    """
+    now = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(
+            path=f.log_path,
+            data_change=data_change,
+            deletion_timestamp=now,
+            size=f.size_bytes,
+            partition_values={"partition": str(f.partition)},
+        )
+        for f in removes
+    ]
+    actions += [
+        AddAction(
+            a.log_path, a.size_bytes, {"partition": str(a.partition)}, a.modification_time_ms, data_change, a.stats
+        )
+        for a in adds
+    ]
+    run_id = str(uuid.uuid4())
+    before = dt_.version()
+    dt_.create_write_transaction(
+        actions,
+        "append",
+        TOPIC_SCHEMA,
+        ["partition"],
+        commit_properties=CommitProperties(
+            custom_metadata={
+                _MAINTENANCE_METADATA: {
+                    "operation": operation,
+                    "id": run_id,
+                    "removed": len(removes),
+                    "added": len(adds),
+                }
+            }
+        ),
+    )
+    dt_.update_incremental()
+    # delta-rs does not return the version it committed at (it may have rebased over others' commits).
+    for info in dt_.history(max(1, dt_.version() - before)):
+        if (info.get(_MAINTENANCE_METADATA) or {}).get("id") == run_id:
+            return int(info["version"])
+    return dt_.version()
+
+
+def log_start_offsets(catalog: Catalog, topic: str) -> list[int]:
+    """Each partition's log start offset at the topic's newest version."""
+    return [p.log_start_offset for p in catalog.describe_topic(topic).partitions]
+
+
+def discard(table_root: str, files: Sequence[NewFile]) -> None:
+    """Delete files a job wrote but could not commit (they are not in the log)."""
+    for f in files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(table_root, f.log_path))

@@ -1,0 +1,153 @@
+"""Run maintenance jobs over topics; the ``spark-submit`` entry point.
+
+Jobs, by the CLI's names:
+
+=============  ====================================================  =========================
+job            what                                                  runs where
+=============  ====================================================  =========================
+``retention``  delete whole old files (``cleanup.policy`` delete)    driver; Delta log only
+``compact``    segment compaction towards ``segment.bytes``          Spark tasks, one per bin
+``clean``      key compaction (``cleanup.policy`` compact)           Spark job (window on key)
+``vacuum``     delete unreferenced files past Delta's retention      driver (delta-rs)
+=============  ====================================================  =========================
+
+Submit to a cluster (the store's root must be reachable by every executor,
+and the project installed in the executors' Python)::
+
+    spark-submit --jars "$(ls .cache/jars/*.jar | paste -sd,)" \\
+        maintenance/job.py retention compact clean --root /data/logstore
+
+Locally, with pyspark's ``spark-submit`` from the venv::
+
+    PATH=$PWD/.venv/bin:$PATH PYSPARK_PYTHON=$PWD/.venv/bin/python spark-submit --master 'local[2]' \\
+        --jars "$(ls .cache/jars/*.jar | paste -sd,)" maintenance/job.py retention compact --root ./data
+
+``python -m maintenance ...`` does the same with a local session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from logstore.catalog import Catalog
+from logstore.config import load_config
+from logstore.errors import InvalidRequestError, LogstoreError
+from maintenance.cleaner import run_key_compaction
+from maintenance.report import PartitionReport, Progress, RunReport, print_progress
+from maintenance.retention import run_retention
+from maintenance.segments import run_segment_compaction
+from maintenance.vacuum import DEFAULT_RETENTION_HOURS, run_vacuum
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["JOBS", "SPARK_JOBS", "main", "run_job"]
+
+JOBS = ("retention", "compact", "clean", "vacuum")
+"""Every job name, in the order a full pass runs them."""
+
+SPARK_JOBS = frozenset({"compact", "clean"})
+"""Jobs that need a SparkSession (``compact`` falls back to in-process without one)."""
+
+JobFunction = Callable[..., list[PartitionReport]]
+
+
+def run_job(
+    job: str,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+    progress: Progress = print_progress,
+    now_ms: int | None = None,
+    vacuum_retention_hours: int = DEFAULT_RETENTION_HOURS,
+    enforce_retention_duration: bool = True,
+) -> RunReport:
+    """Run ``job`` on ``topics`` (default: every topic), one topic after another.
+
+    A topic that fails is recorded in :attr:`RunReport.errors` and the run goes
+    on with the next one. Prints progress and ends with the run's summary line.
+
+    Raises:
+        InvalidRequestError: an unknown job, or ``clean`` without a SparkSession.
+    """
+    if job not in JOBS:
+        raise InvalidRequestError(f"unknown maintenance job '{job}'; jobs: {', '.join(JOBS)}")
+    if job == "clean" and spark is None:
+        raise InvalidRequestError("key compaction ('clean') is a Spark job: pass a SparkSession")
+    started = time.monotonic()
+    report = RunReport(job)
+    for topic in topics if topics is not None else catalog.list_topics():
+        kwargs: dict[str, Any] = {"progress": progress}
+        if job == "retention":
+            fn: JobFunction = run_retention
+            kwargs["now_ms"] = now_ms
+        elif job == "compact":
+            fn = run_segment_compaction
+            kwargs["spark"] = spark
+        elif job == "clean":
+            fn = run_key_compaction
+            kwargs |= {"spark": spark, "now_ms": now_ms}
+        else:
+            fn = run_vacuum
+            kwargs |= {
+                "retention_hours": vacuum_retention_hours,
+                "enforce_retention_duration": enforce_retention_duration,
+            }
+        try:
+            report.partitions.extend(fn(catalog, topic, **kwargs))
+        except Exception as e:  # one topic's failure must not stop the others
+            report.errors[topic] = str(e)
+            progress(f"{job} {topic}: FAILED: {e}")
+    report.seconds = time.monotonic() - started
+    progress(report.summary())
+    return report
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maintenance", description="Run logstore maintenance jobs on Spark.")
+    p.add_argument("jobs", nargs="+", choices=JOBS, help="jobs to run, in order")
+    p.add_argument("--root", help="store directory (default: the config's logstore.root)")
+    p.add_argument("--config", dest="config_file", help="TOML config file")
+    p.add_argument("--topic", action="append", dest="topics", help="only this topic (repeatable)")
+    p.add_argument("--vacuum-retention-hours", type=int, default=DEFAULT_RETENTION_HOURS)
+    p.add_argument("--json", action="store_true", help="print each run's report as one JSON line")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``spark-submit maintenance/job.py`` and ``python -m maintenance``."""
+    args = _parser().parse_args(argv)
+    overrides = {"logstore.root": args.root} if args.root else {}
+    try:
+        catalog = Catalog(load_config(args.config_file, overrides=overrides))
+    except LogstoreError as e:
+        print(f"{e.name}: {e.message}", file=sys.stderr)
+        return 1
+    spark = None
+    if SPARK_JOBS & set(args.jobs):
+        from logstore.spark import session
+
+        spark = session(**{"spark.app.name": "logstore-maintenance"})
+    failed = False
+    for job in args.jobs:
+        report = run_job(
+            job, catalog, topics=args.topics, spark=spark, vacuum_retention_hours=args.vacuum_retention_hours
+        )
+        failed = failed or bool(report.errors)
+        if args.json:
+            print(report.to_json(), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Retention: delete a partition's oldest whole data files, as Kafka deletes closed segments.
+
+For a topic whose ``cleanup.policy`` contains ``delete``, per partition, in
+offset order from the log start:
+
+* by time — a file goes when *all* its records are older than
+  ``retention.ms`` (its ``max.timestamp`` statistic is before now minus
+  ``retention.ms``); deletion stops at the first file that is not;
+* by size — while the partition is larger than ``retention.bytes``, its
+  oldest file goes as long as the partition stays at or above the limit
+  without it (Kafka's rule: retention never cuts below ``retention.bytes``).
+
+The newest file of a partition is never deleted (Kafka's active segment).
+The job reads only the Delta log and commits remove actions only — no file
+is read, rewritten or added — so its cost follows the files it removes. The
+log start offset (the smallest offset of the remaining files) moves up;
+fetches below it answer ``OFFSET_OUT_OF_RANGE``. Settings come from the
+topic's ``logstore.<key>`` properties over the service defaults.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from deltalake.exceptions import CommitFailedError
+
+from logstore import _delta
+from logstore.catalog import Catalog, high_watermark
+from logstore.config import TopicConfig
+from logstore.errors import ConcurrentTransactionsError
+from maintenance import _files
+from maintenance.report import PartitionReport, Progress, print_progress
+
+__all__ = ["plan_retention", "retained_from", "run_retention"]
+
+_ATTEMPTS = 5
+
+
+def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
+    """How many of a partition's oldest files retention deletes (a prefix; never the last file)."""
+    n = len(cols)
+    if "delete" not in config.cleanup_policy or n < 2:
+        return 0
+    closed = n - 1
+    drop = 0
+    if config.retention_ms >= 0:
+        # Statistics keep ms, rounded down: max < cutoff in ms means every record is older than cutoff.
+        old = cols.max_timestamp_ms[:closed] < now_ms - config.retention_ms  # NaN (no statistic) is never old
+        drop = closed if old.all() else int(np.argmin(old))
+    if config.retention_bytes >= 0:
+        kept_after = np.cumsum(cols.size_bytes[::-1])[::-1]  # kept_after[i] = bytes of files i..n-1
+        # Kafka's rule: file i goes only if the files after it still hold retention.bytes.
+        fits = kept_after[1 : closed + 1] >= config.retention_bytes
+        drop = max(drop, closed if fits.all() else int(np.argmin(fits)))
+    return drop
+
+
+def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
+    """The files of one partition (offset order) that retention deletes: a prefix, never the last."""
+    return list(files[: retained_from(_files.PartitionFiles.of(0, files, ""), config, now_ms)])
+
+
+def run_retention(
+    catalog: Catalog,
+    topic: str,
+    *,
+    now_ms: int | None = None,
+    progress: Progress = print_progress,
+) -> list[PartitionReport]:
+    """Apply retention to every partition of ``topic`` in one Delta commit.
+
+    Works on the log's add actions as columns and builds objects only for the
+    files it removes, so its cost follows those files, not the table's size.
+
+    Raises:
+        UnknownTopicOrPartitionError: no such topic.
+        ConcurrentTransactionsError: other maintenance kept removing the same
+            files first (after a few re-plans).
+    """
+    for _attempt in range(_ATTEMPTS):
+        dt = catalog.table(topic)
+        count, config = catalog.topic_config(topic, dt)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        by_part = _files.partition_files(dt)
+        if by_part is None:  # some file has no offset statistics: read them the slow way
+            root = _delta.table_path(dt)
+            by_part = {p: _files.PartitionFiles.of(p, fs, root) for p, fs in _files.live_files(dt).items()}
+        drops = {p: retained_from(cols, config, now) for p, cols in by_part.items()}
+        removes = [by_part[p].file(i) for p, n in drops.items() for i in range(n)]
+        version: int | None = None
+        if removes:
+            try:
+                version = _files.commit(dt, removes, [], data_change=True, operation="retention")
+            except CommitFailedError:
+                continue  # another maintenance run removed some of these files; plan again
+        reports = []
+        for p in range(count):
+            cols = by_part.get(p)
+            n = drops.get(p, 0)
+            gone = [f for f in removes if f.partition == p]
+            start = int(cols.min_offset[n]) if cols is not None and n < len(cols) else high_watermark(dt, p, [])
+            r = PartitionReport(
+                topic,
+                p,
+                files_removed=len(gone),
+                bytes_removed=sum(f.size_bytes for f in gone),
+                records_removed=sum(f.num_records for f in gone),
+                log_start_offset=start,
+                version=version if gone else None,
+            )
+            progress(
+                f"retention {topic}/{p}: removed {r.files_removed} files ({r.bytes_removed} bytes), "
+                f"log start offset {r.log_start_offset}"
+            )
+            reports.append(r)
+        return reports
+    raise ConcurrentTransactionsError(f"retention of topic '{topic}': lost the commit race {_ATTEMPTS} times")

@@ -1,0 +1,125 @@
+"""The long-running maintenance scheduler behind ``logstore maintain run --every``.
+
+Each cycle runs, per topic, the jobs its policy calls for: ``retention`` when
+``cleanup.policy`` contains ``delete``, ``clean`` (key compaction) when it
+contains ``compact``, then ``compact`` (segment compaction) and ``vacuum`` for
+every topic. A failing job is logged with its traceback and the cycle goes
+on; the next cycle starts ``every_s`` seconds after the previous one started.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from logstore.catalog import Catalog
+from maintenance.job import run_job
+from maintenance.report import RunReport
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["Scheduler", "jobs_for_policy", "parse_duration"]
+
+log = logging.getLogger("logstore.maintenance")
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"5m"`` → 300.0 seconds; units ms, s, m, h, d; a bare number is seconds.
+
+    Raises:
+        ValueError: not a duration.
+    """
+    t = text.strip().lower()
+    for unit in sorted(_UNITS, key=len, reverse=True):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * _UNITS[unit]
+    return float(t)
+
+
+def jobs_for_policy(cleanup_policy: str) -> list[str]:
+    """The jobs a cycle runs for a topic with ``cleanup_policy``, in order."""
+    jobs = []
+    if "delete" in cleanup_policy:
+        jobs.append("retention")
+    if "compact" in cleanup_policy:
+        jobs.append("clean")
+    return [*jobs, "compact", "vacuum"]
+
+
+class Scheduler:
+    """Runs maintenance cycles over every topic of a catalog.
+
+    Args:
+        catalog: the store's catalog (topics are listed afresh each cycle).
+        spark: the session for the Spark jobs; without one, ``clean`` is skipped
+            and segment compaction runs in-process.
+        every_s: seconds from one cycle's start to the next's.
+        run: the job runner (``run_job``'s signature), replaceable for tests.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        spark: SparkSession | None = None,
+        every_s: float = 300.0,
+        run: Callable[..., RunReport] = run_job,
+    ) -> None:
+        self.catalog = catalog
+        self.spark = spark
+        self.every_s = every_s
+        self._run = run
+        self._stop = threading.Event()
+        self.cycles_done = 0
+        self.failures = 0
+
+    def stop(self) -> None:
+        """Ask :meth:`run_forever` to return after the current job."""
+        self._stop.set()
+
+    def run_cycle(self) -> list[RunReport]:
+        """One pass over every topic; returns each job run's report."""
+        reports: list[RunReport] = []
+        for topic in self.catalog.list_topics():
+            try:
+                _, config = self.catalog.topic_config(topic)
+            except Exception:
+                log.exception("maintenance: cannot read topic %s; skipping it this cycle", topic)
+                self.failures += 1
+                continue
+            for job in jobs_for_policy(config.cleanup_policy):
+                if self._stop.is_set():
+                    return reports
+                if job == "clean" and self.spark is None:
+                    log.warning("maintenance: %s needs key compaction but no SparkSession was given", topic)
+                    continue
+                try:
+                    report = self._run(job, self.catalog, topics=[topic], spark=self.spark, progress=log.info)
+                except Exception:
+                    log.exception("maintenance: %s of topic %s failed; the next cycle retries", job, topic)
+                    self.failures += 1
+                    continue
+                if report.errors:
+                    self.failures += 1
+                    log.error("maintenance: %s", report.summary())
+                else:
+                    log.info("maintenance: %s", report.summary())
+                reports.append(report)
+        return reports
+
+    def run_forever(self, cycles: int | None = None) -> None:
+        """Run cycles until :meth:`stop` (or ``cycles`` of them), ``every_s`` apart."""
+        while not self._stop.is_set() and (cycles is None or self.cycles_done < cycles):
+            started = time.monotonic()
+            log.info("maintenance: cycle %d starts", self.cycles_done + 1)
+            self.run_cycle()
+            self.cycles_done += 1
+            if cycles is not None and self.cycles_done >= cycles:
+                break
+            self._stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))

@@ -1,0 +1,121 @@
+"""Segment compaction: merge runs of small adjacent files of a partition towards ``segment.bytes``.
+
+Many small commits leave many small files; every file costs a reader an open
+and the writer's commits a little more log to carry. Per partition, in offset
+order, adjacent files smaller than ``segment.bytes`` are grouped greedily into
+bins of at most ``segment.bytes`` (input bytes); each bin of two or more files
+becomes one file holding the same records, sorted by offset, so a file's
+``[min, max]`` offset range stays a contiguous slice of the partition and the
+readers' offset pruning stays sharp. Files already at ``segment.bytes`` are
+left alone, and nothing changes across a bin boundary.
+
+Records and offsets are unchanged, so the commit (per partition: remove the
+bin's files, add the merged file) says ``dataChange=false``. Bins are
+rewritten as Spark tasks when a SparkSession is given (each task reads its
+files with Arrow and writes the merged one into the table directory, so the
+bytes of every record are copied as they are), else in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake.exceptions import CommitFailedError
+
+from logstore import _delta
+from logstore.catalog import Catalog
+from maintenance import _files
+from maintenance.report import PartitionReport, Progress, print_progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["plan_segments", "run_segment_compaction"]
+
+
+def plan_segments(files: Sequence[_files.LiveFile], segment_bytes: int) -> list[list[_files.LiveFile]]:
+    """Bins of adjacent small files (offset order) to merge; only bins of two or more files."""
+    bins: list[list[_files.LiveFile]] = []
+    current: list[_files.LiveFile] = []
+    size = 0
+    for f in files:
+        if f.size_bytes >= segment_bytes:
+            bins.append(current)
+            current, size = [], 0
+            continue
+        if current and size + f.size_bytes > segment_bytes:
+            bins.append(current)
+            current, size = [], 0
+        current.append(f)
+        size += f.size_bytes
+    bins.append(current)
+    return [b for b in bins if len(b) >= 2]
+
+
+def _rewrite_bin(task: tuple[str, int, list[str]]) -> _files.NewFile:
+    """Merge one bin's files into one (runs on a Spark executor or in-process)."""
+    root, partition, paths = task
+    data = pa.concat_tables([pq.read_table(p, schema=_files.FILE_SCHEMA) for p in paths])
+    return _files.write_segment(root, partition, data)
+
+
+def run_segment_compaction(
+    catalog: Catalog,
+    topic: str,
+    *,
+    spark: SparkSession | None = None,
+    segment_bytes: int | None = None,
+    progress: Progress = print_progress,
+) -> list[PartitionReport]:
+    """Compact every partition of ``topic``; one Delta commit per partition that changed.
+
+    ``segment_bytes`` overrides the topic's ``segment.bytes``. A partition
+    whose commit loses a race with other maintenance (which removed one of its
+    input files) is left as it was, its merged files deleted, for the next run.
+    """
+    dt = catalog.table(topic)
+    count, config = catalog.topic_config(topic, dt)
+    target = segment_bytes if segment_bytes is not None else config.segment_bytes
+    by_part = _files.live_files(dt)
+    root = _delta.table_path(dt)
+    plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
+    tasks = [(root, p, [f.path for f in b]) for p in range(count) for b in plans[p]]
+    if tasks and spark is not None:
+        written = spark.sparkContext.parallelize(tasks, len(tasks)).map(_rewrite_bin).collect()
+    else:
+        written = [_rewrite_bin(t) for t in tasks]
+    starts = _files.log_start_offsets(catalog, topic)
+    reports = []
+    i = 0
+    for p in range(count):
+        bins = plans[p]
+        new = written[i : i + len(bins)]
+        i += len(bins)
+        removes = [f for b in bins for f in b]
+        version = None
+        if removes:
+            try:
+                version = _files.commit(dt, removes, new, data_change=False, operation="segment-compaction")
+            except CommitFailedError:
+                _files.discard(root, new)
+                progress(f"compact {topic}/{p}: skipped, other maintenance changed its files first")
+                removes, new = [], []
+        r = PartitionReport(
+            topic,
+            p,
+            files_removed=len(removes),
+            bytes_removed=sum(f.size_bytes for f in removes),
+            files_added=len(new),
+            bytes_added=sum(f.size_bytes for f in new),
+            log_start_offset=starts[p],
+            version=version,
+        )
+        progress(
+            f"compact {topic}/{p}: merged {r.files_removed} files ({r.bytes_removed} bytes) "
+            f"into {r.files_added} ({r.bytes_added} bytes)"
+        )
+        reports.append(r)
+    return reports

@@ -1,0 +1,134 @@
+"""Key compaction keeps the latest record per key, expires old tombstones, spares the active tail."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from logstore import _delta
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+from maintenance import run_key_compaction
+
+pytestmark = pytest.mark.spark
+
+HOUR_MS = 3600 * 1000
+NOW_MS = 1_800_000_000_000
+Record = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
+
+
+def produce(w: TopicWriter, records: list[tuple[int, bytes | None, bytes | None]], ts_ms: int) -> list[Record]:
+    """One commit of (partition, key, value) records; returns them with their offsets."""
+    parts = [r[0] for r in records]
+    (res,) = w.append(
+        [
+            ProducerBatch(
+                input_table(
+                    parts, [r[2] for r in records], keys=[r[1] for r in records], timestamps_ms=[ts_ms] * len(records)
+                )
+            )
+        ]
+    )
+    assert not isinstance(res, Exception)
+    offsets = res.offsets.to_pylist()
+    return [(p, o, k, v) for (p, k, v), o in zip(records, offsets, strict=True)]
+
+
+def latest_per_key(records: list[Record]) -> list[Record]:
+    latest: dict[tuple[int, bytes], int] = {}
+    for p, o, k, _ in records:
+        if k is not None:
+            latest[(p, k)] = max(o, latest.get((p, k), -1))
+    return [r for r in records if r[2] is None or latest[(r[0], r[2])] == r[1]]
+
+
+def live(spark: SparkSession, store: LogStore, topic: str) -> list[Record]:
+    rows = (
+        spark.read.format("delta").load(store.catalog.topic_path(topic)).select("partition", "offset", "key", "value")
+    )
+    return sorted((r[0], r[1], r[2], r[3]) for r in rows.collect())
+
+
+def test_keeps_exactly_the_latest_record_per_key(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2, cleanup_policy="compact", delete_retention_ms=24 * HOUR_MS)
+    w = TopicWriter(store.catalog, t)
+    written: list[Record] = []
+    for c in range(6):
+        batch: list[tuple[int, bytes | None, bytes | None]] = [
+            (i % 2, f"k{(c + i) % 4}".encode(), f"v{c}-{i}".encode()) for i in range(6)
+        ]
+        batch.append((0, None, f"unkeyed-{c}".encode()))
+        written += produce(w, batch, NOW_MS - 2 * HOUR_MS)
+    written += produce(w, [(1, b"k1", None)], NOW_MS - 2 * HOUR_MS)  # a young tombstone: kept
+    hw = [store.describe_topic(t).partitions[p].high_watermark for p in (0, 1)]
+    epoch = _delta.txn_version(store.catalog.table(t), _delta.APP_EPOCH)
+
+    reports = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None)
+
+    expected = sorted(latest_per_key(written))
+    got = live(spark, store, t)
+    schema = "partition int, offset long, key binary, value binary"
+    assert_df_equality(spark.createDataFrame(got, schema), spark.createDataFrame(expected, schema))
+    assert sum(r.records_removed for r in reports) == len(written) - len(expected)
+    info = store.describe_topic(t)
+    assert [p.high_watermark for p in info.partitions] == hw
+    assert [p.num_files for p in info.partitions] == [1, 1]
+    dt = store.catalog.table(t)
+    assert _delta.txn_version(dt, _delta.APP_EPOCH) == epoch
+    assert dt.protocol().min_writer_version == 2
+    # consumers see gaps, not renumbering; the writer keeps counting from the high watermark
+    fetched = store.fetch(t, 1, info.partitions[1].log_start_offset, max_records=100).records
+    assert fetched["offset"].to_pylist() == [r[1] for r in expected if r[0] == 1]
+    w.append([ProducerBatch(input_table([0], [b"next"], keys=[b"k0"]))])
+    assert store.describe_topic(t).partitions[0].high_watermark == hw[0] + 1
+
+
+def test_tombstones_expire_after_delete_retention_ms(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=1, cleanup_policy="compact", delete_retention_ms=HOUR_MS)
+    w = TopicWriter(store.catalog, t)
+    produce(w, [(0, b"a", b"1"), (0, b"b", b"1"), (0, b"c", b"1")], NOW_MS - 5 * HOUR_MS)
+    produce(w, [(0, b"a", None)], NOW_MS - 3 * HOUR_MS)  # old tombstone: a disappears entirely
+    produce(w, [(0, b"b", None)], NOW_MS - 10 * 60 * 1000)  # young tombstone: kept until it ages
+
+    (report,) = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None)
+
+    assert live(spark, store, t) == [(0, 2, b"c", b"1"), (0, 4, b"b", None)]
+    assert report.records_removed == 3
+    assert report.log_start_offset == 2
+    (again,) = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS + 2 * HOUR_MS, progress=lambda _: None)
+    assert live(spark, store, t) == [(0, 2, b"c", b"1")]
+    assert again.records_removed == 1
+    assert store.describe_topic(t).partitions[0].high_watermark == 5
+
+
+def test_records_younger_than_the_lag_are_never_touched(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=1, cleanup_policy="compact,delete", min_compaction_lag_ms=HOUR_MS)
+    w = TopicWriter(store.catalog, t)
+    produce(w, [(0, b"a", b"old-1"), (0, b"a", b"old-2")], NOW_MS - 2 * HOUR_MS)
+    produce(w, [(0, b"a", b"young-1"), (0, b"a", b"young-2")], NOW_MS - 10 * 60 * 1000)
+
+    run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None)
+
+    # the old file is cleaned (superseded even by the tail); the tail keeps its duplicates
+    assert live(spark, store, t) == [(0, 2, b"a", b"young-1"), (0, 3, b"a", b"young-2")]
+
+
+def test_delete_only_topics_are_left_alone(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=1)
+    w = TopicWriter(store.catalog, t)
+    produce(w, [(0, b"a", b"1"), (0, b"a", b"2")], NOW_MS - HOUR_MS)
+    assert run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None) == []
+    assert len(live(spark, store, t)) == 2

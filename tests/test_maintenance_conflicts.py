@@ -1,0 +1,84 @@
+"""Maintenance commits against concurrent writers and each other (Delta optimistic concurrency)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from logstore import _delta
+from logstore.schema import TOPIC_SCHEMA, input_table
+from logstore.store import LogStore
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.writer import TopicWriter
+from maintenance import _files, run_retention, run_segment_compaction
+
+
+def setup_topic(store: LogStore, make_topic: Callable[..., str], commits: int = 4) -> tuple[str, TopicWriter]:
+    t = make_topic(partitions=1, retention_bytes=0)  # retention keeps only the newest file
+    w = TopicWriter(store.catalog, t)
+    for c in range(commits):
+        w.append([ProducerBatch(input_table([0, 0], [f"{c}a".encode(), f"{c}b".encode()]))])
+    return t, w
+
+
+def stale_append(stale: DeltaTable, epoch: int) -> None:
+    """The writer's commit path (append + its epoch app transaction) on a snapshot from before maintenance."""
+    write_deltalake(
+        stale,
+        TOPIC_SCHEMA.empty_table(),
+        partition_by=["partition"],
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction(_delta.APP_EPOCH, epoch)]),
+    )
+
+
+def test_segment_compaction_never_conflicts_with_a_writer(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t, w = setup_topic(store, make_topic)
+    stale = store.catalog.table(t)
+    (report,) = run_segment_compaction(store.catalog, t, progress=lambda _: None)
+    assert report.files_removed == 4
+    stale_append(stale, w.epoch)  # dataChange=false removes: the stale append commits as it is
+    w.append([ProducerBatch(input_table([0], [b"after"]))])
+    assert store.fetch(t, 0, 6, max_records=10).records["value"].to_pylist() == [b"3a", b"3b", b"after"]
+
+
+def test_a_writer_racing_retention_retries_and_stays_gap_free(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t, w = setup_topic(store, make_topic)
+    stale = store.catalog.table(t)
+    run_retention(store.catalog, t, progress=lambda _: None)
+    # delta-rs counts every file of an append's snapshot as read, so a data-changing remove of one of
+    # them makes the racing append lose: it must re-read the table and commit again.
+    with pytest.raises(CommitFailedError):
+        stale_append(stale, w.epoch)
+    # TopicWriter does exactly that: the append lands after one retry, offsets gap-free from the HW
+    (res,) = w.append([ProducerBatch(input_table([0], [b"after"]))])
+    assert isinstance(res, AppendResult) and res.offsets.to_pylist() == [8]
+    assert store.fetch(t, 0, 6, max_records=10).records["value"].to_pylist() == [b"3a", b"3b", b"after"]
+
+
+def test_maintenance_on_a_stale_snapshot_rebases_over_appends(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t, w = setup_topic(store, make_topic)
+    stale = store.catalog.table(t)
+    first = _files.live_files(stale)[0][0]
+    w.append([ProducerBatch(input_table([0], [b"meanwhile"]))])
+    version = _files.commit(stale, [first], [], data_change=True, operation="retention")
+    assert version == store.catalog.table(t).version()
+    assert store.describe_topic(t).partitions[0].log_start_offset == 2
+    assert store.describe_topic(t).partitions[0].high_watermark == 9
+
+
+def test_two_maintenance_commits_removing_one_file_conflict(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t, _ = setup_topic(store, make_topic)
+    a, b = store.catalog.table(t), store.catalog.table(t)
+    first = _files.live_files(a)[0][0]
+    _files.commit(a, [first], [], data_change=True, operation="retention")
+    version = store.catalog.table(t).version()
+    with pytest.raises(CommitFailedError):
+        _files.commit(b, [first], [], data_change=True, operation="retention")
+    assert store.catalog.table(t).version() == version
+    # the job itself re-plans from the new snapshot and finishes
+    (report,) = run_retention(store.catalog, t, progress=lambda _: None)
+    assert report.files_removed == 2 and report.log_start_offset == 6
