@@ -8,13 +8,12 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 
 * a maintenance commit made from a stale snapshot rebases over the writer's
   appends — appends never make maintenance fail;
-* a ``dataChange=false`` rewrite (segment compaction) never makes a writer's
-  append fail either;
-* a ``dataChange=true`` remove (retention, key compaction) does make an append
-  that raced it fail: delta-rs counts every file of an append's snapshot as
-  read. ``TopicWriter`` re-reads the table and commits again (its offsets come
-  from the high watermark, which maintenance never changes), so a maintenance
-  commit costs a racing writer one retry, never a lost or duplicated record;
+* the ``TopicWriter`` commits through its own log append (``logstore/_log_append.py``):
+  when a maintenance commit took the version it wanted, it steps over commits that
+  only remove files or rewrite them with ``dataChange=false`` (retention, segment
+  compaction) and re-reads the table after one that changes data (key compaction).
+  Its offsets come from the high watermark, which maintenance never changes, so a
+  racing writer loses and duplicates nothing;
 * two maintenance commits that remove the same file conflict: the second
   fails with ``CommitFailedError`` and changes nothing.
 
