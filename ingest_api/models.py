@@ -13,7 +13,9 @@ INT64_MAX = 2**63 - 1
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
 """An offset, a sequence or a count: 0..2^63-1, like Kafka's int64 fields."""
 TimestampMs = Annotated[int, Field(ge=0, le=INT64_MAX // 1000, description="ms since the epoch")]
-PartitionCount = Annotated[int, Field(ge=1, le=10_000)]
+PartitionCount = Annotated[
+    int, Field(ge=-INT64_MAX, le=INT64_MAX, description="1..10000; others are 400 INVALID_PARTITIONS")
+]
 
 Bytes = str | dict[str, str] | None
 """A UTF-8 string, or ``{"b64": "…"}`` for binary, or null."""
