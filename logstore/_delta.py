@@ -19,7 +19,10 @@ Every logstore commit to a topic carries Delta *application transactions*
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -28,6 +31,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
+
+_T = TypeVar("_T")
 
 APP_EPOCH = "logstore.epoch"
 PRODUCERS_METADATA = "logstore.producers"
@@ -123,11 +128,29 @@ def open_table(path: str) -> DeltaTable:
         KafkaStorageError: the table cannot be read.
     """
     try:
-        return DeltaTable(path)
+        return _listing_retry(lambda: DeltaTable(path))
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:
         raise KafkaStorageError(f"cannot open table at {path}: {e}") from e
+
+
+def refresh(dt: DeltaTable) -> None:
+    """Load the table's newest version into ``dt`` (delta-rs errors pass through)."""
+    _listing_retry(dt.update_incremental)
+
+
+def _listing_retry(load: Callable[[], _T]) -> _T:
+    # A directory listing is no snapshot: one taken while commits N and N+1 are created can
+    # show N+1 without N, and delta-rs refuses such a "gap". Listing again sees both.
+    for attempt in range(20):
+        try:
+            return load()
+        except DeltaError as e:
+            if "Expected contiguous commit files" not in str(e) or attempt == 19:
+                raise
+            time.sleep(0.001 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def translate(e: Exception, what: str) -> LogstoreError:

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from logstore._delta import open_table, refresh
 from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
@@ -234,9 +235,9 @@ class _Checkpointer:
                 self._wanted, self._busy = False, True
             try:
                 if table is None:
-                    table = DeltaTable(self._root)
+                    table = open_table(self._root)
                 else:
-                    table.update_incremental()
+                    refresh(table)
                 table.create_checkpoint()
             except Exception:
                 table = None

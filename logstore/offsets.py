@@ -123,7 +123,7 @@ class OffsetsStore:
     def _table(self) -> DeltaTable | None:
         if self._dt is None:
             try:
-                self._dt = DeltaTable(self.path)
+                self._dt = _delta.open_table(self.path)
             except TableNotFoundError:
                 return None
         return self._dt
@@ -132,7 +132,7 @@ class OffsetsStore:
         dt = self._table()
         if dt is None:
             return {}
-        dt.update_incremental()
+        _delta.refresh(dt)
         if dt.version() == self._cache_version:
             return self._cache
         files = [os.path.join(_delta.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]

@@ -57,7 +57,7 @@ class TopicReader:
     def refresh(self) -> int:
         """Load the newest table version; returns it."""
         try:
-            self._dt.update_incremental()
+            _delta.refresh(self._dt)
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read topic '{self.topic}': {e}") from e
         return self._dt.version()

@@ -322,7 +322,7 @@ class TopicWriter:
         if state.last_seq is None or seq < state.last_seq - PRODUCER_WINDOW + 1:
             return None
         # After a restart the window lives only in the commit history.
-        self._dt.update_incremental()
+        _delta.refresh(self._dt)
         for commit in self._dt.history(_HISTORY_LIMIT):
             for entry in commit.get(_delta.PRODUCERS_METADATA) or []:
                 if entry.get("id") == producer_id and entry.get("seq") == seq:
@@ -440,7 +440,7 @@ class TopicWriter:
                 self._commit_files([], [(_delta.APP_EPOCH, self.epoch)], {"operation": "CLAIM"})
                 return
             except _Replan:
-                self._dt.update_incremental()
+                _delta.refresh(self._dt)
                 self._version = self._dt.version()
                 self._load_state()
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
@@ -460,7 +460,7 @@ class TopicWriter:
 
     def _refresh(self) -> None:
         try:
-            self._dt.update_incremental()
+            _delta.refresh(self._dt)
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot re-read topic '{self.topic}': {e}") from e
         self._version = max(self._version, self._dt.version())

@@ -330,7 +330,7 @@ def commit(
             }
         ),
     )
-    dt_.update_incremental()
+    _delta.refresh(dt_)
     # delta-rs does not return the version it committed at (it may have rebased over others' commits).
     for info in dt_.history(max(1, dt_.version() - before)):
         if (info.get(_MAINTENANCE_METADATA) or {}).get("id") == run_id:
