@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import os
 import threading
 import time
@@ -72,6 +73,8 @@ class LogAppender:
         self._fsync = fsync
         self._checkpoints = _Checkpointer(table_root)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
 
     # -- data files -------------------------------------------------------------
 
@@ -115,6 +118,18 @@ class LogAppender:
         except OSError as err:
             raise KafkaStorageError(f"cannot sync data files of {self.root}: {err}") from err
         return files
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold this table's writer lock (``<table>/_logstore_writer.lock``, ignored by Delta and vacuum)."""
+        with self._lock:  # threads of this process
+            if self._lock_fd is None:
+                self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # other processes on this host
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def discard(self, files: Sequence[_File]) -> None:
         """Delete data files that no commit references (after a lost race)."""
@@ -197,6 +212,9 @@ class LogAppender:
     def close(self) -> None:
         self._checkpoints.close()
         self._pool.shutdown(wait=False)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 class _Checkpointer:

@@ -175,17 +175,27 @@ class TopicWriter:
             KafkaStorageError: the table could not be written; the outcome may be
                 unknown, so retry idempotently.
         """
+        # Writers of this table on this host take turns (a file lock), so a cooperative
+        # writer is not starved by a busy leader; across hosts the commit race decides.
+        with self._appender.exclusive():
+            return self._append(batches)
+
+    def _append(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
         for _attempt in range(self._max_attempts):
+            _moved, full = self._absorb(self._version + 1)  # catch up before writing files
+            if full:
+                self._refresh()
             results, planned = self._plan(batches)
             if not planned:
                 self._fill_pending_duplicates(batches, results)
                 return [r for r in results if r is not None]
             try:
                 version, offsets = self._commit(planned)
-            except _Replan:
-                self._refresh()
+            except _Replan as replan:
+                if replan.full:
+                    self._refresh()
                 # Racing writers that retry in lockstep keep colliding; a short random pause breaks the tie.
-                time.sleep(random.uniform(0, min(0.05, 0.001 * 2**_attempt)))
+                time.sleep(random.uniform(0, min(0.01, 0.0005 * 2**_attempt)))
                 continue
             except (KafkaStorageError, OSError) as e:
                 self._refresh()
@@ -396,16 +406,59 @@ class TopicWriter:
             try:
                 self._appender.commit(version, files, txns, info)
             except VersionTaken:
-                last = version
-                for v, action in self._appender.actions_since(version):
-                    last = v
-                    if _moves_offsets(action):
-                        self._appender.discard(files)
-                        raise _Replan() from None
-                version = last + 1
+                moved, full = self._absorb(version)
+                if moved:
+                    self._appender.discard(files)
+                    raise _Replan(full) from None
+                version = self._version + 1
                 continue
             self._version = version
             return
+
+    def _absorb(self, version: int) -> tuple[bool, bool]:
+        """Step over the commits from ``version`` on; (did any move offsets, is a re-read needed)."""
+        commits: dict[int, list[dict[str, Any]]] = {}
+        for v, action in self._appender.actions_since(version):
+            commits.setdefault(v, []).append(action)
+        moved = full = False
+        for actions in commits.values():
+            if any(_moves_offsets(a) for a in actions):
+                moved = True
+                full = full or not self._apply_winner(actions)
+        if commits:
+            self._version = max(commits)
+        return moved, full
+
+    def _apply_winner(self, actions: list[dict[str, Any]]) -> bool:
+        """Fold another committer's commit into this writer's state; False if only a re-read can.
+
+        A logstore commit says where the high watermarks, the epoch and its
+        producers now stand, which keeps a lost race cheap. Data from another
+        engine, a new partition count or a config change need a re-read.
+
+        Raises:
+            FencedLeaderEpochError: the winner holds a newer epoch.
+        """
+        txns = {str(a["txn"].get("appId")): int(a["txn"].get("version", 0)) for a in actions if "txn" in a}
+        if _delta.APP_EPOCH not in txns or any("metaData" in a or "protocol" in a for a in actions):
+            return False
+        epoch = txns[_delta.APP_EPOCH]
+        if self._join:
+            self.epoch = max(self.epoch, epoch)
+        elif epoch > self.epoch:
+            raise FencedLeaderEpochError(
+                f"topic '{self.topic}' was claimed by epoch {epoch}; this committer (epoch {self.epoch}) is fenced"
+            )
+        for app, version in txns.items():
+            if app.startswith("logstore.hw."):
+                p = int(app.removeprefix("logstore.hw."))
+                if p >= len(self._hw):
+                    return False
+                self._hw[p] = max(self._hw[p], version)
+            elif app.startswith("logstore.producer."):
+                pid = app.removeprefix("logstore.producer.")
+                self._producers.setdefault(pid, _Producer(version)).last_seq = version
+        return True
 
     def _stamp(self, table: pa.Table, offsets: np.ndarray, now_ms: int) -> pa.Table:
         n = len(table)
@@ -441,7 +494,7 @@ class TopicWriter:
                 return
             except _Replan:
                 _delta.refresh(self._dt)
-                self._version = self._dt.version()
+                self._version = max(self._version, self._dt.version())
                 self._load_state()
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
 
@@ -480,7 +533,11 @@ class TopicWriter:
 
 
 class _Replan(Exception):
-    """A concurrent commit changed offsets, partitions or config: re-read the table and plan again."""
+    """A concurrent commit changed offsets, partitions or config: plan again (after a re-read if ``full``)."""
+
+    def __init__(self, full: bool) -> None:
+        super().__init__("re-plan")
+        self.full = full
 
 
 def _moves_offsets(action: dict[str, Any]) -> bool:
