@@ -63,6 +63,7 @@ class OffsetsStore:
         self._dt: DeltaTable | None = None
         self._cache_version = -1
         self._cache: dict[tuple[str, str, int], tuple[int, int, str | None]] = {}
+        self._files: dict[str, pa.Table] = {}
 
     def commit(
         self,
@@ -136,9 +137,11 @@ class OffsetsStore:
         if dt.version() == self._cache_version:
             return self._cache
         files = [os.path.join(_delta.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+        # Files never change once committed: read each one once, however often the table moves.
+        self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[tuple[str, str, int], tuple[int, int, str | None]] = {}
         if files:
-            data = pa.concat_tables([pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files])
+            data = pa.concat_tables(list(self._files.values()))
             data = data.sort_by([("commit_time", "ascending")])
             times = pc.cast(data["commit_time"], pa.int64())
             for g, t, p, o, ts, m in zip(
