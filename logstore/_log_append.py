@@ -88,7 +88,6 @@ class LogAppender:
         ends = np.concatenate([bounds, [len(parts)]])
         data = records.drop_columns(["partition"])
         files = []
-        paths: list[str] = []
         now_ms = time.time_ns() // 1_000_000
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             p = int(parts[s])
@@ -101,7 +100,6 @@ class LogAppender:
                 size = os.path.getsize(path)
             except OSError as err:
                 raise KafkaStorageError(f"cannot write {path}: {err}") from err
-            paths.append(path)
             add = {
                 "path": rel,
                 "partitionValues": {"partition": str(p)},
@@ -111,12 +109,6 @@ class LogAppender:
                 "stats": _stats(chunk),
             }
             files.append(_File(add, path))
-        # The commit will point at these files: they must be on disk before it is.
-        try:
-            if self._fsync:
-                list(self._pool.map(fsync_path, paths))
-        except OSError as err:
-            raise KafkaStorageError(f"cannot sync data files of {self.root}: {err}") from err
         return files
 
     @contextlib.contextmanager
@@ -172,12 +164,24 @@ class LogAppender:
         lines += [orjson.dumps({"add": f.add}) for f in files]
         final = os.path.join(self.log_dir, f"{version:020d}.json")
         tmp = os.path.join(self.log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+        # The commit points at the data files: they, and their directory entries, must be on
+        # disk before it is. Their fsyncs run in parallel with the commit file's own.
+        synced = (
+            [
+                self._pool.submit(fsync_path, p)
+                for p in {f.path for f in files} | {os.path.dirname(f.path) for f in files}
+            ]
+            if self._fsync
+            else []
+        )
         try:
             with open(tmp, "wb") as fh:
                 fh.write(b"\n".join(lines) + b"\n")
                 fh.flush()
                 if self._fsync:
                     os.fsync(fh.fileno())
+            for fut in synced:
+                fut.result()
             try:
                 os.link(tmp, final)  # atomic, and fails if the version exists
             except FileExistsError:
