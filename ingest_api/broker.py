@@ -33,7 +33,6 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest_api.metrics import Metrics
 from ingest_api.parse import ParsedRecords
@@ -42,7 +41,6 @@ from logstore.config import LogstoreConfig
 from logstore.errors import (
     FencedLeaderEpochError,
     LogstoreError,
-    MessageTooLargeError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
@@ -51,7 +49,7 @@ from logstore.errors import (
 )
 from logstore.partitioner import Partitioner
 from logstore.reader import TopicReader
-from logstore.schema import INPUT_SCHEMA, record_sizes
+from logstore.schema import INPUT_SCHEMA
 from logstore.store import LogStore
 from logstore.structs import AppendResult, FetchResult, ProducerBatch
 from logstore.writer import TopicWriter
@@ -178,14 +176,7 @@ class TopicPipeline:
         records = pa.Table.from_arrays(
             [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
         )
-        sizes = record_sizes(records)
-        biggest = pc.max(sizes).as_py()
-        limit = self._topic_config.message_max_bytes
-        if biggest > limit:
-            raise MessageTooLargeError(
-                f"a record of {biggest} bytes exceeds message.max.bytes={limit} of topic '{self.topic}'"
-            )
-        nbytes = int(pc.sum(sizes).as_py())
+        nbytes = self.writer.check_records(records)
         counts = np.bincount(parts.to_numpy(zero_copy_only=False), minlength=self._num_partitions).astype(np.int64)
         self._broker.buffer.reserve(nbytes)
         try:
@@ -223,7 +214,9 @@ class TopicPipeline:
             if acks == "1" and pid is None:
                 pid, seq = self._wal_pid, self._wal_seq
                 self._wal_seq += 1
-            item = _Pending(ProducerBatch(records, pid, seq), nbytes, Future(), predicted, counts=counts)
+            item = _Pending(
+                ProducerBatch(records, pid, seq, validated=True), nbytes, Future(), predicted, counts=counts
+            )
             if predicted:
                 item.promised = _offsets(parts.to_numpy(zero_copy_only=False), self._leo)
                 self._leo[: len(counts)] += counts

@@ -43,6 +43,10 @@ from logstore.errors import KafkaStorageError
 __all__ = ["LogAppender", "VersionTaken"]
 
 _ENGINE = "logstore"
+# Keys and timestamps repeat within a batch; offsets, values and headers rarely do.
+_DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
+# Row-group statistics serve offset and time pruning; min/max of values would only cost.
+_STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
 
 
 class VersionTaken(Exception):
@@ -96,7 +100,14 @@ class LogAppender:
             path = os.path.join(self.root, rel)
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                pq.write_table(chunk, path, compression="snappy")
+                with pa.OSFile(path, "wb") as sink:
+                    pq.write_table(
+                        chunk,
+                        sink,
+                        compression="snappy",
+                        use_dictionary=_DICTIONARY_COLUMNS,
+                        write_statistics=_STATISTICS_COLUMNS,
+                    )
                 size = os.path.getsize(path)
             except OSError as err:
                 raise KafkaStorageError(f"cannot write {path}: {err}") from err

@@ -68,6 +68,8 @@ class ProducerBatch:
     records: pa.Table
     producer_id: str | None = None
     sequence: int | None = None
+    validated: bool = False
+    """The records passed :meth:`TopicWriter.check_records` already (sizes, timestamps)."""
 
 
 @dataclass(frozen=True)

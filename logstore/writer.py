@@ -243,7 +243,9 @@ class TopicWriter:
                 if len(records) and pc.max(records["partition"]).as_py() >= self._num_partitions and not refreshed:
                     self._refresh()  # partitions may have been added since we last looked
                     refreshed = True
-                self._check_records(records)
+                self._check_partitions(records)
+                if not batch.validated:
+                    self.check_records(records)
                 if batch.producer_id is not None:
                     dup = self._check_sequence(batch, pending_seq)
                     if dup is not None:
@@ -260,7 +262,33 @@ class TopicWriter:
         self._waiting = waiting
         return results, [p for p in planned if len(p.records) or p.batch.producer_id is not None]
 
-    def _check_records(self, records: pa.Table) -> None:
+    def check_records(self, records: pa.Table) -> int:
+        """Check ``records`` against this topic's limits; returns their size in bytes.
+
+        The size is what ``message.max.bytes`` counts (key + value + headers).
+        A front end that calls this before queueing a batch marks the batch
+        ``validated`` so :meth:`append` does not check it twice. Safe to call
+        from another thread than the committer's.
+
+        Raises:
+            MessageTooLargeError: a record over the topic's ``message.max.bytes``.
+            InvalidTimestampError: a negative timestamp.
+        """
+        if not len(records):
+            return 0
+        sizes = record_sizes(records)
+        biggest = pc.max(sizes).as_py()
+        limit = self._config.message_max_bytes
+        if biggest > limit:
+            raise MessageTooLargeError(
+                f"a record of {biggest} bytes exceeds message.max.bytes={limit} of topic '{self.topic}'"
+            )
+        ts = records["timestamp"]
+        if ts.null_count < len(ts) and pc.min(ts.cast(pa.int64())).as_py() < 0:
+            raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+        return int(pc.sum(sizes).as_py())
+
+    def _check_partitions(self, records: pa.Table) -> None:
         if not len(records):
             return
         parts = pc.min_max(records["partition"])
@@ -270,15 +298,6 @@ class TopicWriter:
             raise UnknownTopicOrPartitionError(
                 f"partition {bad} of topic '{self.topic}' does not exist (partitions: 0..{self._num_partitions - 1})"
             )
-        biggest = pc.max(record_sizes(records)).as_py()
-        if biggest > self._config.message_max_bytes:
-            raise MessageTooLargeError(
-                f"a record of {biggest} bytes exceeds message.max.bytes={self._config.message_max_bytes} "
-                f"of topic '{self.topic}'"
-            )
-        ts = records["timestamp"]
-        if ts.null_count < len(ts) and pc.min(ts.cast(pa.int64())).as_py() < 0:
-            raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
 
     def _producer(self, producer_id: str) -> _Producer:
         state = self._producers.get(producer_id)
