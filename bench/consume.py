@@ -8,7 +8,11 @@ one Spark session:
   ``trigger(availableNow=True)`` into the ``noop`` sink;
 * ``delta``: ``read.format("delta")`` of the topic's table into ``noop`` — the limit;
 
-and prints one JSON object with records/s of each and their ratio.
+and prints one JSON object with records/s of each and their ratio. Then it
+measures end-to-end latency: a `logstore serve` on the same root receives
+small acks=all produce requests (CreateTime = send time) for ``--e2e-seconds``
+while a streaming query with a ``--trigger-ms`` processing-time trigger reads
+them; latency = the time ``foreachBatch`` sees a row minus its timestamp.
 
     .venv/bin/python bench/consume.py                        # 2M records
     .venv/bin/python bench/consume.py --records 20000000     # the target size
@@ -20,8 +24,10 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +57,65 @@ def generate(store: LogStore, topic: str, records: int, partitions: int, value_b
     return time.perf_counter() - t0
 
 
+def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[str, float]:
+    """Produce over HTTP → row seen in foreachBatch, per record: p50/p99 in ms."""
+    import threading
+    from pathlib import Path
+
+    import httpx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.server import Server
+
+    srv = Server(Path(root), **{"linger.ms": 2}).start()
+    seen: list[float] = []
+    try:
+        httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()
+
+        def collect(df: Any, _batch_id: int) -> None:
+            now_ms = time.time() * 1000
+            seen.extend(now_ms - r[0].timestamp() * 1000 for r in df.select("timestamp").collect())
+
+        q = (
+            spark.readStream.format("logstore")
+            .option("logstore.root", root)
+            .option("subscribe", "e2e")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", os.path.join(root, "_e2e_checkpoint"))
+            .trigger(processingTime=f"{trigger_ms} milliseconds")
+            .start()
+        )
+        stop = time.monotonic() + seconds
+        sent = 0
+
+        def produce() -> None:
+            nonlocal sent
+            with httpx.Client(base_url=srv.url, timeout=30) as c:
+                while time.monotonic() < stop:
+                    ms = int(time.time() * 1000)
+                    c.post("/v1/topics/e2e/records", json={"records": [{"value": "x" * 100, "timestamp": ms}] * 10})
+                    sent += 10
+                    time.sleep(0.05)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        t.join()
+        q.processAllAvailable()
+        q.stop()
+    finally:
+        srv.stop()
+    lat = np.array(seen)
+    return {
+        "records_sent": sent,
+        "records_seen": len(lat),
+        "trigger_ms": trigger_ms,
+        "p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "p99_ms": round(float(np.percentile(lat, 99)), 1),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -60,6 +125,8 @@ def main() -> None:
     ap.add_argument("--max-records-per-partition", type=int, default=1_000_000, help="records per Spark task")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default=None, help="store root (default: a temporary directory, removed after)")
+    ap.add_argument("--e2e-seconds", type=float, default=20, help="how long to produce for the latency run")
+    ap.add_argument("--trigger-ms", type=int, default=100, help="processing-time trigger of the latency query")
     args = ap.parse_args()
 
     root = args.root or tempfile.mkdtemp(prefix="logstore-bench-")
@@ -100,6 +167,7 @@ def main() -> None:
         t0 = time.perf_counter()
         spark.read.format("delta").load(store.catalog.topic_path("bench")).write.format("noop").mode("overwrite").save()
         delta_s = time.perf_counter() - t0
+        e2e = end_to_end(spark, root, args.e2e_seconds, args.trigger_ms)
         spark.stop()
 
         source_rps = source_rows / source_s
@@ -118,6 +186,7 @@ def main() -> None:
                     "delta_s": round(delta_s, 2),
                     "delta_records_per_s": round(delta_rps),
                     "ratio": round(source_rps / delta_rps, 3),
+                    "end_to_end": e2e,
                 },
                 indent=2,
             )
