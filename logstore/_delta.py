@@ -18,6 +18,8 @@ Every logstore commit to a topic carries Delta *application transactions*
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import time
 from collections.abc import Callable
@@ -158,3 +160,42 @@ def translate(e: Exception, what: str) -> LogstoreError:
     if isinstance(e, CommitFailedError):
         return ConcurrentTransactionsError(f"{what}: another committer won the commit race ({e})")
     return KafkaStorageError(f"{what}: {e}")
+
+
+def file_stats(data: pa.Table) -> str:
+    """The Delta ``stats`` JSON of a topic data file (its columns, without ``partition``).
+
+    ``numRecords``; min/max of ``offset``, ``timestamp`` (ISO-8601, ms — the
+    maximum rounded up so it is never below a record's timestamp) and
+    ``timestamp_type``; null counts. Both engines prune with these.
+    """
+    ts = pc.min_max(data["timestamp"])
+    tt = pc.min_max(data["timestamp_type"])
+    off = pc.min_max(data["offset"])
+    stats = {
+        "numRecords": len(data),
+        "minValues": {
+            "offset": off["min"].as_py(),
+            "timestamp": _iso_ms(ts["min"].as_py()),
+            "timestamp_type": tt["min"].as_py(),
+        },
+        "maxValues": {
+            "offset": off["max"].as_py(),
+            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
+            "timestamp_type": tt["max"].as_py(),
+        },
+        "nullCount": {
+            "offset": 0,
+            "timestamp": 0,
+            "timestamp_type": 0,
+            "key": data["key"].null_count,
+            "value": data["value"].null_count,
+        },
+    }
+    return json.dumps(stats)
+
+
+def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
+    if ceil and ts.microsecond % 1000:
+        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
+    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

@@ -18,7 +18,6 @@ every ``checkpoint.interval`` versions, off the commit path.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import os
 import threading
@@ -32,11 +31,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from logstore._delta import open_table, refresh
+from logstore._delta import file_stats, open_table, refresh
 from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
@@ -117,7 +115,7 @@ class LogAppender:
                 "size": size,
                 "modificationTime": now_ms,
                 "dataChange": True,
-                "stats": _stats(chunk),
+                "stats": file_stats(chunk),
             }
             files.append(_File(add, path))
         return files
@@ -283,36 +281,3 @@ class _Checkpointer:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-
-def _stats(chunk: pa.Table) -> str:
-    n = len(chunk)
-    offsets = chunk["offset"]
-    ts = pc.min_max(chunk["timestamp"])
-    tt = pc.min_max(chunk["timestamp_type"])
-    stats = {
-        "numRecords": n,
-        "minValues": {
-            "offset": pc.min(offsets).as_py(),
-            "timestamp": _iso(ts["min"].as_py()),
-            "timestamp_type": tt["min"].as_py(),
-        },
-        "maxValues": {
-            "offset": pc.max(offsets).as_py(),
-            "timestamp": _iso(ts["max"].as_py()),
-            "timestamp_type": tt["max"].as_py(),
-        },
-        "nullCount": {
-            "offset": 0,
-            "timestamp": 0,
-            "timestamp_type": 0,
-            "key": chunk["key"].null_count,
-            "value": chunk["value"].null_count,
-        },
-    }
-    return orjson.dumps(stats).decode()
-
-
-def _iso(t: dt.datetime) -> str:
-    """Delta's statistics format for timestamps: ISO-8601 UTC, milliseconds."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import time
 import uuid
@@ -248,33 +247,9 @@ def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile
     rows = max(1024, int(len(data) * ROW_GROUP_BYTES / max(1, data.nbytes)))
     pq.write_table(data, full, compression="snappy", row_group_size=rows, write_page_index=True)
     st = os.stat(full)
-    ts = pc.min_max(data["timestamp"])
-    tt = pc.min_max(data["timestamp_type"])
-    lo, hi = pc.min_max(data["offset"])["min"].as_py(), pc.min_max(data["offset"])["max"].as_py()
-    stats = {
-        "numRecords": len(data),
-        "minValues": {"offset": lo, "timestamp": _iso_ms(ts["min"].as_py()), "timestamp_type": tt["min"].as_py()},
-        # Statistics keep ms; round the maximum up so it is never below a record's timestamp.
-        "maxValues": {
-            "offset": hi,
-            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
-            "timestamp_type": tt["max"].as_py(),
-        },
-        "nullCount": {
-            "offset": 0,
-            "timestamp": 0,
-            "timestamp_type": 0,
-            "key": data["key"].null_count,
-            "value": data["value"].null_count,
-        },
-    }
-    return NewFile(rel, partition, st.st_size, len(data), lo, hi, json.dumps(stats), int(st.st_mtime * 1000))
-
-
-def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
-    if ceil and ts.microsecond % 1000:
-        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
-    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+    off = pc.min_max(data["offset"])
+    lo, hi = off["min"].as_py(), off["max"].as_py()
+    return NewFile(rel, partition, st.st_size, len(data), lo, hi, _delta.file_stats(data), int(st.st_mtime * 1000))
 
 
 def commit(
