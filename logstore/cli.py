@@ -11,7 +11,7 @@ import argparse
 import datetime
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from logstore.client import Producer, RemoteStore
@@ -27,9 +27,17 @@ __all__ = ["main"]
 _PRODUCE_BATCH = 10_000
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``logstore`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+Command = Callable[[argparse.Namespace, LogstoreConfig], object]
+
+
+def main(argv: Sequence[str] | None = None, *, serve: Command | None = None) -> int:
+    """Run the CLI; returns the exit status.
+
+    ``serve`` is the ``logstore serve`` command, supplied by the HTTP tier
+    (the console script's entry point in the HTTP package): the core itself
+    never imports the web framework.
+    """
+    args = _parser(serve).parse_args(argv)
     try:
         config = _config(args)
         return int(args.func(args, config) or 0)
@@ -239,30 +247,6 @@ def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
 # -- serve ----------------------------------------------------------------------
 
 
-def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first."""
-    overrides: dict[str, Any] = {}
-    if args.host:
-        overrides["server.host"] = args.host
-    if args.port is not None:
-        overrides["server.port"] = args.port
-    config = config.with_overrides(overrides)
-    import uvicorn
-
-    from ingest_api.app import create_app  # the core itself never imports the HTTP tier
-
-    print(f"logstore serving {config.root} on http://{config.server_host}:{config.server_port}", flush=True)
-    uvicorn.run(
-        create_app(config),
-        host=config.server_host,
-        port=config.server_port,
-        log_level="warning",
-        loop="uvloop",
-        http="httptools",
-        timeout_graceful_shutdown=30,
-    )
-
-
 # -- maintain -------------------------------------------------------------------
 
 
@@ -336,7 +320,7 @@ def _demo(args: argparse.Namespace, config: LogstoreConfig) -> None:
 # -- parser ---------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(serve: Command | None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
@@ -407,10 +391,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, help="earliest | latest | OFFSET | DATETIME (ISO 8601, UTC if no zone)")
     p.set_defaults(func=_groups_reset)
 
-    p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.set_defaults(func=_serve)
+    if serve is not None:
+        p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
+        p.add_argument("--host")
+        p.add_argument("--port", type=int)
+        p.set_defaults(func=serve)
 
     p = sub.add_parser(
         "maintain", help="retention | compact (segments) | clean (keys) | vacuum | run (scheduler)", parents=[common]
