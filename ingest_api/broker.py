@@ -52,7 +52,7 @@ from logstore.reader import TopicReader
 from logstore.schema import INPUT_SCHEMA
 from logstore.store import LogStore
 from logstore.structs import AppendResult, FetchResult, ProducerBatch
-from logstore.writer import TopicWriter
+from logstore.writer import TopicWriter, offsets_from
 
 __all__ = ["Acks", "Broker", "TopicPipeline"]
 
@@ -218,7 +218,7 @@ class TopicPipeline:
                 ProducerBatch(records, pid, seq, validated=True), nbytes, Future(), predicted, counts=counts
             )
             if predicted:
-                item.promised = _offsets(parts.to_numpy(zero_copy_only=False), self._leo)
+                item.promised = offsets_from(parts.to_numpy(zero_copy_only=False), self._leo)
                 self._leo[: len(counts)] += counts
             logged = None
             if acks == "1":
@@ -362,17 +362,6 @@ class TopicPipeline:
         self._thread.join()
         self.wal.close()
         self.writer.close()
-
-
-def _offsets(parts: np.ndarray, base: np.ndarray) -> np.ndarray:
-    out = np.empty(len(parts), np.int64)
-    seen = base.copy()
-    if len(parts) and np.all(parts == parts[0]):
-        return base[parts[0]] + np.arange(len(parts), dtype=np.int64)
-    for i, p in enumerate(parts):
-        out[i] = seen[p]
-        seen[p] += 1
-    return out
 
 
 class Broker:

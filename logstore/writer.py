@@ -65,7 +65,7 @@ from logstore.schema import (
 )
 from logstore.structs import AppendResult, ProducerBatch
 
-__all__ = ["PRODUCER_WINDOW", "TopicWriter"]
+__all__ = ["PRODUCER_WINDOW", "TopicWriter", "offsets_from"]
 
 PRODUCER_WINDOW = 5
 """Committed batches per producer whose retry is answered with the original offsets (Kafka: 5)."""
@@ -341,7 +341,7 @@ class TopicWriter:
         base = np.zeros(self._num_partitions, np.int64)
         for p, (first, _) in firsts.items():
             base[p] = first
-        return AppendResult(pa.array(_offsets_from(parts.to_numpy(), base)), parts, self._version, duplicate=True)
+        return AppendResult(pa.array(offsets_from(parts.to_numpy(), base)), parts, self._version, duplicate=True)
 
     def _find_committed(self, producer_id: str, seq: int) -> dict[int, tuple[int, int]] | None:
         state = self._producer(producer_id)
@@ -374,7 +374,7 @@ class TopicWriter:
         table = pa.concat_tables([p.records for p in planned]) if len(planned) > 1 else planned[0].records
         parts = table["partition"].combine_chunks().to_numpy() if len(table) else np.zeros(0, np.int32)
         base = np.asarray(self._hw, np.int64)
-        offsets = _offsets_from(parts, base)
+        offsets = offsets_from(parts, base)
         counts = (
             np.bincount(parts, minlength=self._num_partitions)
             if len(parts)
@@ -588,7 +588,7 @@ def _as_input(records: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=INPUT_SCHEMA)
 
 
-def _offsets_from(parts: np.ndarray, base: np.ndarray) -> np.ndarray:
+def offsets_from(parts: np.ndarray, base: np.ndarray) -> np.ndarray:
     """Offsets for records on ``parts`` (in order), each partition counting up from ``base[p]``."""
     if not len(parts):
         return np.zeros(0, np.int64)
