@@ -251,7 +251,7 @@ def _zookeeper(args: argparse.Namespace, config: LogstoreConfig) -> int:
     """Run a standalone ZooKeeper server (or one ensemble member) in the foreground."""
     import os
 
-    from logstore.zookeeper import ZooKeeperServer
+    from logstore.cluster.zkserver import ZooKeeperServer
 
     peers: tuple[tuple[int, str, int, int], ...] = ()
     for i, spec in enumerate(args.peer or [], start=1):

@@ -213,6 +213,28 @@ class GroupSubscribedToTopicError(LogstoreError):
     name = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
+class StaleControllerEpochError(LogstoreError):
+    """A controller acted with an epoch older than ``/controller_epoch``: another node was elected since.
+
+    Its write changed nothing; it resigns and the cluster's one controller goes on.
+    """
+
+    code = 11
+    name = "STALE_CONTROLLER_EPOCH"
+    retriable = True
+
+
+class DuplicateBrokerRegistrationError(LogstoreError):
+    """A node id (``node.id``) is already registered by a live node in ZooKeeper.
+
+    Each node of a cluster needs its own ``node.id``; a restarted node can
+    register again once its old session has expired (``zookeeper.session.timeout.ms``).
+    """
+
+    code = 101
+    name = "DUPLICATE_BROKER_REGISTRATION"
+
+
 class ThrottlingQuotaExceededError(LogstoreError):
     """Buffers are full (``buffer.memory``); retry after the advertised delay."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.zookeeper import ZooKeeperServer, ensemble, zookeeper_ok
+from logstore.cluster.zkserver import ZooKeeperServer, ensemble, zookeeper_ok
 from tests.server import free_port
 
 pytestmark = pytest.mark.zookeeper

@@ -33,7 +33,7 @@ _MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
 def _project_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / ".cache" / "zookeeper"
+    return Path(__file__).resolve().parents[2] / ".cache" / "zookeeper"
 
 
 def zookeeper_classpath(jars_dir: str | os.PathLike[str] | None = None) -> str:
