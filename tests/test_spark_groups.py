@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -14,6 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from logstore import cli
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.leases import GroupLease
+from logstore.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsStore
 from logstore.store import LogStore
 from spark_source._options import SourceOptions
 from spark_source.source import LogstoreStreamReader
@@ -125,3 +129,29 @@ def test_a_query_that_lost_its_lease_cannot_move_the_group_back(
         stale.latestOffset({t: {"0": 3}}, ReadAllAvailable())
     assert committed(store, "g", t) == {0: 5}
     stale.stop()
+
+
+@pytest.mark.spark
+def test_the_latest_offsets_sql_follows_commit_order_not_clocks(spark: SparkSession, tmp_path: Path) -> None:
+    root = str(tmp_path)
+    path = os.path.join(root, "_offsets")
+    old_schema = pa.schema([f for f in OFFSETS_SCHEMA if f.name != "commit_seq"])
+    # A table from before commit numbers: its rows are ordered by their clocks.
+    old = pa.table(
+        {
+            "group": ["g", "g", "h"],
+            "topic": ["t"] * 3,
+            "partition": [0, 1, 0],
+            "offset": [7, 5, 9],
+            "commit_time": [3, 2, 1],
+        }
+    )
+    write_deltalake(path, old.append_column("metadata", pa.nulls(3, pa.string())).cast(old_schema))
+    ahead = OffsetsStore(root, clock_ms=lambda: 2_000_000_000_000)
+    behind = OffsetsStore(root, clock_ms=lambda: 1_000_000_000_000)
+    ahead.commit("g", "t", {0: 10})
+    behind.commit("g", "t", {0: 3})  # the latest commit, from a clock behind
+    rows = spark.sql(LATEST_OFFSETS_SQL.format(path=path)).collect()
+    got = {(r["group"], r["topic"], r["partition"]): r["committed_offset"] for r in rows}
+    assert got == {("g", "t", 0): 3, ("g", "t", 1): 5, ("h", "t", 0): 9}
+    assert got == {k: v[0] for k, v in OffsetsStore(root).committed().items()}
