@@ -276,7 +276,10 @@ def _zookeeper(args: argparse.Namespace, config: LogstoreConfig) -> int:
 
 
 def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
-    """Retention, compaction, key compaction, vacuum: ``maintenance`` runs them (imported here only)."""
+    """Retention, compaction, key compaction, vacuum, ``_offsets`` compaction: ``maintenance`` runs them.
+
+    (``maintenance`` is imported here only: the core does not depend on it.)
+    """
     import logging
 
     from logstore.catalog import Catalog
@@ -438,9 +441,11 @@ def _parser(serve: Command | None) -> argparse.ArgumentParser:
     p.set_defaults(func=_zookeeper)
 
     p = sub.add_parser(
-        "maintain", help="retention | compact (segments) | clean (keys) | vacuum | run (scheduler)", parents=[common]
+        "maintain",
+        help="retention | compact (segments) | clean (keys) | vacuum | offsets (compact _offsets) | run (scheduler)",
+        parents=[common],
     )
-    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "run"])
+    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "offsets", "run"])
     p.add_argument("--topic", help="only this topic (default: every topic)")
     p.add_argument("--every", default="5m", help="run: time between cycles (30s, 5m, 1h)")
     p.add_argument("--cycles", type=int, help="run: stop after this many cycles (default: run until stopped)")

@@ -173,6 +173,14 @@ class LogstoreConfig:
         default=100,
         metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),
     )
+    offsets_history_commits: int = field(
+        default=10,
+        metadata=_key(
+            "offsets.history.commits",
+            "Commits kept per (group, topic, partition) when maintenance compacts _offsets (the latest included).",
+            minimum=1,
+        ),
+    )
     spark_jars_dir: str = field(
         default="",
         metadata=_key("spark.jars.dir", "Folder with Delta's jars; empty = the project's .cache/jars, else Maven."),
