@@ -1,15 +1,22 @@
 """The partition log writer: gap-free offsets, atomic group commits, fencing, idempotence."""
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from logstore import _log_append
+from logstore.catalog import Catalog
+from logstore.config import load_config
 from logstore.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidTimestampError,
+    KafkaStorageError,
+    LogstoreError,
     MessageTooLargeError,
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
@@ -202,3 +209,78 @@ def test_checkpoints_are_written_in_the_background(store: LogStore, tmp_path: ob
     assert any(n.endswith(".checkpoint.parquet") for n in os.listdir(log))
     fresh = TopicWriter(catalog, "t")  # reads from the checkpoint on
     assert [fresh.high_watermark(0), fresh.high_watermark(1)] == [6, 6]
+
+
+def test_idle_writer_after_log_cleanup_commits_where_readers_look(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 2)
+    path = catalog.topic_path("t")
+    idle = TopicWriter(catalog, "t")
+    ok(idle.append([batch([0, 1], "idle-a")])[0])
+    busy = TopicWriter(catalog, "t", join=True)  # e.g. the Spark sink, committing while the leader idles
+    for i in range(6):
+        ok(busy.append([batch([i % 2], f"busy{i}-")])[0])
+    busy.close()
+    # A checkpoint, then log cleanup with no retention: the JSON commits before the checkpoint go.
+    dt = DeltaTable(path)
+    dt.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    assert not os.path.exists(os.path.join(path, "_delta_log", f"{idle.table_version + 1:020d}.json"))
+
+    late = ok(idle.append([batch([1, 0], "idle-b")])[0])
+    values = assert_gap_free(catalog, "t")
+    stored = {v: (p, o) for p, vs in values.items() for o, v in enumerate(vs)}
+    assert len(stored) == 2 + 6 + 2
+    assert [stored[b"idle-b0"], stored[b"idle-b1"]] == list(
+        zip(late.partitions.to_pylist(), late.offsets.to_pylist(), strict=True)
+    )
+
+
+class _FlakyDirSync:
+    """Makes the fsync of a table's ``_delta_log`` fail ``times`` times: the step after the commit file's link."""
+
+    def __init__(self, log_dir: str, times: int) -> None:
+        self.log_dir, self.left = log_dir, times
+        self.real = _log_append.fsync_path
+
+    def __call__(self, path: str) -> None:
+        if path == self.log_dir and self.left:
+            self.left -= 1
+            raise OSError(5, "injected: I/O error syncing the log directory")
+        self.real(path)
+
+
+def test_error_after_the_link_does_not_fail_a_commit_that_landed(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    monkeypatch.setattr(
+        _log_append, "fsync_path", _FlakyDirSync(os.path.join(store.catalog.topic_path(t), "_delta_log"), 1)
+    )
+    b = batch([0, 1, 0], "once")
+    for _attempt in range(3):  # what the ingest committer does: retry on any LogstoreError
+        try:
+            (r,) = w.append([b])
+            break
+        except LogstoreError:
+            continue
+    assert ok(r).offsets.to_pylist() == [0, 0, 1]
+    assert assert_gap_free(store.catalog, t) == {0: [b"once0", b"once2"], 1: [b"once1"]}
+
+
+def test_commit_in_doubt_is_read_back_and_never_appended_twice(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    log_dir = os.path.join(store.catalog.topic_path(t), "_delta_log")
+    monkeypatch.setattr(_log_append, "fsync_path", _FlakyDirSync(log_dir, 2))  # the sync and its retry fail
+    b = batch([0, 1, 0], "once")
+    with pytest.raises(KafkaStorageError):
+        w.append([b])
+    (r,) = w.append([b])  # the retry learns the first attempt landed
+    assert ok(r).offsets.to_pylist() == [0, 0, 1]
+    ok(w.append([batch([1], "next")])[0])
+    assert assert_gap_free(store.catalog, t) == {0: [b"once0", b"once2"], 1: [b"once1", b"next0"]}
