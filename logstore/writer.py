@@ -150,7 +150,7 @@ class TopicWriter:
             self.epoch = current
         else:
             self.epoch = current + 1 if epoch is None else epoch
-            self._claim()
+            self._claim(chosen=epoch is None)
 
     # -- public -----------------------------------------------------------------
 
@@ -557,22 +557,37 @@ class TopicWriter:
             schema=TOPIC_SCHEMA,
         )
 
-    def _claim(self) -> None:
+    def _claim(self, *, chosen: bool) -> None:
+        """Commit this writer's epoch (an empty commit carrying ``logstore.epoch``).
+
+        Losing the race to a commit that claimed this epoch or a newer one means
+        another leader holds it: a writer that chose its epoch itself claims
+        the next one up; one given its epoch by a coordinator is fenced. No two
+        leaders ever hold one epoch.
+        """
+        lost = False
         for _attempt in range(self._max_attempts):
             current = self._table_epoch()
-            if current > self.epoch:
-                raise FencedLeaderEpochError(
-                    f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
-                )
+            if current > self.epoch or (lost and current >= self.epoch):
+                if not chosen:
+                    raise FencedLeaderEpochError(
+                        f"topic '{self.topic}' is held by epoch {current}; cannot claim epoch {self.epoch}"
+                    )
+                self.epoch = current + 1
             try:
                 self._commit_files([], [(_delta.APP_EPOCH, self.epoch)], {"operation": "CLAIM"})
                 return
             except CommitInDoubt as e:
                 raise KafkaStorageError(f"cannot claim topic '{self.topic}': {e}") from e
+            except FencedLeaderEpochError:
+                if not chosen:
+                    raise
             except _Replan:
-                _delta.refresh(self._dt)
-                self._version = max(self._version, self._dt.version())
-                self._load_state()
+                pass
+            lost = True
+            _delta.refresh(self._dt)
+            self._version = max(self._version, self._dt.version())
+            self._load_state()
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
 
     # -- state ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The partition log writer: gap-free offsets, atomic group commits, fencing, idempotence."""
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -235,6 +236,54 @@ def test_idle_writer_after_log_cleanup_commits_where_readers_look(tmp_path: Path
     assert [stored[b"idle-b0"], stored[b"idle-b1"]] == list(
         zip(late.partitions.to_pylist(), late.offsets.to_pylist(), strict=True)
     )
+
+
+def _racing_openers(catalog: Catalog, epoch: int | None) -> list[TopicWriter | BaseException]:
+    """Two writers opened at the same moment: both read the table's epoch before either claims."""
+    barrier = threading.Barrier(2)
+
+    class Opener(TopicWriter):
+        def _claim(self, **kwargs: bool) -> None:
+            barrier.wait(timeout=30)
+            super()._claim(**kwargs)
+
+    out: list[TopicWriter | BaseException] = [RuntimeError("not run")] * 2
+
+    def run(i: int) -> None:
+        try:
+            out[i] = Opener(catalog, "t", epoch=epoch)
+        except BaseException as e:  # the thread's outcome is the test's to judge
+            out[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_writers_opened_at_once_never_share_an_epoch(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    a, b = _racing_openers(catalog, None)
+    assert isinstance(a, TopicWriter) and isinstance(b, TopicWriter)
+    assert a.epoch != b.epoch
+    old, new = sorted([a, b], key=lambda w: w.epoch)
+    with pytest.raises(FencedLeaderEpochError):
+        old.append([batch([0], "old")])
+    ok(new.append([batch([0], "new")])[0])
+    assert assert_gap_free(catalog, "t") == {0: [b"new0"]}
+
+
+def test_coordinator_epoch_taken_by_a_racing_opener_is_fenced(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    outcomes = _racing_openers(catalog, 7)
+    leaders = [w for w in outcomes if isinstance(w, TopicWriter)]
+    fenced = [e for e in outcomes if isinstance(e, FencedLeaderEpochError)]
+    assert len(leaders) == 1 and len(fenced) == 1, outcomes
+    ok(leaders[0].append([batch([0])])[0])
 
 
 class _FlakyDirSync:
