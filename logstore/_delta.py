@@ -221,7 +221,8 @@ def sync_commits(table_root: str, first: int, last: int | None = None) -> list[s
     delta-rs writes its files (data files, commit JSON, checkpoint and
     ``_last_checkpoint``) without fsync. After this returns they, and the
     directory entries that name them, survive a power loss. Call it after a
-    delta-rs commit returns, on the committing process's thread.
+    delta-rs commit returns, on the committing process's thread. A checkpoint
+    written by a post-commit hook at one of these versions is synced too.
 
     Raises:
         OSError: a file could not be synced.
@@ -230,6 +231,8 @@ def sync_commits(table_root: str, first: int, last: int | None = None) -> list[s
     log_dir = os.path.join(table_root, "_delta_log")
     files: list[str] = []
     dirs = {log_dir}
+    if first == 0:  # a new table: its directories are new entries too
+        dirs |= {table_root, os.path.dirname(table_root)}
     v = first
     while last is None or v <= last:
         commit = os.path.join(log_dir, f"{v:020d}.json")

@@ -103,6 +103,7 @@ class OffsetsStore:
         )
         try:
             write_deltalake(self._table() or self.path, rows, mode="append")
+            _delta.sync_commits(self.path, self._dt.version() if self._dt is not None else 0)  # delta-rs skips fsync
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
         if self._dt is None:
