@@ -560,20 +560,20 @@ class TopicWriter:
     def _claim(self, *, chosen: bool) -> None:
         """Commit this writer's epoch (an empty commit carrying ``logstore.epoch``).
 
-        Losing the race to a commit that claimed this epoch or a newer one means
-        another leader holds it: a writer that chose its epoch itself claims
-        the next one up; one given its epoch by a coordinator is fenced. No two
-        leaders ever hold one epoch.
+        Losing the race to another writer's claim of this epoch or a newer one
+        means another leader holds it: a writer that chose its epoch itself
+        claims the next one up; one given its epoch by a coordinator is fenced.
+        No two leaders ever hold one epoch.
         """
-        lost = False
         for _attempt in range(self._max_attempts):
             current = self._table_epoch()
-            if current > self.epoch or (lost and current >= self.epoch):
+            if current > self.epoch:
                 if not chosen:
                     raise FencedLeaderEpochError(
-                        f"topic '{self.topic}' is held by epoch {current}; cannot claim epoch {self.epoch}"
+                        f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
                     )
                 self.epoch = current + 1
+            version = self._version + 1
             try:
                 self._commit_files([], [(_delta.APP_EPOCH, self.epoch)], {"operation": "CLAIM"})
                 return
@@ -584,11 +584,31 @@ class TopicWriter:
                     raise
             except _Replan:
                 pass
-            lost = True
+            rival = self._rival_claim(version)
+            if rival >= self.epoch:
+                if not chosen:
+                    raise FencedLeaderEpochError(
+                        f"topic '{self.topic}': another writer claimed epoch {rival} first; "
+                        f"this writer's epoch {self.epoch} is taken"
+                    )
+                self.epoch = rival + 1
             _delta.refresh(self._dt)
             self._version = max(self._version, self._dt.version())
             self._load_state()
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
+
+    def _rival_claim(self, version: int) -> int:
+        """The highest epoch claimed by a ``CLAIM`` commit from ``version`` on; -1 if none."""
+        commits: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        for v, action in self._appender.actions_since(version):
+            commits[v].append(action)
+        top = -1
+        for actions in commits.values():
+            if any(a.get("commitInfo", {}).get("operation") == "CLAIM" for a in actions):
+                for a in actions:
+                    if a.get("txn", {}).get("appId") == _delta.APP_EPOCH:
+                        top = max(top, int(a["txn"]["version"]))
+        return top
 
     # -- state ------------------------------------------------------------------
 

@@ -333,3 +333,20 @@ def test_commit_in_doubt_is_read_back_and_never_appended_twice(
     assert ok(r).offsets.to_pylist() == [0, 0, 1]
     ok(w.append([batch([1], "next")])[0])
     assert assert_gap_free(store.catalog, t) == {0: [b"once0", b"once2"], 1: [b"once1", b"next0"]}
+
+
+def test_losing_the_claim_race_to_a_data_commit_is_no_fencing(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    TopicWriter(catalog, "t", epoch=5)
+    sink = TopicWriter(catalog, "t", join=True)
+
+    class Restarted(TopicWriter):
+        def _claim(self, **kwargs: bool) -> None:
+            ok(sink.append([batch([0], "sink")])[0])  # takes the version this claim was about to create
+            super()._claim(**kwargs)
+
+    leader = Restarted(catalog, "t", epoch=5)  # the coordinator's epoch again, after a restart
+    assert leader.epoch == 5
+    ok(leader.append([batch([0], "leader")])[0])
+    assert assert_gap_free(catalog, "t") == {0: [b"sink0", b"leader0"]}
