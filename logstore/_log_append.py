@@ -7,12 +7,17 @@ creates ``_delta_log/<version>.json`` atomically — ``os.link`` of a finished
 temp file fails if the version exists — which is the Delta protocol's
 "mutual exclusion on the commit file" for file systems with atomic links
 (local disks, NFS). Commit cost therefore stays flat as the log grows.
+Before linking version v it checks (one ``stat``) that v-1 exists, so a
+writer whose view predates log cleanup re-reads instead of re-creating a
+deleted version. Each commit carries a random ``logstore.commitId``; an error
+at or after the link is settled by reading the version back.
 
 What goes into a commit is plain Delta: ``commitInfo``, ``txn`` and ``add``
 actions with statistics (``numRecords``, min/max of ``offset``, ``timestamp``
 and ``timestamp_type``, null counts), readable and writable by delta-rs and
 Delta Spark alike. Checkpoints are written by delta-rs on a background thread
-every ``checkpoint.interval`` versions, off the commit path.
+every ``checkpoint.interval`` versions, off the commit path, and fsynced
+(with ``commit.fsync``) since delta-rs does not.
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ Guarantees, per partition:
 * Idempotent producers: ``(producer_id, sequence)`` is recorded with the
   records (app transaction + ``commitInfo``), so a retried sequence — even
   after a restart — writes nothing and returns the original offsets.
+* A commit is created only at the log's next version (never at one that log
+  cleanup removed), and its outcome is always decided: each carries a commit
+  id that is read back after an I/O error at or after its creation, so a
+  retry of a batch that landed returns its results instead of a second copy.
+* Two writers opening at once never lead with one epoch: the loser of the
+  claim race claims a higher epoch, or is fenced if a coordinator chose it.
 
 A writer is not thread-safe: one thread (the ingest tier's committer task)
 drives it. The Delta table handle stays open between commits.
