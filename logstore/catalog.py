@@ -92,7 +92,7 @@ class Catalog:
         return os.path.isdir(os.path.join(self.topic_path(name), "_delta_log"))
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
-        """Create topic ``name`` with ``partitions`` partitions and config overrides.
+        """Create topic ``name`` with ``partitions`` partitions and config overrides (durable when it returns).
 
         Raises:
             InvalidTopicError: an illegal name.
@@ -122,6 +122,7 @@ class Catalog:
             if "already exists" in str(e).lower():
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists") from e
             raise KafkaStorageError(f"cannot create topic '{name}': {e}") from e
+        self._sync(path, 0, f"cannot create topic '{name}'")
         return self.describe_topic(name)
 
     def list_topics(self) -> list[str]:
@@ -167,7 +168,7 @@ class Catalog:
     def alter_topic(
         self, name: str, *, config: Mapping[str, Any] | None = None, partitions: int | None = None
     ) -> TopicInfo:
-        """Set config overrides and/or raise the partition count (one Delta commit).
+        """Set config overrides and/or raise the partition count (one Delta commit, durable when it returns).
 
         A config value of ``None`` removes the override (the default applies again).
 
@@ -197,11 +198,22 @@ class Catalog:
         # A removed override is stored as an empty value: Delta has no "unset" that both engines share.
         props |= {_delta.CONFIG_PREFIX + k: "" for k in removals}
         if props:
+            before = dt.version()
             try:
                 dt.alter.set_table_properties(props, raise_if_not_exists=False)
             except DeltaError as e:
                 raise _delta.translate(e, f"cannot alter topic '{name}'") from e
+            self._sync(dt, before + 1, f"cannot alter topic '{name}'")
         return self.describe_topic(name)
+
+    def _sync(self, table: str | DeltaTable, first: int, what: str) -> None:
+        """Make the commits from ``first`` on durable (with ``commit.fsync``): create and alter return durable."""
+        if not self.config.commit_fsync:
+            return
+        try:
+            _delta.sync_commits(table if isinstance(table, str) else _delta.table_path(table), first)
+        except OSError as e:
+            raise KafkaStorageError(f"{what}: {e}") from e
 
     def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` and all its data.

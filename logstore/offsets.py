@@ -126,6 +126,7 @@ class OffsetsStore:
             last = _delta.txn_version(dt, app_offsets(group)) if dt is not None else None
             seq = 0 if last is None else last + 1
             rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
+            first = dt.version() + 1 if dt is not None else 0
             try:
                 write_deltalake(
                     dt or self.path,
@@ -134,6 +135,7 @@ class OffsetsStore:
                     schema_mode="merge",  # a table from before commit_seq gains the column
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
                 )
+                _delta.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
             except CommitFailedError as e:
                 # Another commit of this group took number `seq` first: take the next one.
                 if attempt == _COMMIT_ATTEMPTS - 1:

@@ -306,6 +306,7 @@ def commit(
         ),
     )
     _delta.refresh(dt_)
+    _delta.sync_commits(_delta.table_path(dt_), before + 1)  # delta-rs skips fsync; the commit must survive power loss
     # delta-rs does not return the version it committed at (it may have rebased over others' commits).
     for info in dt_.history(max(1, dt_.version() - before)):
         if (info.get(_MAINTENANCE_METADATA) or {}).get("id") == run_id:
