@@ -125,6 +125,7 @@ def commit_offsets_compaction(plan: OffsetsCompaction) -> tuple[int, int]:
             for p, s in plan.removes
         ]
         actions.append(AddAction(rel, size, {}, now_ms, False, stats))
+        before = plan.table.version()
         plan.table.create_write_transaction(
             actions,
             "append",
@@ -143,6 +144,7 @@ def commit_offsets_compaction(plan: OffsetsCompaction) -> tuple[int, int]:
         # The outcome may be unknown: the file stays (vacuum deletes it if no version refers to it).
         raise _delta.translate(e, "compaction of _offsets") from e
     _delta.refresh(plan.table)
+    _delta.sync_commits(root, before + 1)  # delta-rs does not fsync its commit file
     return size, plan.table.version()
 
 
