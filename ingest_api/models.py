@@ -33,7 +33,13 @@ class Record(BaseModel):
 class ProduceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     records: list[Record] = Field(min_length=1)
-    producer_id: str | None = Field(default=None, min_length=1, description="stable id of an idempotent producer")
+    producer_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
+        description="stable id of an idempotent producer: 1-256 characters, no control characters",
+    )
     sequence: Offset | None = Field(default=None, description="per producer and topic: last + 1")
 
 
