@@ -21,12 +21,21 @@ Bytes = str | dict[str, str] | None
 """A UTF-8 string, or ``{"b64": "…"}`` for binary, or null."""
 
 
+class Header(BaseModel):
+    """One record header; Kafka allows a key more than once."""
+
+    key: str
+    value: Bytes
+
+
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: Bytes = None
     value: Bytes = None
     partition: Annotated[int, Field(ge=0, le=10_000)] | None = None
-    headers: dict[str, Bytes] | None = None
+    headers: dict[str, Bytes] | list[Header] | None = Field(
+        default=None, description='key → value, or a list of {"key", "value"} to repeat a key'
+    )
     timestamp: TimestampMs | None = None
 
 
@@ -88,7 +97,10 @@ class FetchedRecord(BaseModel):
     timestamp: int = Field(description="ms since the epoch")
     key: Bytes
     value: Bytes
-    headers: dict[str, Bytes]
+    headers: dict[str, Bytes] | list[Header] = Field(
+        description="an object of key → value when every key is unique (the usual case); when a key repeats "
+        '(Kafka allows it), a list of {"key", "value"} in the order produced, so none is lost'
+    )
 
 
 class FetchResponse(BaseModel):

@@ -118,10 +118,21 @@ def _fetch_body(result: FetchResult) -> dict[str, object]:
                 "timestamp": ts[i] // 1000,
                 "key": encode_bytes(k),
                 "value": encode_bytes(v),
-                "headers": {x["key"]: encode_bytes(x["value"]) for x in (h or [])},
+                "headers": _headers_json(h or []),
             }
         )
     return {"records": records, "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset}
+
+
+def _headers_json(headers: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """An object when the keys are unique (the common case); a list of ``{key, value}`` in order when one repeats.
+
+    Kafka allows a header key more than once; an object would keep only the last.
+    """
+    pairs = {h["key"]: encode_bytes(h["value"]) for h in headers}
+    if len(pairs) == len(headers):
+        return pairs
+    return [{"key": h["key"], "value": encode_bytes(h["value"])} for h in headers]
 
 
 def _json(body: Any) -> Response:
