@@ -11,10 +11,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from ingest_api.broker import Broker
 from ingest_api.deps import BrokerDep
 from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import encode_bytes, parse_produce
 from logstore.catalog import validate_topic_name
+from logstore.errors import RequestTimedOutError
 from logstore.structs import AppendResult, FetchResult
 
 router = APIRouter(prefix="/v1/topics", tags=["records"])
@@ -53,12 +55,7 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
     """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits."""
     started = time.perf_counter()
     validate_topic_name(topic)
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit():
-        broker.check_request_size(int(length))
-    body = await request.body()
-    broker.check_request_size(len(body))
-    parsed = parse_produce(body)
+    parsed = parse_produce(await _read_body(request, broker))
     pipeline = broker.pipeline(topic) if topic in broker._pipelines else await run_in_threadpool(broker.pipeline, topic)
     sub = pipeline.submit(parsed, acks)
     if acks == "0":
@@ -72,6 +69,33 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
         parts, offsets = result.partitions.to_pylist(), result.offsets.to_pylist()
     broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)
     return _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
+
+
+async def _read_body(request: Request, broker: Broker) -> bytes:
+    """The request body, read as it arrives, bounded by ``max.request.size`` and ``request.timeout.ms``.
+
+    Raises:
+        RecordListTooLargeError: the declared Content-Length, or the bytes received so far (a chunked
+            body declares none), exceed ``max.request.size``; the rest is not read.
+        RequestTimedOutError: the body did not arrive in full within ``request.timeout.ms``.
+    """
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit():
+        broker.check_request_size(int(length))
+    chunks: list[bytes] = []
+    size = 0
+    timeout_ms = broker.config.request_timeout_ms
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            async for chunk in request.stream():
+                size += len(chunk)
+                broker.check_request_size(size)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimedOutError(
+            f"the request body did not arrive within request.timeout.ms={timeout_ms} ({size} bytes received)"
+        ) from None
+    return b"".join(chunks)
 
 
 @router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
