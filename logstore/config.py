@@ -153,7 +153,7 @@ class LogstoreConfig:
         default=30_000,
         metadata=_key(
             "request.timeout.ms",
-            "How long the HTTP API waits for a request body to arrive in full, in ms; slower ones fail REQUEST_TIMED_OUT.",
+            "How long the HTTP API waits for a request body to arrive in full, in ms; else REQUEST_TIMED_OUT.",
             minimum=1,
         ),
     )
