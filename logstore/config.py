@@ -149,6 +149,15 @@ class LogstoreConfig:
     max_request_size: int = field(
         default=16 * _MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
     )
+    fetch_max_bytes: int = field(
+        default=55 * _MIB,
+        metadata=_key(
+            "fetch.max.bytes",
+            "Most bytes of keys and values one fetch returns, whatever max_bytes it asks for (Kafka: 55 MiB); "
+            "the first record is returned whole regardless.",
+            minimum=1024,
+        ),
+    )
     request_timeout_ms: int = field(
         default=30_000,
         metadata=_key(

@@ -24,6 +24,7 @@ StartServer = Callable[..., Server]
 MIB = 1024 * 1024
 MAX_REQUEST = MIB
 TIMEOUT_MS = 2000
+FETCH_MAX = 1024
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """One server with topic ``t`` for the cases that only send bad input (it changes nothing)."""
     srv = Server(
         tmp_path_factory.mktemp("limits") / "data",
-        **{"max.request.size": MAX_REQUEST, "request.timeout.ms": TIMEOUT_MS},
+        **{"max.request.size": MAX_REQUEST, "request.timeout.ms": TIMEOUT_MS, "fetch.max.bytes": FETCH_MAX},
     ).start()
     try:
         c = srv.client()
@@ -129,3 +130,11 @@ def test_stalled_body_times_out(api: httpx.Client) -> None:
     assert closed
     # the node still serves everyone else
     assert api.post("/v1/topics/t/records", json={"records": [{"value": "ok"}]}).status_code == 200
+
+
+def test_fetch_max_bytes_caps_what_a_fetch_asks_for(api: httpx.Client) -> None:
+    api.post("/v1/topics", json={"name": "capped"})
+    assert api.post("/v1/topics/capped/records", json={"records": [{"value": "x" * 400}] * 5}).status_code == 200
+    params = {"offset": 0, "max_bytes": 2**40, "max_records": 5}
+    got = api.get("/v1/topics/capped/partitions/0/records", params=params).json()["records"]
+    assert len(got) == FETCH_MAX // 400

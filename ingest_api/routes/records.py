@@ -105,11 +105,17 @@ async def fetch(
     broker: BrokerDep,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
-    max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
+    max_bytes: Annotated[
+        int, Query(ge=1, description="bytes of keys and values, at most fetch.max.bytes; the first record always")
+    ] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
 ) -> Response:
-    """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones."""
+    """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones.
+
+    ``max_bytes`` is capped by the node's ``fetch.max.bytes``, as Kafka's broker caps a fetch.
+    """
     validate_topic_name(topic)
+    max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     deadline = time.monotonic() + wait_ms / 1000
     while True:
         result = await run_in_threadpool(broker.fetch, topic, partition, offset, max_records, max_bytes)
