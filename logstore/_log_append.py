@@ -53,6 +53,16 @@ _ENGINE = "logstore"
 _DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
 # Row-group statistics serve offset and time pruning; min/max of values would only cost.
 _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
+_PAGE_BYTES = 1024 * 1024
+"""Target data page size (Parquet's default). A reader decodes a page whole, so a fetch bounded by bytes
+can stop only at page boundaries."""
+
+
+def _rows_per_write(chunk: pa.Table) -> int:
+    # The page size is checked only after each write batch of rows (1024 by default): with large
+    # records one page would hold the whole file, so size the batches to close a page near _PAGE_BYTES.
+    row_bytes = max(1, chunk.nbytes // max(1, len(chunk)))
+    return max(1, min(1024, _PAGE_BYTES // row_bytes))
 
 
 class VersionTaken(Exception):
@@ -130,6 +140,7 @@ class LogAppender:
                         compression="snappy",
                         use_dictionary=_DICTIONARY_COLUMNS,
                         write_statistics=_STATISTICS_COLUMNS,
+                        write_batch_size=_rows_per_write(chunk),
                     )
                 size = os.path.getsize(path)
             except OSError as err:

@@ -36,7 +36,8 @@ __all__ = ["MAX_PARTITIONS", "MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 """Partitions per topic; each is a Delta partition directory, so the bound keeps the table listable."""
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline, so "abc\n" would pass.
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def validate_topic_name(name: object) -> str:
@@ -51,7 +52,7 @@ def validate_topic_name(name: object) -> str:
         raise InvalidTopicError(f"topic name cannot be '{name}'")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopicError(
             f"topic name '{name}' is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
         )

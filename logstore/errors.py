@@ -33,6 +33,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
     "RecordListTooLargeError",
+    "RequestTimedOutError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "UnknownServerError",
@@ -90,6 +91,14 @@ class NotLeaderOrFollowerError(LogstoreError):
 
     code = 6
     name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class RequestTimedOutError(LogstoreError):
+    """A request did not arrive in full within ``request.timeout.ms`` (a stalled or trickling body)."""
+
+    code = 7
+    name = "REQUEST_TIMED_OUT"
     retriable = True
 
 

@@ -62,6 +62,7 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
 )
+from logstore.lru import LruDict
 from logstore.schema import (
     INPUT_SCHEMA,
     TIMESTAMP_CREATE_TIME,
@@ -144,7 +145,7 @@ class TopicWriter:
         self._join = join
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
-        self._producers: dict[str, _Producer] = {}
+        self._producers: LruDict[str, _Producer] = LruDict(catalog.config.producer_state_max_entries)
         self._num_partitions = 0
         self._config = TopicConfig()
         self._hw: list[int] = []
@@ -358,6 +359,10 @@ class TopicWriter:
     def _producer(self, producer_id: str) -> _Producer:
         state = self._producers.get(producer_id)
         if state is None:
+            if self._dt.version() < self._version:
+                # The handle lags this writer's own commits, which may hold the producer's last
+                # sequence (it was dropped from the bounded cache): read them before trusting it.
+                _delta.refresh(self._dt)
             state = _Producer(_delta.txn_version(self._dt, _delta.app_producer(producer_id)))
             self._producers[producer_id] = state
         return state
@@ -638,7 +643,8 @@ class TopicWriter:
         self._load_state()
         for state in self._producers.values():
             state.last_seq = None
-        self._producers = {pid: s for pid, s in self._producers.items() if s.recent}
+        for pid in [pid for pid, s in self._producers.items() if not s.recent]:
+            del self._producers[pid]
         for pid, state in self._producers.items():
             state.last_seq = _delta.txn_version(self._dt, _delta.app_producer(pid))
         current = self._table_epoch()
