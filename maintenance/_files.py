@@ -28,7 +28,7 @@ import datetime as dt
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from logstore import _delta
 from logstore.catalog import Catalog
@@ -259,11 +259,14 @@ def commit(
     *,
     data_change: bool,
     operation: str,
+    txns: Mapping[str, int] | None = None,
 ) -> int:
     """One Delta commit removing ``removes`` and adding ``adds``; returns its version.
 
     ``data_change=False`` marks a rewrite that leaves every record as it was
     (segment compaction), so streaming readers of the Delta table skip it.
+    ``txns`` are app transactions (app id → version) the commit records, such
+    as retention's ``logstore.lso.<p>``.
     ``dt_`` is left loaded at (at least) the new version.
 
     Raises:
@@ -302,7 +305,8 @@ def commit(
                     "removed": len(removes),
                     "added": len(adds),
                 }
-            }
+            },
+            app_transactions=[Transaction(app, v, now) for app, v in (txns or {}).items()] or None,
         ),
     )
     _delta.refresh(dt_)

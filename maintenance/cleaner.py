@@ -15,10 +15,11 @@ Kept records keep their offsets, so consumers see gaps, never renumbering.
 A partition with something to drop has its whole cleanable region rewritten
 (as Kafka's cleaner recopies the segments it cleans) into files of about
 ``segment.bytes``, sorted by offset, in one Delta commit that removes the old
-files. The commit touches no app transaction, so the high watermark and the
-writer's epoch stay as they were; it conflicts only with other maintenance
-that removed one of the same files (the partition is then left for the next
-run).
+files. The commit touches no app transaction, so the high watermark, the log
+start offset and the writer's epoch stay as they were: as in Kafka, compaction
+never moves the log start offset, and a fetch from it returns the first record
+kept. The commit conflicts only with other maintenance that removed one of the
+same files (the partition is then left for the next run).
 """
 
 from __future__ import annotations
