@@ -235,14 +235,18 @@ def offset_for_timestamp(view: PartitionView, timestamp_ms: int) -> int:
     """The first offset whose timestamp is at or after ``timestamp_ms``; the HW if none is.
 
     Like Kafka's ``ListOffsets`` by timestamp. Reads the ``offset`` and
-    ``timestamp`` columns of the partition's files in offset order, stopping
-    at the first file that holds a match.
+    ``timestamp`` columns of the partition's files run by run in offset order
+    (:func:`offset_runs`: files whose ranges overlap are read together),
+    stopping at the first run that holds a match.
     """
     threshold = pa.scalar(timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
-    for f in view.files:
-        t = pq.read_table(f.path, columns=["offset", "timestamp"], filters=[("timestamp", ">=", threshold)])
-        if len(t):
-            return int(pc.min(t["offset"]).as_py())
+    for run in offset_runs(view.files):
+        found = [
+            pq.read_table(f.path, columns=["offset"], filters=[("timestamp", ">=", threshold)])["offset"] for f in run
+        ]
+        hits = [pc.min(c).as_py() for c in found if len(c)]
+        if hits:
+            return int(min(hits))
     return view.high_watermark
 
 

@@ -17,6 +17,10 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 * two maintenance commits that remove the same file conflict: the second
   fails with ``CommitFailedError`` and changes nothing.
 
+Files may hold overlapping offset ranges (Delta's ``OPTIMIZE`` bins them by
+size); jobs remove or rewrite a partition's files only in whole runs between
+:func:`logstore.reader.offset_cuts`, never part of such a run.
+
 The table protocol stays (1, 2): only plain add and remove actions are
 written, never deletion vectors or other table features.
 """
@@ -41,6 +45,7 @@ from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from logstore import _delta
 from logstore.catalog import Catalog
+from logstore.reader import offset_cuts
 from logstore.schema import TOPIC_SCHEMA
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "discard",
     "live_files",
     "log_start_offsets",
+    "offset_prefix",
     "partition_files",
     "write_segment",
 ]
@@ -101,6 +107,7 @@ class NewFile:
 def live_files(dt_: DeltaTable) -> dict[int, list[LiveFile]]:
     """Partition → its live files in offset order, from the Delta log only.
 
+    Offset order is by min offset; ranges may overlap (see :func:`offset_prefix`).
     Files without offset statistics get them from their ``offset`` column, as
     :func:`logstore._delta.data_files` does; empty files are left out.
     """
@@ -227,6 +234,17 @@ def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
             root,
         )
     return out
+
+
+def offset_prefix(min_offsets: np.ndarray | Sequence[int], max_offsets: np.ndarray | Sequence[int], limit: int) -> int:
+    """How many of a partition's first files (min-offset order), at most ``limit``, can go as a whole.
+
+    The largest ``k <= limit`` such that every offset of the first ``k`` files is
+    below every offset of the others, so removing or rewriting them leaves
+    no record of their range behind in a kept file (0 if none).
+    """
+    cuts = offset_cuts(min_offsets, max_offsets)
+    return int(np.flatnonzero(cuts[: max(0, limit) + 1])[-1])
 
 
 def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile:

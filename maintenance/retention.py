@@ -11,6 +11,11 @@ offset order from the log start:
   without it (Kafka's rule: retention never cuts below ``retention.bytes``).
 
 The newest file of a partition is never deleted (Kafka's active segment).
+When files hold overlapping offset ranges (after Delta's ``OPTIMIZE``), the
+prefix shrinks to the largest one whose every offset is below every kept
+file's (:func:`maintenance._files.offset_prefix`): a record is never deleted
+while one below it is kept.
+
 The job reads only the Delta log and commits remove actions only — no file
 is read, rewritten or added — so its cost follows the files it removes. The
 commit records the partition's new log start offset, one past the largest
@@ -42,7 +47,10 @@ _ATTEMPTS = 5
 
 
 def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
-    """How many of a partition's oldest files retention deletes (a prefix; never the last file)."""
+    """How many of a partition's oldest files retention deletes (a prefix; never the last file).
+
+    ``cols`` is in min-offset order; the prefix never ends inside a run of files whose ranges overlap.
+    """
     n = len(cols)
     if "delete" not in config.cleanup_policy or n < 2:
         return 0
@@ -57,7 +65,7 @@ def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int)
         # Kafka's rule: file i goes only if the files after it still hold retention.bytes.
         fits = kept_after[1 : closed + 1] >= config.retention_bytes
         drop = max(drop, closed if fits.all() else int(np.argmin(fits)))
-    return drop
+    return _files.offset_prefix(cols.min_offset, cols.max_offset, drop)
 
 
 def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
