@@ -16,6 +16,7 @@ from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
 from maintenance import run_key_compaction, run_retention
+from tests.server import Server
 from tests.spark_helpers import drain, read_stream
 
 pytestmark = pytest.mark.spark
@@ -138,7 +139,11 @@ def test_delete_only_topics_are_left_alone(
 
 
 def test_compaction_never_moves_the_log_start_offset(
-    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+    spark: SparkSession,
+    store: LogStore,
+    make_topic: Callable[..., str],
+    server: Callable[..., Server],
+    tmp_path: Path,
 ) -> None:
     t = make_topic(partitions=1, cleanup_policy="compact,delete", delete_retention_ms=24 * HOUR_MS)
     w = TopicWriter(store.catalog, t)
@@ -157,7 +162,9 @@ def test_compaction_never_moves_the_log_start_offset(
     info = store.describe_topic(t).partitions[0]
     assert (info.log_start_offset, info.high_watermark) == (0, 8)
     # a fetch from any offset at or above the log start returns the next record kept
-    assert store.fetch(t, 0, 0, max_records=2).records["offset"].to_pylist() == [4, 5]
+    api = server(Path(store.config.root)).client()
+    fetched = api.get(f"/v1/topics/{t}/partitions/0/records", params={"offset": 0, "max_records": 2}).json()
+    assert [r["offset"] for r in fetched["records"]] == [4, 5] and fetched["log_start_offset"] == 0
     assert store.fetch(t, 0, 2, max_records=1).records["value"].to_pylist() == [b"1"]
     # the query resumes at 2 without seeing data loss, and reads exactly the records kept
     rows, _ = drain(read_stream(spark, store, subscribe=t, failOnDataLoss="true"), tmp_path)
@@ -169,6 +176,8 @@ def test_compaction_never_moves_the_log_start_offset(
     assert retained.log_start_offset == store.describe_topic(t).partitions[0].log_start_offset == 7
     with pytest.raises(OffsetOutOfRangeError):
         store.fetch(t, 0, 6)
+    below = api.get(f"/v1/topics/{t}/partitions/0/records", params={"offset": 6})
+    assert below.status_code == 416 and below.json()["error_code"] == "OFFSET_OUT_OF_RANGE"
     # a later compaction leaves it where retention put it
     run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS + 2 * HOUR_MS, progress=lambda _: None)
     assert store.describe_topic(t).partitions[0].log_start_offset == 7
