@@ -31,7 +31,15 @@ from logstore.errors import (
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import PartitionInfo, TopicInfo
 
-__all__ = ["MAX_PARTITIONS", "MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic_name"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "MAX_TOPIC_NAME_LENGTH",
+    "Catalog",
+    "app_log_start",
+    "high_watermark",
+    "log_start_offset",
+    "validate_topic_name",
+]
 
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
@@ -146,8 +154,7 @@ class Catalog:
         for p in range(count):
             mine = [f for f in files if f.partition == p]
             hw = high_watermark(dt, p, mine)
-            start = mine[0].min_offset if mine else hw
-            parts.append(PartitionInfo(p, start, hw, sum(f.size_bytes for f in mine), len(mine)))
+            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, sum(f.size_bytes for f in mine), len(mine)))
         return TopicInfo(name, tuple(parts), config, overrides, dt.version())
 
     def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:
@@ -245,6 +252,24 @@ def high_watermark(dt: DeltaTable, partition: int, files: list[_delta.DataFile] 
         files = [f for f in _delta.data_files(dt) if f.partition == partition]
     by_stats = max((f.max_offset + 1 for f in files), default=0)
     return max(by_stats, _delta.txn_version(dt, _delta.app_hw(partition)) or 0)
+
+
+def app_log_start(partition: int) -> str:
+    """The ``txn`` app id that holds ``partition``'s log start offset (written by retention only)."""
+    return f"logstore.lso.{partition}"
+
+
+def log_start_offset(dt: DeltaTable, partition: int, hw: int) -> int:
+    """Partition ``partition``'s log start offset in the loaded snapshot: the first offset a fetch may ask for.
+
+    It is what retention last recorded in the ``logstore.lso.<p>`` app transaction
+    (kept across checkpoints), 0 before retention ever removed anything, and never
+    above the high watermark ``hw``. As in Kafka, only deleting records by retention moves
+    it: key compaction leaves gaps but no new start, so a fetch from any offset at
+    or above it returns the next record that was kept. It is not the smallest
+    offset of the live files, which compaction changes.
+    """
+    return min(hw, _delta.txn_version(dt, app_log_start(partition)) or 0)
 
 
 def _partition_count(partitions: object) -> int:

@@ -4,12 +4,20 @@ A reader sees one Delta version at a time — never beyond the high watermark
 of that version — and reads only the data files whose ``[min, max]`` offset
 statistics overlap the requested slice, and within them only row groups with
 offsets at or above the start (Parquet statistics).
+
+Files need not hold disjoint offset ranges one after the other: Delta's
+``OPTIMIZE`` bins files by size, so one file may hold offsets [0, 39] while
+[10, 19] stays in a file of its own. Whatever plans by files asks
+:func:`offset_cuts` / :func:`offset_runs` where it may split a partition.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,12 +27,55 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore import _delta
-from logstore.catalog import Catalog, high_watermark
+from logstore.catalog import Catalog, high_watermark, log_start_offset
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
-__all__ = ["PartitionView", "TopicReader", "offset_for_timestamp", "read_files"]
+__all__ = ["PartitionView", "TopicReader", "offset_cuts", "offset_for_timestamp", "offset_runs", "read_files"]
+
+
+class OffsetRange(Protocol):
+    """Anything with a file's offset statistics (a :class:`logstore._delta.DataFile`, a maintenance file)."""
+
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+
+
+_F = TypeVar("_F", bound=OffsetRange)
+
+
+def offset_cuts(min_offsets: Sequence[int] | np.ndarray, max_offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Where files sorted by min offset may be split by offset: ``n + 1`` booleans for ``n`` files.
+
+    ``cuts[k]`` is True when every offset of the first ``k`` files is below
+    every offset of the others (so ``cuts[0]`` and ``cuts[n]`` always are).
+    Files logstore writes make every ``k`` a cut; after a rewrite that bins
+    files by size, a file holding [0, 39] beside one holding [10, 19] allows
+    no cut between them. Splitting only at cuts is what keeps retention, the
+    compactions and the Spark source's slices from skipping or repeating a
+    record.
+    """
+    lo = np.asarray(min_offsets, np.int64)
+    hi = np.asarray(max_offsets, np.int64)
+    cuts = np.ones(len(lo) + 1, np.bool_)
+    if len(lo) > 1:
+        cuts[1:-1] = np.maximum.accumulate(hi)[:-1] < lo[1:]
+    return cuts
+
+
+def offset_runs(files: Sequence[_F]) -> list[list[_F]]:
+    """``files`` grouped into runs between :func:`offset_cuts`, in offset order.
+
+    Runs hold disjoint offset ranges, each above the one before; the files of
+    one run overlap (a run of one file is the usual case).
+    """
+    ordered = sorted(files, key=lambda f: f.min_offset)
+    cuts = offset_cuts([f.min_offset for f in ordered], [f.max_offset for f in ordered])
+    bounds = np.flatnonzero(cuts)
+    return [ordered[a:b] for a, b in itertools.pairwise(bounds.tolist())]
 
 
 @dataclass(frozen=True)
@@ -33,7 +84,9 @@ class PartitionView:
 
     partition: int
     files: tuple[_delta.DataFile, ...]
+    """The partition's live files, sorted by min offset; their offset ranges may overlap."""
     log_start_offset: int
+    """See :func:`logstore.catalog.log_start_offset`: moved only by retention."""
     high_watermark: int
 
 
@@ -78,7 +131,7 @@ class TopicReader:
             for p in range(count):
                 mine = tuple(f for f in files if f.partition == p)
                 hw = high_watermark(self._dt, p, list(mine))
-                views[p] = PartitionView(p, mine, mine[0].min_offset if mine else hw, hw)
+                views[p] = PartitionView(p, mine, log_start_offset(self._dt, p, hw), hw)
             self._views, self._view_version, self._num_partitions = views, version, count
         view = self._views.get(partition)
         if view is None:
@@ -98,6 +151,9 @@ class TopicReader:
         refresh: bool = True,
     ) -> FetchResult:
         """Records of ``partition`` from ``offset`` on, at most ``max_records``.
+
+        Gaps key compaction left are stepped over: a fetch from any offset in
+        [log start offset, high watermark) returns the next records kept.
 
         ``max_bytes`` bounds the keys and values returned, but the first record
         is always returned whole (as Kafka does), so a consumer never stalls;
@@ -119,7 +175,7 @@ class TopicReader:
                 f"offset {offset} of topic '{self.topic}' partition {partition} is outside "
                 f"[{view.log_start_offset}, {view.high_watermark}]"
             )
-        end = min(view.high_watermark, offset + max(0, max_records))
+        end = _fetch_end(view, offset, max_records)
         try:
             records = _read_bounded(view.files, partition, offset, end, max_bytes)
         except FileNotFoundError:
@@ -139,18 +195,58 @@ class TopicReader:
         return FetchResult(records, view.high_watermark, view.log_start_offset)
 
 
+def _fetch_end(view: PartitionView, offset: int, max_records: int) -> int:
+    """Where a fetch of at most ``max_records`` records from ``offset`` ends (exclusive, at most the HW).
+
+    ``offset + max_records`` when the files' statistics show every offset there
+    is present (files one after another, each holding its whole range); else,
+    past gaps key compaction left or files that overlap, the offset after the
+    ``max_records``-th record, found from the ``offset`` column of the files
+    from ``offset`` on, run by run until enough are seen.
+    """
+    hw = view.high_watermark
+    end = min(hw, offset + max(0, max_records))
+    if end <= offset:
+        return end
+    covered, dense = offset, True
+    for f in view.files:
+        if f.max_offset < offset:
+            continue
+        if f.min_offset >= end:
+            break
+        dense = dense and f.min_offset <= covered and f.num_records == f.max_offset - f.min_offset + 1
+        covered = max(covered, f.max_offset + 1)
+    if dense and covered >= end:
+        return end
+    seen: list[np.ndarray] = []
+    for run in offset_runs([f for f in view.files if f.max_offset >= offset]):
+        seen += [
+            pq.read_table(f.path, columns=["offset"], filters=[("offset", ">=", offset), ("offset", "<", hw)])[
+                "offset"
+            ].to_numpy()
+            for f in run
+        ]
+        if sum(len(a) for a in seen) >= max_records:
+            return int(np.sort(np.concatenate(seen))[max_records - 1]) + 1
+    return hw
+
+
 def offset_for_timestamp(view: PartitionView, timestamp_ms: int) -> int:
     """The first offset whose timestamp is at or after ``timestamp_ms``; the HW if none is.
 
     Like Kafka's ``ListOffsets`` by timestamp. Reads the ``offset`` and
-    ``timestamp`` columns of the partition's files in offset order, stopping
-    at the first file that holds a match.
+    ``timestamp`` columns of the partition's files run by run in offset order
+    (:func:`offset_runs`: files whose ranges overlap are read together),
+    stopping at the first run that holds a match.
     """
     threshold = pa.scalar(timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
-    for f in view.files:
-        t = pq.read_table(f.path, columns=["offset", "timestamp"], filters=[("timestamp", ">=", threshold)])
-        if len(t):
-            return int(pc.min(t["offset"]).as_py())
+    for run in offset_runs(view.files):
+        found = [
+            pq.read_table(f.path, columns=["offset"], filters=[("timestamp", ">=", threshold)])["offset"] for f in run
+        ]
+        hits = [pc.min(c).as_py() for c in found if len(c)]
+        if hits:
+            return int(min(hits))
     return view.high_watermark
 
 
@@ -159,7 +255,8 @@ def read_files(
 ) -> pa.Table:
     """Records of ``partition`` with ``start <= offset < end`` from ``files``, offsets ascending.
 
-    Only files whose offset range overlaps the slice are opened. Runs anywhere
+    Only files whose offset range overlaps the slice are opened; their ranges may
+    overlap one another (the records are merged by offset). Runs anywhere
     the files are reachable (a server thread, a Spark executor).
     """
     tables = []

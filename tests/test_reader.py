@@ -11,12 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from logstore import _delta
 from logstore._delta import DataFile
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.reader import _read_bounded
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
+from maintenance import _files
 
 
 def produce(store: LogStore, topic: str, partition: int, n: int, tag: str) -> None:
@@ -125,3 +127,20 @@ def test_bounded_read_merges_files_with_overlapping_offsets(tmp_path: Path, max_
         sizes = np.cumsum([len(b"v%d" % o) for o in want])
         count = len(want) if max_bytes <= 0 else max(1, int(np.sum(sizes <= max_bytes)))
         assert got == want[:count], (start, end)
+
+
+def test_fetch_steps_over_gaps_that_compaction_left(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    for i in range(3):
+        produce(store, t, 0, 10, f"c{i}-")
+    # What key compaction commits: files [0, 9] and [10, 19] rewritten to hold only offsets 17 and 18.
+    dt = store.catalog.table(t)
+    old = _files.live_files(dt)[0][:2]
+    kept = pq.read_table(old[1].path, schema=_files.FILE_SCHEMA).slice(7, 2)
+    _files.commit(dt, old, [_files.write_segment(_delta.table_path(dt), 0, kept)], data_change=True, operation="clean")
+
+    assert store.fetch(t, 0, 0, max_records=3).records["offset"].to_pylist() == [17, 18, 20]
+    assert store.fetch(t, 0, 0, max_records=1).records["value"].to_pylist() == [b"c1-7"]
+    assert store.fetch(t, 0, 5, max_records=100).records["offset"].to_pylist() == [17, 18, *range(20, 30)]
+    assert store.fetch(t, 0, 19, max_records=2).records["offset"].to_pylist() == [20, 21]
+    assert store.fetch(t, 0, 0).log_start_offset == 0
