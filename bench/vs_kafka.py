@@ -45,7 +45,7 @@ unchanged: the second figure shows the run's drift).
 Medians of ``--runs`` runs of every figure. The machine is shared by whatever
 else runs on it: read the load averages in ``machine`` before the figures.
 
-    make kafka && .venv/bin/python bench/vs_kafka.py                   # ~3 minutes
+    make kafka && .venv/bin/python bench/vs_kafka.py                   # 500k records: ~6 min at load 11 on 2 cores
     .venv/bin/python bench/vs_kafka.py --records 5000000 --runs 3      # on an idle machine
 """
 
@@ -343,7 +343,10 @@ def _median_of(results: list[dict[str, float]]) -> dict[str, float]:
 def _machine() -> dict[str, Any]:
     with open("/proc/meminfo") as f:
         mem_kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     return {
+        "cpu": cpu,
         "cores": os.cpu_count(),
         "mem_gib": round(mem_kib / 2**20, 1),
         "java": subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0],
@@ -410,8 +413,16 @@ def goals(kafka: dict[str, Any], logstore: dict[str, Any], r: dict[str, float | 
 def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
     machine = _machine()
     records = args.records - args.records % RECORDS  # whole HTTP batches on both sides
-    kafka: dict[str, Any] = {"version": KAFKA_VERSION, "producer_props": "acks=all|1, otherwise defaults"}
-    logstore: dict[str, Any] = {"load_generator": "httpx (bench/_http_load.py)", "batch_records": RECORDS}
+    kafka: dict[str, Any] = {
+        "version": KAFKA_VERSION,
+        "producer": "ProducerPerformance, acks as named, else Kafka 3.9's defaults (linger.ms=0, batch.size=16384)",
+        "latency_is": "per record: send() to its acknowledgement",
+    }
+    logstore: dict[str, Any] = {
+        "load_generator": "httpx in a child process (bench/_http_load.py), 1,000-record JSON requests",
+        "server": "logstore serve, default config",
+        "latency_is": "per request of 1,000 records: POST to answer",
+    }
 
     broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="kafka-", dir=scratch))).start()
     stack.callback(broker.stop)
@@ -501,7 +512,7 @@ def _terminate_cleanly() -> Iterator[None]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1_000_000, help="records per max-rate produce run (both sides)")
+    ap.add_argument("--records", type=int, default=500_000, help="records per max-rate produce run (both sides)")
     ap.add_argument("--runs", type=int, default=1, help="runs of every figure; the JSON shows medians")
     ap.add_argument("--latency-seconds", type=float, default=5, help="length of each half-rate latency run")
     ap.add_argument("--concurrency", type=int, default=32, help="HTTP requests in flight at max rate")
