@@ -6,9 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 JARS   := .cache/jars
 ZK     := .cache/zookeeper
+KAFKA  := .cache/kafka
+SPARK_KAFKA := .cache/spark-kafka
 ROOT   ?= ./data
 
-.PHONY: setup run demo test lint typecheck unit bench jars zookeeper clean
+.PHONY: setup run demo test lint typecheck unit bench jars zookeeper kafka clean
 
 setup: $(VENV)/.installed $(JARS)/.done $(ZK)/.done
 
@@ -37,6 +39,20 @@ $(ZK)/.done: jars/zookeeper/pom.xml
 
 zookeeper: $(ZK)/.done
 
+# Apache Kafka (broker and perf tools) and Spark's Kafka source, for bench/vs_kafka.py only:
+# caches of their own, off every Spark session's classpath. The tests do not need them.
+$(KAFKA)/.done: jars/kafka/pom.xml
+	mvn -q -B -Dmaven.repo.local=$(CURDIR)/.cache/m2 -f jars/kafka/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA)
+	touch $@
+
+$(SPARK_KAFKA)/.done: jars/spark-kafka/pom.xml jars/spark-kafka/settings.xml
+	mvn -q -B -s jars/spark-kafka/settings.xml -Dmaven.repo.local=$(CURDIR)/.cache/m2 -f jars/spark-kafka/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(SPARK_KAFKA)
+	touch $@
+
+kafka: $(KAFKA)/.done $(SPARK_KAFKA)/.done
+
 # The HTTP API on the embedded default: ./data, 127.0.0.1:8080, no ZooKeeper.
 run: setup
 	$(BIN)/logstore --root $(ROOT) serve
@@ -52,10 +68,11 @@ test: setup lint typecheck
 	$(BIN)/pytest -q
 
 # wrk (Debian) drives the ingest benchmark when present; without it a Python client does.
-bench: setup
+bench: setup kafka
 	command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null 2>&1 || true)
 	$(BIN)/python bench/write_path.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/vs_kafka.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis

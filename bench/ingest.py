@@ -20,7 +20,6 @@ Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -33,102 +32,19 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import orjson
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop
 from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.schema import input_table
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
-from tests.server import Server
 
-RECORDS = 1000
-VALUE_BYTES = 100
 PARTITIONS = 8
-
-
-def body() -> bytes:
-    rng = np.random.default_rng(0)
-    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
-    vals = [bytes(letters[rng.integers(0, len(letters), VALUE_BYTES)]).decode() for _ in range(RECORDS)]
-    return orjson.dumps({"records": [{"value": v} for v in vals]})
-
-
-# -- load generator (separate process) -------------------------------------------
-
-
-async def _closed_loop(url: str, acks: str, seconds: float, concurrency: int) -> dict[str, float]:
-    payload = body()
-    done = 0
-    stop = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-
-        async def worker() -> None:
-            nonlocal done
-            while time.perf_counter() < stop:
-                r = await c.post(
-                    "/v1/topics/bench/records",
-                    params={"acks": acks},
-                    content=payload,
-                    headers={"content-type": "application/json"},
-                )
-                if r.status_code in (200, 202):
-                    done += 1
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    return {"requests": done, "records_per_s": done * RECORDS / elapsed}
-
-
-async def _open_loop(url: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
-    payload = body()
-    lat: list[float] = []
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-
-        async def one() -> None:
-            t0 = time.perf_counter()
-            r = await c.post(
-                "/v1/topics/bench/records",
-                params={"acks": acks},
-                content=payload,
-                headers={"content-type": "application/json"},
-            )
-            if r.status_code == 200:
-                lat.append(time.perf_counter() - t0)
-
-        tasks = []
-        start = time.perf_counter()
-        n = int(seconds * rate)
-        for i in range(n):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
-    ms = np.array(lat) * 1000
-    return {
-        "requests": len(lat),
-        "rate_records_per_s": rate * RECORDS,
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "p999_ms": float(np.percentile(ms, 99.9)),
-    }
-
-
-def loadgen(argv: list[str]) -> None:
-    mode, url, acks, seconds, x = argv
-    if mode == "closed":
-        out = asyncio.run(_closed_loop(url, acks, float(seconds), int(x)))
-    else:
-        out = asyncio.run(_open_loop(url, acks, float(seconds), float(x)))
-    print(json.dumps(out))
 
 
 _WRK_SCRIPT = """
@@ -170,13 +86,6 @@ def run_wrk(url: str, acks: str, seconds: float, concurrency: int) -> dict[str, 
     return {"requests": ok, "records_per_s": ok * RECORDS / seconds, "load_generator": "wrk"}
 
 
-def run_loadgen(*args: object) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--loadgen", *map(str, args)], capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
-
-
 # -- orchestration --------------------------------------------------------------
 
 
@@ -187,10 +96,9 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
-def start_server(root: Path, **config: object) -> Server:
-    s = Server(root, **config).start()
-    with s.client() as c:
-        c.post("/v1/topics", json={"name": "bench", "partitions": PARTITIONS})
+def start_server(root: Path, **config: object) -> LogstoreServer:
+    s = LogstoreServer(root, **config).start()
+    s.create_topic("bench", PARTITIONS)
     return s
 
 
@@ -221,11 +129,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--loadgen", nargs=5)
     args = ap.parse_args()
-    if args.loadgen:
-        loadgen(args.loadgen)
-        return
     if args.quick:
         args.runs, args.seconds = 1, 4
     maxes, limits, per_commit = [], [], []
@@ -233,8 +137,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             srv = start_server(Path(d))
             try:
-                res = run_wrk(srv.url, "all", args.seconds, args.concurrency) or run_loadgen(
-                    "closed", srv.url, "all", args.seconds, args.concurrency
+                res = run_wrk(srv.url, "all", args.seconds, args.concurrency) or closed_loop(
+                    srv.url, "bench", "all", args.concurrency, seconds=args.seconds
                 )
                 commits = metric(srv.url, "logstore_commit_records_count")
                 records = metric(srv.url, "logstore_commit_records_sum")
@@ -263,7 +167,7 @@ def main() -> None:
             srv = start_server(Path(d))
             try:
                 latency[f"acks_{acks}"] = {
-                    k: round(v, 2) for k, v in run_loadgen("open", srv.url, acks, args.seconds, half).items()
+                    k: round(v, 2) for k, v in open_loop(srv.url, "bench", acks, args.seconds, half).items()
                 }
             finally:
                 srv.stop()
@@ -273,8 +177,8 @@ def main() -> None:
         srv = start_server(Path(d), **{"buffer.memory": buffer})
         try:
             base = _hwm(srv)
-            flood = run_wrk(srv.url, "0", args.seconds, args.concurrency * 2) or run_loadgen(
-                "closed", srv.url, "0", args.seconds, args.concurrency * 2
+            flood = run_wrk(srv.url, "0", args.seconds, args.concurrency * 2) or closed_loop(
+                srv.url, "bench", "0", args.concurrency * 2, seconds=args.seconds
             )
             peak = _hwm(srv)
         finally:
@@ -289,7 +193,7 @@ def main() -> None:
     print(json.dumps(out, indent=2))
 
 
-def _hwm(srv: Server) -> int:
+def _hwm(srv: LogstoreServer) -> int:
     assert srv.proc is not None
     with open(f"/proc/{srv.proc.pid}/status") as f:
         for line in f:

@@ -1,0 +1,204 @@
+"""Shared by the HTTP benchmarks: a ``logstore serve`` child process and the Python load generator.
+
+The load generator runs in a process of its own (``run_loadgen``), so its
+event loop does not share a GIL with the benchmark's orchestration:
+
+* ``closed``: ``concurrency`` requests in flight, each a batch of ``RECORDS``
+  records with ``VALUE_BYTES``-byte values, for ``seconds`` or until
+  ``requests`` requests were acknowledged (whichever is given) → records/s;
+* ``open``: requests sent on a fixed schedule (``rate`` requests/s) whatever
+  the answers' latency (open loop, no coordinated omission) → per-request
+  latency p50/p99/p99.9 in ms, from send to the last byte of the answer.
+
+Run as a file, this module is that load generator (``run_loadgen`` does it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+
+RECORDS = 1000
+"""Records per produce request."""
+VALUE_BYTES = 100
+"""Bytes per record value (keys are null)."""
+
+_EXE = str(Path(sys.executable).parent / "logstore")
+
+
+def body() -> bytes:
+    """One JSON produce body: ``RECORDS`` distinct random ``VALUE_BYTES``-character values, null keys."""
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
+    vals = [bytes(letters[rng.integers(0, len(letters), VALUE_BYTES)]).decode() for _ in range(RECORDS)]
+    return orjson.dumps({"records": [{"value": v} for v in vals]})
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LogstoreServer:
+    """``logstore serve`` (the console script) on 127.0.0.1 in a child process; ``url`` is its base URL.
+
+    ``config`` keys are the server's dotted config keys (``buffer.memory``),
+    passed as ``LOGSTORE_*`` environment variables.
+    """
+
+    def __init__(self, root: Path, **config: object) -> None:
+        self.root = root
+        self.config = config
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> LogstoreServer:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
+        env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
+        self.proc = subprocess.Popen(
+            [_EXE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"logstore serve exited: {err}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("logstore serve did not become ready within 60 s")
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        httpx.post(self.url + "/v1/topics", json={"name": name, "partitions": partitions}).raise_for_status()
+
+    def stop(self) -> None:
+        """SIGTERM (drain, then exit); SIGKILL if it has not exited after 60 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- load generator (separate process) -------------------------------------------
+
+
+async def _closed_loop(
+    url: str, topic: str, acks: str, concurrency: int, seconds: float, requests: int
+) -> dict[str, float]:
+    """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
+    payload = body()
+    done = 0
+    started = 0
+    stop = time.perf_counter() + seconds if seconds > 0 else float("inf")
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+
+        async def worker() -> None:
+            nonlocal done, started
+            while time.perf_counter() < stop and (requests <= 0 or started < requests):
+                started += 1
+                r = await c.post(
+                    f"/v1/topics/{topic}/records",
+                    params={"acks": acks},
+                    content=payload,
+                    headers={"content-type": "application/json"},
+                )
+                if r.status_code in (200, 202):
+                    done += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"requests": done, "records": done * RECORDS, "seconds": elapsed, "records_per_s": done * RECORDS / elapsed}
+
+
+async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
+    payload = body()
+    lat: list[float] = []
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+
+        async def one() -> None:
+            t0 = time.perf_counter()
+            r = await c.post(
+                f"/v1/topics/{topic}/records",
+                params={"acks": acks},
+                content=payload,
+                headers={"content-type": "application/json"},
+            )
+            if r.status_code == 200:
+                lat.append(time.perf_counter() - t0)
+
+        tasks = []
+        start = time.perf_counter()
+        n = int(seconds * rate)
+        for i in range(n):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    ms = np.array(lat) * 1000
+    return {
+        "requests": len(lat),
+        "rate_records_per_s": rate * RECORDS,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "p999_ms": float(np.percentile(ms, 99.9)),
+    }
+
+
+def closed_loop(
+    url: str, topic: str, acks: str, concurrency: int, *, seconds: float = 0, requests: int = 0
+) -> dict[str, float]:
+    """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it."""
+    return _run("closed", url, topic, acks, concurrency, seconds, requests)
+
+
+def open_loop(url: str, topic: str, acks: str, seconds: float, requests_per_s: float) -> dict[str, float]:
+    """Open loop in a child process at ``requests_per_s`` (times ``RECORDS`` records/s) for ``seconds``."""
+    return _run("open", url, topic, acks, seconds, requests_per_s)
+
+
+def _run(*args: object) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def _main(argv: list[str]) -> None:
+    mode, url, topic, acks, *rest = argv
+    if mode == "closed":
+        concurrency, seconds, requests = rest
+        out = asyncio.run(_closed_loop(url, topic, acks, int(concurrency), float(seconds), int(requests)))
+    else:
+        seconds, rate = rest
+        out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate)))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -1,0 +1,536 @@
+"""logstore beside Apache Kafka on this machine: produce throughput, produce latency, Spark consume.
+
+Prints one JSON document: ``machine``, ``config``, ``kafka``, ``logstore`` and
+``ratios`` (logstore / Kafka, the figures of issue 11's goals). Everything runs
+on 127.0.0.1, in temporary directories that are removed at the end, with every
+child process stopped, also when a step fails or the run is interrupted.
+
+Kafka side (Apache Kafka 3.9 from ``.cache/kafka``, ``make kafka``): one KRaft
+broker+controller (storage formatted with ``kafka.tools.StorageTool``, then
+``kafka.Kafka``), measured with Kafka's own tools:
+
+* ``produce_max``: ``ProducerPerformance``, ``--records`` records of 100-byte
+  values with null keys, acks=all, no rate limit → records/s and per-record
+  latency percentiles (send → acknowledgement);
+* ``latency_at_half_max``: ``ProducerPerformance`` at half that rate for
+  ``--latency-seconds``, acks=all and acks=1 → p50/p99/p99.9 in ms;
+* ``consumer_performance``: ``ConsumerPerformance`` reads the ``produce_max``
+  records back → records/s (``records_per_s`` counts the group join,
+  ``fetch_records_per_s`` does not).
+
+logstore side (``logstore serve`` on a fresh root, the Python load generator
+of ``bench/_http_load.py``, 1,000-record JSON batches of the same 100-byte
+values, null keys):
+
+* ``produce_max``: closed loop, ``--concurrency`` requests in flight, acks=all,
+  until ``--records`` records are acknowledged → records/s;
+* ``latency_at_half_kafka_max``: open loop at half of *Kafka's* max rate for
+  ``--latency-seconds``, acks=all and acks=1 → per-request p50/p99/p99.9 in ms
+  (send → answer; an acks=all answer means the records are committed to Delta).
+
+Consume (unless ``--skip-consume``), one Spark session (``local[2]``), each a
+``trigger(availableNow=True)`` query into the ``noop`` sink from the earliest
+offset, on the two topics ``produce_max`` filled:
+
+* ``kafka_source``: Spark's Kafka source (``spark-sql-kafka-0-10``, jars from
+  ``.cache/spark-kafka``) reading the Kafka topic;
+* ``source``: the ``logstore`` source reading the topic produced over HTTP;
+* ``native_delta_read``: ``spark.read.format("delta")`` of the same table (a
+  batch read: the floor of what reading those files costs);
+
+then the ``compact`` maintenance job (segment compaction, as Spark tasks) runs
+on the logstore topic and all three are measured again (Kafka's topic is
+unchanged: the second figure shows the run's drift).
+
+Medians of ``--runs`` runs of every figure. The machine is shared by whatever
+else runs on it: read the load averages in ``machine`` before the figures.
+
+    make kafka && .venv/bin/python bench/vs_kafka.py                   # 500k records: ~6 min at load 11 on 2 cores
+    .venv/bin/python bench/vs_kafka.py --records 5000000 --runs 3      # on an idle machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+# This file's folder would come first on sys.path, and bench/maintenance.py would shadow the `maintenance` package.
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(_ROOT / "bench")]
+sys.path.insert(0, str(_ROOT))
+
+from bench._http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop  # noqa: E402
+from logstore.catalog import Catalog  # noqa: E402
+from logstore.config import load_config  # noqa: E402
+
+KAFKA_VERSION = "3.9.0"
+KAFKA_JARS = _ROOT / ".cache" / "kafka"
+SPARK_KAFKA_JARS = _ROOT / ".cache" / "spark-kafka"
+TOPIC = "bench"
+PARTITIONS = 8
+
+# kafka-server-start.sh's and kafka-run-class.sh's JVM options, so the broker runs as it would from the distribution.
+_BROKER_JVM = [
+    "-Xms1g",
+    "-Xmx1g",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
+_TOOL_JVM = ["-Xmx512m", "-server", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+# slf4j-simple (the only SLF4J backend in .cache/kafka): warnings and errors only, to stderr.
+_LOGGING = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.logFile=System.err"]
+
+
+# -- Apache Kafka -------------------------------------------------------------------
+
+
+def _classpath() -> str:
+    jars = sorted(KAFKA_JARS.glob("*.jar"))
+    if not any(j.name.startswith(f"kafka_2.13-{KAFKA_VERSION}") for j in jars):
+        sys.exit(f"no Kafka {KAFKA_VERSION} jars in {KAFKA_JARS}: run 'make kafka' to fetch them from Maven Central")
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def kafka_tool(main: str, *args: str, timeout_s: float = 600) -> str:
+    """Run one of Kafka's command-line tools (class ``main``) to completion; its stdout."""
+    cmd = ["java", *_TOOL_JVM, *_LOGGING, "-cp", _classpath(), main, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if out.returncode != 0:
+        raise RuntimeError(f"{main} {' '.join(args)} exited with {out.returncode}:\n{out.stderr[-4000:]}")
+    return out.stdout
+
+
+class KafkaBroker:
+    """One KRaft node (broker and controller) on 127.0.0.1, its log in ``work``; ``bootstrap`` is its address."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> KafkaBroker:
+        props = self.work / "server.properties"
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.work / 'logs'}",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    # One consumer joins ConsumerPerformance's group: no point waiting 3 s for others.
+                    "group.initial.rebalance.delay.ms=0",
+                ]
+            )
+            + "\n"
+        )
+        cluster_id = kafka_tool("kafka.tools.StorageTool", "random-uuid").strip()
+        kafka_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props))
+        self.log = self.work / "broker.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                ["java", *_BROKER_JVM, *_LOGGING, "-cp", _classpath(), "kafka.Kafka", str(props)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for the listener, not for a fixed time
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"Kafka did not listen on {self.bootstrap} within 120 s")
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        kafka_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            *("--bootstrap-server", self.bootstrap, "--create", "--topic", name),
+            *("--partitions", str(partitions), "--replication-factor", "1"),
+        )
+
+    def stop(self) -> None:
+        """SIGTERM (controlled shutdown); SIGKILL if it has not exited after 60 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_PP_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec .*?, ([\d.]+) ms avg latency, ([\d.]+) ms max latency, "
+    r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th"
+)
+
+
+def producer_performance(bootstrap: str, topic: str, records: int, rate: float, acks: str) -> dict[str, float]:
+    """Kafka's ProducerPerformance: ``records`` 100-byte values, null keys, at ``rate`` records/s (-1: no limit)."""
+    out = kafka_tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        *("--topic", topic, "--num-records", str(records), "--record-size", str(VALUE_BYTES)),
+        *("--throughput", str(round(rate)), "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}"),
+    )
+    m = _PP_SUMMARY.search(out.strip().splitlines()[-1])
+    if m is None:
+        raise RuntimeError(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
+    return {
+        "records": int(m[1]),
+        "records_per_s": float(m[2]),
+        "mean_ms": float(m[3]),
+        "max_ms": float(m[4]),
+        "p50_ms": float(m[5]),
+        "p95_ms": float(m[6]),
+        "p99_ms": float(m[7]),
+        "p999_ms": float(m[8]),
+    }
+
+
+def consumer_performance(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    """Kafka's ConsumerPerformance reading ``records`` records from the earliest offset of ``topic``."""
+    out = kafka_tool(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        *("--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records), "--timeout", "120000"),
+    )
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
+    names, values = (lines[i].split(",") for i in (head, head + 1))
+    row = {k.strip(): v.strip() for k, v in zip(names, values, strict=True)}
+    return {
+        "records": int(row["data.consumed.in.nMsg"]),
+        "records_per_s": float(row["nMsg.sec"]),
+        "fetch_records_per_s": float(row["fetch.nMsg.sec"]),
+        "rebalance_ms": float(row["rebalance.time.ms"]),
+    }
+
+
+# -- Spark consume --------------------------------------------------------------
+
+
+def _stream(query: Any) -> dict[str, float]:
+    """Run an availableNow query to its end: rows it read, wall seconds from start() to the end, rows/s."""
+    t0 = time.perf_counter()
+    q = query.trigger(availableNow=True).start()
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    return {"rows": rows, "seconds": round(seconds, 3), "records_per_s": round(rows / seconds)}
+
+
+def consume_round(
+    spark: Any, bootstrap: str, root: str, catalog: Catalog, topic: str, scratch: Path
+) -> dict[str, dict[str, float]]:
+    """One measurement of each reader on ``topic``'s current backlog on both sides (fresh checkpoints)."""
+    kafka = _stream(
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
+    )
+    source = _stream(
+        spark.readStream.format("logstore")
+        .option("logstore.root", root)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
+    )
+    t0 = time.perf_counter()
+    spark.read.format("delta").load(catalog.topic_path(topic)).write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - t0
+    delta = {"rows": source["rows"], "seconds": round(seconds, 3), "records_per_s": round(source["rows"] / seconds)}
+    return {"kafka_source": kafka, "source": source, "native_delta_read": delta}
+
+
+def consume(bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Spark consume figures before and after segment compaction: (Kafka side, logstore side)."""
+    from logstore.spark import delta_jars, session
+    from maintenance.job import run_job
+
+    kafka_jars = delta_jars(SPARK_KAFKA_JARS)
+    if not any("spark-sql-kafka" in j for j in kafka_jars):
+        sys.exit(f"no Spark Kafka connector in {SPARK_KAFKA_JARS}: run 'make kafka'")
+    spark = session(
+        **{
+            "spark.master": "local[2]",
+            "spark.app.name": "vs-kafka",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.jars": ",".join(delta_jars(load_config().spark_jars_dir or None) + kafka_jars),
+        }
+    )
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        catalog = Catalog(load_config(environ={}, overrides={"logstore.root": root}))
+        if warmup:  # class loading, code generation, first connections: for every reader, on the warm-up topics
+            consume_round(spark, bootstrap, root, catalog, "warmup", scratch)
+        before = [consume_round(spark, bootstrap, root, catalog, TOPIC, scratch) for _ in range(runs)]
+        files_before = len(catalog.table(TOPIC).file_uris())
+        t0 = time.perf_counter()
+        report = run_job("compact", catalog, topics=[TOPIC], spark=spark, progress=lambda _line: None)
+        compact_s = time.perf_counter() - t0
+        if report.errors:
+            raise RuntimeError(f"segment compaction failed: {report.errors}")
+        files_after = len(catalog.table(TOPIC).file_uris())
+        after = [consume_round(spark, bootstrap, root, catalog, TOPIC, scratch) for _ in range(runs)]
+    finally:
+        spark.stop()
+
+    def med(rounds: list[dict[str, dict[str, float]]], key: str) -> dict[str, float]:
+        return _median_of([r[key] for r in rounds])
+
+    kafka = {
+        "spark_kafka_source": med(before, "kafka_source"),
+        "spark_kafka_source_again": med(after, "kafka_source"),
+    }
+    logstore = {
+        "source": med(before, "source"),
+        "native_delta_read": med(before, "native_delta_read"),
+        "segment_compaction": {
+            "seconds": round(compact_s, 2),
+            "files_before": files_before,
+            "files_after": files_after,
+        },
+        "source_after_compaction": med(after, "source"),
+        "native_delta_read_after_compaction": med(after, "native_delta_read"),
+    }
+    return kafka, logstore
+
+
+# -- the run --------------------------------------------------------------------
+
+
+def _median_of(results: list[dict[str, float]]) -> dict[str, float]:
+    """Field-wise medians of ``results`` (the run with the median records/s for counts would differ little)."""
+    return {k: round(statistics.median(r[k] for r in results), 2) for k in results[0]}
+
+
+def _machine() -> dict[str, Any]:
+    with open("/proc/meminfo") as f:
+        mem_kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": round(mem_kib / 2**20, 1),
+        "java": subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0],
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def ratios(kafka: dict[str, Any], logstore: dict[str, Any]) -> dict[str, float | None]:
+    """logstore / Kafka (and source / native Delta read) for each figure of issue 11's goals table."""
+    out: dict[str, float | None] = {
+        # goal ≥ 1
+        "produce_records_per_s_logstore_over_kafka": _ratio(
+            logstore["produce_max"]["records_per_s"], kafka["produce_max"]["records_per_s"]
+        ),
+    }
+    for acks in ("all", "1"):
+        lk, ll = kafka["latency_at_half_max"][f"acks_{acks}"], logstore["latency_at_half_kafka_max"][f"acks_{acks}"]
+        out[f"p50_acks_{acks}_logstore_over_kafka"] = _ratio(ll["p50_ms"], lk["p50_ms"])
+        out[f"p99_acks_{acks}_logstore_over_kafka"] = _ratio(ll["p99_ms"], lk["p99_ms"])  # goal ≤ 50 ms / ≤ 20 ms
+    if "source" in logstore:
+        kafka_src = kafka["spark_kafka_source"]["records_per_s"]
+        kafka_again = kafka["spark_kafka_source_again"]["records_per_s"]
+        src, src_c = logstore["source"]["records_per_s"], logstore["source_after_compaction"]["records_per_s"]
+        out |= {
+            "source_over_kafka_source": _ratio(src, kafka_src),
+            # goal ≥ 2
+            "source_after_compaction_over_kafka_source": _ratio(src_c, kafka_again),
+            # goal ≥ 0.9 in every case
+            "source_over_native_delta_read": _ratio(src, logstore["native_delta_read"]["records_per_s"]),
+            "source_over_native_delta_read_after_compaction": _ratio(
+                src_c, logstore["native_delta_read_after_compaction"]["records_per_s"]
+            ),
+        }
+    return out
+
+
+def goals(kafka: dict[str, Any], logstore: dict[str, Any], r: dict[str, float | None]) -> dict[str, bool | None]:
+    """Issue 11's goals that this run measures: met or not."""
+    lat = logstore["latency_at_half_kafka_max"]
+
+    def at_least(x: float | None, floor: float) -> bool | None:
+        return None if x is None else x >= floor
+
+    return {
+        "produce_throughput_at_least_kafka": at_least(r["produce_records_per_s_logstore_over_kafka"], 1.0),
+        "acks_all_p99_at_most_50_ms": lat["acks_all"]["p99_ms"] <= 50,
+        "acks_1_p99_at_most_20_ms": lat["acks_1"]["p99_ms"] <= 20,
+        "source_after_compaction_at_least_2x_kafka_source": at_least(
+            r.get("source_after_compaction_over_kafka_source"), 2.0
+        ),
+        "source_at_least_0_9x_native_delta_read": None
+        if "source_over_native_delta_read" not in r
+        else bool(
+            at_least(r["source_over_native_delta_read"], 0.9)
+            and at_least(r["source_over_native_delta_read_after_compaction"], 0.9)
+        ),
+    }
+
+
+def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
+    machine = _machine()
+    records = args.records - args.records % RECORDS  # whole HTTP batches on both sides
+    kafka: dict[str, Any] = {
+        "version": KAFKA_VERSION,
+        "producer": "ProducerPerformance, acks as named, else Kafka 3.9's defaults (linger.ms=0, batch.size=16384)",
+        "latency_is": "per record: send() to its acknowledgement",
+    }
+    logstore: dict[str, Any] = {
+        "load_generator": "httpx in a child process (bench/_http_load.py), 1,000-record JSON requests",
+        "server": "logstore serve, default config",
+        "latency_is": "per request of 1,000 records: POST to answer",
+    }
+
+    broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="kafka-", dir=scratch))).start()
+    stack.callback(broker.stop)
+    topics = [TOPIC, *(f"{TOPIC}-{i}" for i in range(1, args.runs)), "lat-all", "lat-1", "warmup"]
+    for name in topics:
+        broker.create_topic(name, PARTITIONS)
+    warmup = args.warmup_records - args.warmup_records % RECORDS
+    if warmup:  # the broker's JIT, not the measured run, pays for the first records
+        producer_performance(broker.bootstrap, "warmup", warmup, -1, "all")
+    # Run i writes topic bench-i (run 0: bench): the consume figures read bench, `records` records on both sides.
+    maxes = [producer_performance(broker.bootstrap, topics[i], records, -1, "all") for i in range(args.runs)]
+    kafka["produce_max"] = _median_of(maxes)
+    half = kafka["produce_max"]["records_per_s"] / 2
+    kafka["latency_at_half_max"] = {
+        f"acks_{acks}": _median_of(
+            [
+                producer_performance(broker.bootstrap, f"lat-{acks}", round(half * args.latency_seconds), half, acks)
+                for _ in range(args.runs)
+            ]
+        )
+        for acks in ("all", "1")
+    }
+    kafka["consumer_performance"] = _median_of(
+        [consumer_performance(broker.bootstrap, TOPIC, records) for _ in range(args.runs)]
+    )
+
+    root = tempfile.mkdtemp(prefix="logstore-", dir=scratch)
+    server = LogstoreServer(Path(root)).start()
+    stack.callback(server.stop)
+    for name in topics:
+        server.create_topic(name, PARTITIONS)
+    if warmup:  # the same for the server: first table loads, first commits
+        closed_loop(server.url, "warmup", "all", args.concurrency, requests=warmup // RECORDS)
+    maxes = [
+        closed_loop(server.url, topics[i], "all", args.concurrency, requests=records // RECORDS)
+        for i in range(args.runs)
+    ]
+    logstore["produce_max"] = _median_of(maxes)
+    logstore["latency_at_half_kafka_max"] = {
+        f"acks_{acks}": _median_of(
+            [open_loop(server.url, f"lat-{acks}", acks, args.latency_seconds, half / RECORDS) for _ in range(args.runs)]
+        )
+        for acks in ("all", "1")
+    }
+    # Everything is committed (acks=all, and SIGTERM drains the rest); the readers go to the files directly.
+    server.stop()
+
+    if not args.skip_consume:
+        kafka_c, logstore_c = consume(broker.bootstrap, root, args.runs, warmup > 0, scratch)
+        kafka |= kafka_c
+        logstore |= logstore_c
+    r = ratios(kafka, logstore)
+    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "machine": machine,
+        "config": {
+            "records": records,
+            "value_bytes": VALUE_BYTES,
+            "keys": None,
+            "partitions": PARTITIONS,
+            "runs": args.runs,
+            "concurrency": args.concurrency,
+            "latency_seconds": args.latency_seconds,
+            "warmup_records": warmup,
+            "spark_master": "local[2]",
+        },
+        "kafka": kafka,
+        "logstore": logstore,
+        "ratios": r,
+        "goals_met": goals(kafka, logstore, r),
+    }
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """SIGTERM raises SystemExit, so the ``finally`` blocks stop the children and remove the directories."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous: Callable[[int, Any], Any] | int | None = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=500_000, help="records per max-rate produce run (both sides)")
+    ap.add_argument("--runs", type=int, default=1, help="runs of every figure; the JSON shows medians")
+    ap.add_argument("--latency-seconds", type=float, default=5, help="length of each half-rate latency run")
+    ap.add_argument("--concurrency", type=int, default=32, help="HTTP requests in flight at max rate")
+    ap.add_argument(
+        "--warmup-records", type=int, default=200_000, help="records produced on each side before measuring (0: none)"
+    )
+    ap.add_argument("--skip-consume", action="store_true", help="no Spark: produce figures only")
+    args = ap.parse_args()
+    if shutil.which("java") is None:
+        sys.exit("java is not on PATH: Kafka and Spark need it")
+    with _terminate_cleanly(), contextlib.ExitStack() as stack:
+        scratch = Path(tempfile.mkdtemp(prefix="vs-kafka-"))
+        # Registered first, so it runs last: after the broker and the server have stopped.
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        out = run(args, scratch, stack)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
