@@ -60,7 +60,7 @@ def test_poll_commit_close(server: StartServer) -> None:
 
 
 def test_unknown_config_key_is_named() -> None:
-    with pytest.raises(InvalidConfigError, match="fetch.min.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"fetch\.min\.bytes"):
         Consumer({"bootstrap.servers": "http://x", "group.id": "g", "fetch.min.bytes": 1})
 
 
