@@ -28,6 +28,7 @@ import httpx
 import pyarrow as pa
 
 from logstore.config import TopicConfig
+from logstore.coordinator import MemberState
 from logstore.errors import (
     ERRORS_BY_NAME,
     IllegalGenerationError,
@@ -359,6 +360,19 @@ class RemoteStore:
             GroupOffset(group, t["topic"], p["partition"], p["committed_offset"], p["high_watermark"])
             for t in body["topics"]
             for p in t["partitions"]
+        ]
+
+    def group_members(self, group: str) -> list[MemberState]:
+        """The group's live members (id, generation, assignment); empty when it has none."""
+        try:
+            body = self._call("GET", f"/v1/groups/{group}")
+        except LogstoreError as e:
+            if e.name == "GROUP_ID_NOT_FOUND":
+                return []
+            raise
+        return [
+            MemberState(m["member_id"], m["generation"], tuple(sorted(_partitions(m["assignment"]))))
+            for m in body.get("members", [])
         ]
 
     def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
