@@ -54,6 +54,7 @@ from logstore.errors import (
     InvalidRequestError,
     OffsetOutOfRangeError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from logstore.leases import GroupLease
 from logstore.structs import FetchResult, TopicPartition
@@ -150,6 +151,8 @@ class Coordinator(Protocol):
     def fetch(
         self, group: str, member_id: str, fetch: FetchFn, *, max_records: int, max_bytes: int
     ) -> list[tuple[str, FetchResult]]: ...
+
+    def groups(self) -> list[str]: ...
 
     def member(self, group: str, member_id: str) -> MemberState: ...
 
@@ -278,6 +281,13 @@ class GroupCoordinator:
                 raise UnknownMemberIdError(f"consumer group '{group}' has no member '{member_id}'")
             self._remove(g, member_id)
             self._rebalance(g)
+
+    def groups(self) -> list[str]:
+        """Groups with at least one live member, sorted."""
+        self.expire()
+        with self._guard:
+            groups = list(self._groups.values())
+        return sorted(g.name for g in groups if g.members)
 
     def member(self, group: str, member_id: str) -> MemberState:
         """One live member's state (not a heartbeat: its session is not extended).
@@ -454,9 +464,7 @@ class GroupCoordinator:
     def _rebalance(self, g: _Group, joined: _Member | None = None) -> None:
         """A new target after a change of membership, then as much of it as revocations allow."""
         subscriptions = {mid: m.topics for mid, m in g.members.items()}
-        counts = {
-            t: len(self._store.describe_topic(t).partitions) for t in {t for m in g.members.values() for t in m.topics}
-        }
+        counts = {t: self._partition_count(t) for t in {t for m in g.members.values() for t in m.topics}}
         current = {mid: sorted(m.assigned) for mid, m in g.members.items()}
         g.target = assign(g.assignor, subscriptions, counts, current)
         g.generation += 1
@@ -464,6 +472,13 @@ class GroupCoordinator:
             joined.generation = g.generation
         self._reconcile(g, bumped=True)
         self._release_unused_leases(g)
+
+    def _partition_count(self, topic: str) -> int:
+        """The topic's partitions; 0 once it is deleted (its members keep the group's other topics)."""
+        try:
+            return len(self._store.describe_topic(topic).partitions)
+        except UnknownTopicOrPartitionError:
+            return 0
 
     def _reconcile(self, g: _Group, *, bumped: bool = False) -> None:
         """Move the actual assignment toward the target: revoke what moves, give out what is free."""

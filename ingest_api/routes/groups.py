@@ -15,8 +15,10 @@ router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 
 @router.get("", response_model=GroupList)
-async def list_groups(broker: BrokerDep) -> GroupList:
-    return GroupList(groups=await run_in_threadpool(broker.store.list_groups))
+async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep) -> GroupList:
+    """Groups that committed offsets or have live members."""
+    committed = await run_in_threadpool(broker.store.list_groups)
+    return GroupList(groups=sorted(set(committed) | set(await run_in_threadpool(coordinator.groups))))
 
 
 @router.get("/{group}", response_model=GroupOut)
