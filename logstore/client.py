@@ -683,7 +683,7 @@ class Consumer:
         )
         with self._lock:
             self._member_id = body["member_id"]
-            self._acked = None
+            self._acked = body["generation"]  # a joining member has nothing to give up yet
             self._lost = False
             self._applied = -1
             self._latest = (body["generation"], _partitions(body["assignment"]))

@@ -118,3 +118,23 @@ def test_every_record_processed_through_ten_random_rebalances(
     duplicates = sum(n - 1 for n in processed.values())
     if commit_after_processing:
         assert duplicates == 0
+
+
+def test_an_expired_consumer_gives_up_its_partitions_and_joins_again(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    revoked: list[list[TopicPartition]] = []
+    # heartbeats far apart from a short session: the coordinator expires it between polls
+    cons = consumer(srv.url, "g", session_timeout_ms=200, heartbeat_interval_ms=60_000)
+    cons.subscribe(["t"], on_revoke=lambda _c, parts: revoked.append(parts))
+    assert cons.poll(0.1) is None and cons.assignment() == [TopicPartition("t", 0)]
+    first = cons.member_id
+    deadline = time.monotonic() + 10
+    while c.get("/v1/groups/g").json().get("members") and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server's session sweep, not a client timing
+    assert c.post("/v1/topics/t/records", json={"records": [{"value": "x"}]}).status_code == 200
+    m = cons.poll(5)
+    assert m is not None and m.value() == b"x"
+    assert cons.member_id != first and revoked == [[TopicPartition("t", 0)]]
+    cons.close()
