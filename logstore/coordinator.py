@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+import pyarrow.compute as pc
+
 from logstore.assignors import ASSIGNORS, Assignment, assign
 from logstore.errors import (
     IllegalGenerationError,
@@ -396,9 +398,7 @@ class GroupCoordinator:
             out.append((tp.topic, result))
             moved[tp] = (pos, int(result.records["offset"][n - 1].as_py()) + 1)
             left_records -= n
-            left_bytes -= sum(
-                len(x) for col in ("key", "value") for x in result.records[col].to_pylist() if x is not None
-            )
+            left_bytes -= sum(pc.sum(pc.binary_length(result.records[col])).as_py() or 0 for col in ("key", "value"))
         if moved:
             g = self._group(group)
             with g.lock:
