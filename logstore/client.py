@@ -749,8 +749,12 @@ class Consumer:
                 self._on_revoke(self, sorted(revoked))
             if self._conf["enable.auto.commit"]:
                 owed = {tp: o for tp, o in self._positions.items() if tp in revoked}
-                if owed:
-                    self.commit(offsets=owed, asynchronous=False)
+                try:
+                    if owed:
+                        self.commit(offsets=owed, asynchronous=False)
+                except LogstoreError as e:
+                    # The hand-over goes on: the new owner starts from the previous commit (at least once).
+                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, e)
             self._wait_commits()
             for tp in revoked:
                 self._positions.pop(tp, None)
