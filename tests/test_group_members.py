@@ -197,3 +197,14 @@ def test_http_members_and_a_spark_group_reader_exclude_each_other(server: StartS
     finally:
         other.release()
     join(c, "g", ["t"])
+
+
+def test_offsets_of_a_group_with_live_members_move_only_through_its_members(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 1)
+    m = join(c, "g", ["t"])["member_id"]
+    error(c.post("/v1/groups/g/offsets", json={"topic": "t", "partitions": {"0": 0}}), 404, "UNKNOWN_MEMBER_ID")
+    error(c.post("/v1/groups/g/reset", json={"topic": "t", "to": "earliest"}), 404, "UNKNOWN_MEMBER_ID")
+    assert c.get("/v1/groups").json() == {"groups": ["g"]}
+    assert c.delete(f"/v1/groups/g/members/{m}").status_code == 204
+    assert c.post("/v1/groups/g/reset", json={"topic": "t", "to": "earliest"}).status_code == 200

@@ -8,7 +8,8 @@ from fastapi.concurrency import run_in_threadpool
 from ingest_api.deps import BrokerDep, CoordinatorDep
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
-from logstore.errors import GroupIdNotFoundError, InvalidRequestError
+from logstore.coordinator import Coordinator
+from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
 from logstore.structs import GroupOffset
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
@@ -57,6 +58,7 @@ async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep, coo
         if not p.isdigit():
             raise InvalidRequestError(f"partition keys must be partition numbers, got '{p}'")
         offsets[int(p)] = o
+    await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(lambda: broker.store.commit_offsets(group, body.topic, offsets, metadata=body.metadata))
     return await describe_group(group, broker, coordinator)
 
@@ -64,5 +66,20 @@ async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep, coo
 @router.post("/{group}/reset", response_model=GroupOut)
 async def reset_offsets(group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
     to = body.to if isinstance(body.to, str) else dict(body.to)
+    await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(broker.store.reset_offsets, group, body.topic, to)  # type: ignore[arg-type]
     return await describe_group(group, broker, coordinator)
+
+
+async def _refuse_with_live_members(group: str, coordinator: Coordinator) -> None:
+    """Offsets of a group with live members move only through its members' commits (as in Kafka).
+
+    Raises:
+        UnknownMemberIdError: the group has live members; commit as one of them, or stop them first.
+    """
+    live = await run_in_threadpool(coordinator.members, group)
+    if live:
+        raise UnknownMemberIdError(
+            f"consumer group '{group}' has {len(live)} live member(s): commit through a member "
+            f"(POST /v1/groups/{group}/members/{{m}}/offsets), or stop them before moving its offsets"
+        )
