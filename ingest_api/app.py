@@ -8,8 +8,10 @@ exits.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -17,12 +19,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ingest_api.broker import Broker
-from ingest_api.routes import groups, ops, records, topics
+from ingest_api.routes import groups, members, ops, records, topics
 from logstore.config import LogstoreConfig
+from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
     ConcurrentTransactionsError,
     FencedLeaderEpochError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
@@ -33,15 +39,25 @@ from logstore.errors import (
     RequestTimedOutError,
     ThrottlingQuotaExceededError,
     TopicAlreadyExistsError,
+    UnknownMemberIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 
 __all__ = ["create_app", "status_for"]
 
+log = logging.getLogger("ingest_api")
+
+_SESSION_SWEEP_S = 0.5
+"""How often expired group members are removed when no request of their group comes."""
+
 _STATUS: list[tuple[type[LogstoreError], int]] = [
     (UnknownTopicOrPartitionError, 404),
     (GroupIdNotFoundError, 404),
+    (UnknownMemberIdError, 404),
+    (IllegalGenerationError, 409),
+    (InconsistentGroupProtocolError, 409),
+    (GroupSubscribedToTopicError, 409),
     (OffsetOutOfRangeError, 416),
     (MessageTooLargeError, 413),
     (RecordListTooLargeError, 413),
@@ -73,9 +89,16 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         broker = Broker(config)
         app.state.broker = broker
         await run_in_threadpool(broker.start)
+        coordinator = GroupCoordinator(broker.store)
+        app.state.coordinator = coordinator
+        sweeper = asyncio.create_task(_expire_sessions(coordinator))
         try:
             yield
         finally:
+            sweeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await sweeper
+            await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
 
     app = FastAPI(
@@ -84,7 +107,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         summary="Kafka-style produce, fetch and consumer groups over Delta tables",
         lifespan=lifespan,
     )
-    for module in (topics, records, groups, ops):
+    for module in (topics, records, groups, members, ops):
         app.include_router(module.router)
 
     @app.exception_handler(LogstoreError)
@@ -109,3 +132,16 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         return JSONResponse({"error_code": "UNKNOWN_SERVER_ERROR", "message": repr(exc)}, status_code=500)
 
     return app
+
+
+async def _expire_sessions(coordinator: GroupCoordinator) -> None:
+    """Remove group members whose session expired, so their partitions and leases do not wait for a request.
+
+    A failed sweep is logged and the next one runs: this task ends only with the app.
+    """
+    while True:
+        await asyncio.sleep(_SESSION_SWEEP_S)
+        try:
+            await run_in_threadpool(coordinator.expire)
+        except Exception:
+            log.exception("expiring group members failed; retrying in %.1f s", _SESSION_SWEEP_S)

@@ -124,6 +124,7 @@ class GroupTopic(BaseModel):
 class GroupOut(BaseModel):
     group: str
     topics: list[GroupTopic]
+    members: list[MemberOut] = Field(default_factory=list, description="live members (DESIGN §9)")
 
 
 class GroupList(BaseModel):
@@ -149,3 +150,60 @@ class Error(BaseModel):
 
 
 Acks = Literal["0", "1", "all"]
+
+
+# -- consumer groups with members (DESIGN §9) ------------------------------------
+
+
+class TopicPartitionOut(BaseModel):
+    topic: str
+    partition: int
+
+
+class JoinGroup(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    topics: list[str] = Field(min_length=1, description="topics the member subscribes to")
+    assignor: Literal["range", "roundrobin", "cooperative-sticky"] = "range"
+    session_timeout_ms: int = Field(
+        default=45_000, ge=100, le=1_800_000, description="no heartbeat for this long: the member is removed"
+    )
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="latest",
+        alias="auto.offset.reset",
+        description="where a partition without a committed offset starts",
+    )
+
+
+class MemberOut(BaseModel):
+    member_id: str
+    generation: int = Field(description="the member's generation: its commits must carry it")
+    assignment: list[TopicPartitionOut]
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    generation: int | None = Field(
+        default=None,
+        description="the generation whose assignment the member has applied (revoked partitions released); "
+        "omitted: the generation the previous response gave",
+    )
+
+
+class MemberOffset(BaseModel):
+    topic: str
+    partition: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    offset: Offset
+
+
+class MemberCommit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    generation: int
+    offsets: list[MemberOffset] = Field(description="next offset to read, per partition the member owns")
+
+
+class MemberRecord(FetchedRecord):
+    topic: str
+
+
+class MemberRecords(BaseModel):
+    records: list[MemberRecord]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from logstore.client import Producer, RemoteStore
+from logstore.client import Consumer, Producer, RemoteStore
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
@@ -163,6 +163,9 @@ def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
 
 def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    if args.group and getattr(args, "server", None) and args.partition is None:
+        _consume_as_member(args)
+        return
     store = _backend(args, config)
     info = store.describe_topic(args.topic)
     committed = store.committed(args.group, args.topic) if args.group else {}
@@ -206,6 +209,40 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
             deadline = time.monotonic() + args.timeout_ms / 1000
 
 
+def _consume_as_member(args: argparse.Namespace) -> None:
+    """``consume --group G --server URL``: a member of G (a :class:`Consumer`), sharing the topic with the others.
+
+    Commits after printing (no record is lost or printed twice across a rebalance); leaves the group on exit.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.server,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "enable.auto.commit": False,
+        }
+    )
+    out = sys.stdout.buffer
+    remaining = args.max_records if args.max_records is not None else -1
+    idle_s = args.timeout_ms / 1000
+    try:
+        consumer.subscribe([args.topic])
+        while remaining != 0:
+            msgs = consumer.consume(remaining if 0 < remaining < 500 else 500, timeout=max(idle_s, 0.5))
+            if not msgs:
+                break  # nothing for timeout-ms (at least half a second: the first assignment may still arrive)
+            for m in msgs:
+                if args.print_key:
+                    out.write((m.key() or b"null") + args.key_separator.encode())
+                value = m.value()
+                out.write((value if value is not None else b"null") + b"\n")
+            out.flush()
+            consumer.commit(asynchronous=False)
+            remaining = max(0, remaining - len(msgs)) if remaining > 0 else remaining
+    finally:
+        consumer.close()
+
+
 # -- groups ---------------------------------------------------------------------
 
 
@@ -215,12 +252,34 @@ def _groups_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
 
 def _groups_describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    rows = _backend(args, config).describe_group(args.group)
-    print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8}")
+    """Committed offsets with lag; through a server, also each partition's live owner and its generation."""
+    backend = _backend(args, config)
+    members = backend.group_members(args.group) if isinstance(backend, RemoteStore) else []
+    rows = backend.describe_group(args.group)
+    owners = {(tp.topic, tp.partition): m for m in members for tp in m.assignment}
+    tail = f"  {'CONSUMER-ID':<39} {'GENERATION':>10}" if members else ""
+    print(
+        f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} {'LAG':>8}{tail}"
+    )
     for r in rows:
+        owner = owners.pop((r.topic, r.partition), None)
+        tail = f"  {owner.member_id if owner else '-':<39} {owner.generation if owner else '-':>10}" if members else ""
         print(
             f"{r.group:<20} {r.topic:<20} {r.partition:>9} {r.committed_offset:>14} {r.high_watermark:>14} {r.lag:>8}"
+            + tail
         )
+    dash = "-"
+    for (topic, partition), owner in sorted(owners.items()):  # assigned, nothing committed yet
+        print(
+            f"{args.group:<20} {topic:<20} {partition:>9} {dash:>14} {dash:>14} {dash:>8}"
+            f"  {owner.member_id:<39} {owner.generation:>10}"
+        )
+    for m in members:
+        if not m.assignment:
+            print(
+                f"{args.group:<20} {dash:<20} {dash:>9} {dash:>14} {dash:>14} {dash:>8}"
+                f"  {m.member_id:<39} {m.generation:>10}"
+            )
 
 
 def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:

@@ -1,4 +1,4 @@
-"""Python clients for a running logstore server: :class:`Producer` and :class:`RemoteStore`.
+"""Python clients for a running logstore server: :class:`Producer`, :class:`Consumer` and :class:`RemoteStore`.
 
 They speak the HTTP API of DESIGN §3 with ``httpx``; the rest of the core
 never imports them.
@@ -13,10 +13,14 @@ record twice. Delivery callbacks run on the sender thread.
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +28,32 @@ import httpx
 import pyarrow as pa
 
 from logstore.config import TopicConfig
-from logstore.errors import ERRORS_BY_NAME, KafkaStorageError, LogstoreError, UnknownServerError
+from logstore.coordinator import MemberState
+from logstore.errors import (
+    ERRORS_BY_NAME,
+    IllegalGenerationError,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaStorageError,
+    LogstoreError,
+    UnknownMemberIdError,
+    UnknownServerError,
+)
 from logstore.schema import input_table
-from logstore.structs import FetchResult, GroupOffset, PartitionInfo, TopicInfo
+from logstore.structs import FetchResult, GroupOffset, PartitionInfo, TopicInfo, TopicPartition
 
-__all__ = ["DeliveryCallback", "Producer", "RecordMetadata", "RemoteStore"]
+__all__ = [
+    "TIMESTAMP_CREATE_TIME",
+    "Consumer",
+    "DeliveryCallback",
+    "Message",
+    "Producer",
+    "RebalanceCallback",
+    "RecordMetadata",
+    "RemoteStore",
+]
+
+log = logging.getLogger("logstore.client")
 
 
 @dataclass(frozen=True)
@@ -337,6 +362,19 @@ class RemoteStore:
             for p in t["partitions"]
         ]
 
+    def group_members(self, group: str) -> list[MemberState]:
+        """The group's live members (id, generation, assignment); empty when it has none."""
+        try:
+            body = self._call("GET", f"/v1/groups/{group}")
+        except LogstoreError as e:
+            if e.name == "GROUP_ID_NOT_FOUND":
+                return []
+            raise
+        return [
+            MemberState(m["member_id"], m["generation"], tuple(sorted(_partitions(m["assignment"]))))
+            for m in body.get("members", [])
+        ]
+
     def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
         body = self._call("POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to})
         return {
@@ -361,3 +399,462 @@ def _topic(body: dict[str, Any]) -> TopicInfo:
 def decode_value(v: Any) -> bytes | None:
     """A fetched key or value (string or ``{"b64": …}``) as bytes."""
     return _json_bytes(v)
+
+
+class Message:
+    """One consumed record, with confluent-kafka's accessors."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp_ms", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        timestamp_ms: int,
+    ) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._headers, self._timestamp_ms = key, value, headers, timestamp_ms
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """In the order produced; a key may repeat."""
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(TIMESTAMP_CREATE_TIME, ms since the epoch)``, as confluent-kafka returns it."""
+        return TIMESTAMP_CREATE_TIME, self._timestamp_ms
+
+    def error(self) -> None:
+        """Always None: errors are raised by :meth:`Consumer.poll`, not delivered as messages."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"Message({self._topic}-{self._partition}@{self._offset})"
+
+
+TIMESTAMP_CREATE_TIME = 1
+"""confluent-kafka's timestamp type of a producer-set (or append-time) timestamp."""
+
+RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+"""``on_assign(consumer, partitions)`` / ``on_revoke(consumer, partitions)``: run inside :meth:`Consumer.poll`."""
+
+_CONSUMER_DEFAULTS: dict[str, Any] = {
+    "bootstrap.servers": None,
+    "group.id": None,
+    "auto.offset.reset": "latest",
+    "enable.auto.commit": True,
+    "auto.commit.interval.ms": 5_000,
+    "session.timeout.ms": 45_000,
+    "heartbeat.interval.ms": 3_000,
+    "partition.assignment.strategy": "range",
+    "max.poll.records": 500,
+}
+
+
+class Consumer:
+    """A member of a consumer group on a logstore server, shaped like confluent-kafka's ``Consumer``.
+
+    Config is a dict of Kafka's dotted keys (keyword arguments with ``_`` for
+    ``.`` are merged over it): ``bootstrap.servers`` (the server URL, also
+    ``url``), ``group.id`` (required), ``auto.offset.reset`` (``latest``),
+    ``enable.auto.commit`` (True: positions are committed every
+    ``auto.commit.interval.ms`` and before a partition is given up),
+    ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
+    ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
+    ``cooperative-sticky``), ``max.poll.records`` (500 per fetch).
+
+    Threads: a heartbeat thread keeps the session alive and learns assignment
+    changes; everything else — rebalance callbacks, revocation, auto commit —
+    runs in the caller's thread inside :meth:`poll`, as in confluent-kafka.
+    Commits run on one committer thread, in order. An error of either thread
+    is raised by the next :meth:`poll` or :meth:`commit`; neither thread ends
+    before :meth:`close`.
+
+    Revocation is cooperative: a revoked partition's buffered records are
+    dropped, ``on_revoke`` runs (commit there, or rely on auto commit), and
+    only then does the next heartbeat acknowledge it, letting the coordinator
+    give it to its new owner. So a consumer that commits after processing
+    each message hands partitions over without duplicates. ``on_assign`` gets
+    the partitions added (incremental, as with ``cooperative-sticky`` in
+    confluent-kafka).
+
+    Raises:
+        InvalidConfigError: an unknown key, or no ``bootstrap.servers`` / ``group.id``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        conf = dict(config or {}) | {k.replace("_", "."): v for k, v in kwargs.items()}
+        if "url" in conf:
+            conf["bootstrap.servers"] = conf.pop("url")
+        unknown = sorted(set(conf) - set(_CONSUMER_DEFAULTS))
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown consumer config {', '.join(unknown)}; known: {', '.join(sorted(_CONSUMER_DEFAULTS))}"
+            )
+        conf = _CONSUMER_DEFAULTS | conf
+        for required in ("bootstrap.servers", "group.id"):
+            if not conf[required]:
+                raise InvalidConfigError(f"consumer config '{required}' is required")
+        self._conf = conf
+        self.group: str = conf["group.id"]
+        url = str(conf["bootstrap.servers"])
+        self._url = url if "://" in url else f"http://{url}"
+        self._client = httpx.Client(base_url=self._url, timeout=60)
+        self._hb_client = httpx.Client(base_url=self._url, timeout=30)
+        self._commit_client = httpx.Client(base_url=self._url, timeout=60)
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
+        self._commits: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._topics: list[str] = []
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+        self._member_id: str | None = None
+        self._latest: tuple[int, frozenset[TopicPartition]] = (-1, frozenset())
+        """The newest (generation, assignment) the coordinator sent."""
+        self._applied = -1
+        self._acked: int | None = None
+        self._lost = False
+        self._errors: list[LogstoreError] = []
+        self._assignment: set[TopicPartition] = set()
+        self._positions: dict[TopicPartition, int] = {}
+        self._buffer: deque[Message] = deque()
+        self._next_auto_commit = time.monotonic() + conf["auto.commit.interval.ms"] / 1000
+        self._heartbeat_thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def member_id(self) -> str | None:
+        """This consumer's id in the group (None before :meth:`subscribe`)."""
+        return self._member_id
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group for ``topics``; partitions arrive (and ``on_assign`` runs) inside :meth:`poll`.
+
+        Raises:
+            UnknownTopicOrPartitionError: a topic does not exist.
+            GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
+        """
+        self._topics, self._on_assign, self._on_revoke = list(topics), on_assign, on_revoke
+        self._join()
+        if self._heartbeat_thread is None:
+            self._heartbeat_thread = threading.Thread(target=self._heartbeats, name="logstore-heartbeat", daemon=True)
+            self._heartbeat_thread.start()
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions this consumer reads now (as applied by the last :meth:`poll`)."""
+        return sorted(self._assignment)
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """The next record, waiting up to ``timeout`` seconds (None: forever); None when none came.
+
+        Runs rebalance callbacks and auto commits.
+
+        Raises:
+            LogstoreError: a commit or heartbeat failed for a reason retrying does not fix.
+        """
+        msgs = self.consume(1, timeout)
+        return msgs[0] if msgs else None
+
+    def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for the first (None: forever)."""
+        if self._member_id is None:
+            raise InvalidRequestError("subscribe() before poll()")
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            self._raise_errors()
+            self._apply_assignment()
+            self._maybe_auto_commit()
+            if self._buffer:
+                out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
+                for m in out:
+                    self._positions[TopicPartition(m.topic(), m.partition())] = m.offset() + 1
+                return out
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            wait_s = 0.5 if left is None else min(left, 0.5)  # short: assignment changes are applied between
+            self._fetch(int(wait_s * 1000))
+
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        asynchronous: bool = True,
+    ) -> None:
+        """Commit the consumed positions (default), ``message``'s offset + 1, or ``offsets`` (next offset to read).
+
+        ``asynchronous=True`` (confluent-kafka's default) returns at once; its
+        error, if any, is raised by the next :meth:`poll` or :meth:`commit`.
+
+        Raises:
+            IllegalGenerationError: the consumer no longer owns a partition (the group rebalanced).
+            UnknownMemberIdError: the consumer's session expired.
+        """
+        self._raise_errors()
+        if message is not None:
+            todo = {TopicPartition(message.topic(), message.partition()): message.offset() + 1}
+        elif offsets is not None:
+            todo = dict(offsets)
+        else:
+            todo = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
+        if not todo:
+            return
+        future = self._committer.submit(self._commit_now, todo)
+        if asynchronous:
+            self._commits = [f for f in self._commits if not f.done()] + [future]
+            future.add_done_callback(self._record_error)
+            return
+        future.result()
+
+    def close(self) -> None:
+        """Commit (with auto commit), leave the group so the others rebalance at once, stop the threads."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._member_id is not None and self._conf["enable.auto.commit"] and not self._lost:
+                with contextlib.suppress(LogstoreError):
+                    self.commit(asynchronous=False)
+            self._wait_commits()
+        finally:
+            self._stop.set()
+            self._wake.set()
+            if self._heartbeat_thread is not None:
+                self._heartbeat_thread.join()
+            if self._member_id is not None:
+                with contextlib.suppress(LogstoreError):
+                    self._call(self._client, "DELETE", f"/v1/groups/{self.group}/members/{self._member_id}")
+            self._committer.shutdown(wait=True)
+            for c in (self._client, self._hb_client, self._commit_client):
+                c.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------
+
+    def _call(self, client: httpx.Client, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = client.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise KafkaStorageError(f"cannot reach {self._url}: {e}") from e
+        _raise_for(r)
+        return r.json() if r.content else None
+
+    def _join(self) -> None:
+        body = self._call(
+            self._client,
+            "POST",
+            f"/v1/groups/{self.group}/members",
+            json={
+                "topics": self._topics,
+                "assignor": self._conf["partition.assignment.strategy"],
+                "session_timeout_ms": int(self._conf["session.timeout.ms"]),
+                "auto.offset.reset": self._conf["auto.offset.reset"],
+            },
+        )
+        with self._lock:
+            self._member_id = body["member_id"]
+            self._acked = body["generation"]  # a joining member has nothing to give up yet
+            self._lost = False
+            self._applied = -1
+            self._latest = (body["generation"], _partitions(body["assignment"]))
+
+    def _heartbeats(self) -> None:
+        interval = self._conf["heartbeat.interval.ms"] / 1000
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._heartbeat()
+            except KafkaStorageError as e:
+                log.warning("heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, e, interval)
+            except LogstoreError as e:
+                self._record(e)
+            except Exception as e:  # reported to the caller by the next poll(), never swallowed
+                log.exception("heartbeat of group '%s' failed", self.group)
+                self._record(UnknownServerError(f"heartbeat failed: {e!r}"))
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            member, acked = self._member_id, self._acked
+        if member is None or self._lost:
+            return
+        try:
+            body = self._call(
+                self._hb_client,
+                "POST",
+                f"/v1/groups/{self.group}/members/{member}/heartbeat",
+                json={"generation": acked},
+            )
+        except UnknownMemberIdError:
+            with self._lock:
+                if self._member_id == member:
+                    self._lost = True  # poll() gives everything up and joins again
+            return
+        with self._lock:
+            if self._member_id == member and body["generation"] >= self._latest[0]:
+                self._latest = (body["generation"], _partitions(body["assignment"]))
+
+    def _apply_assignment(self) -> None:
+        """Apply what the coordinator sent: revoke (callbacks, commits), then assign; acknowledge."""
+        if self._lost:
+            lost = sorted(self._assignment)
+            self._buffer.clear()
+            self._assignment.clear()
+            self._positions.clear()
+            if lost and self._on_revoke is not None:
+                self._on_revoke(self, lost)  # fenced already: its commits would be refused
+            self._join()
+        with self._lock:
+            generation, target = self._latest
+        if generation == self._applied:
+            return
+        revoked = self._assignment - target
+        added = target - self._assignment
+        if revoked:
+            self._buffer = deque(m for m in self._buffer if TopicPartition(m.topic(), m.partition()) not in revoked)
+            self._wait_commits()
+            if self._on_revoke is not None:
+                self._on_revoke(self, sorted(revoked))
+            if self._conf["enable.auto.commit"]:
+                owed = {tp: o for tp, o in self._positions.items() if tp in revoked}
+                try:
+                    if owed:
+                        self.commit(offsets=owed, asynchronous=False)
+                except LogstoreError as e:
+                    # The hand-over goes on: the new owner starts from the previous commit (at least once).
+                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, e)
+            self._wait_commits()
+            for tp in revoked:
+                self._positions.pop(tp, None)
+        self._assignment = set(target)
+        self._applied = generation
+        with self._lock:
+            self._acked = generation
+        if revoked:
+            self._wake.set()  # acknowledge now: the new owners are waiting for it
+        if added and self._on_assign is not None:
+            self._on_assign(self, sorted(added))
+
+    def _fetch(self, wait_ms: int) -> None:
+        try:
+            body = self._call(
+                self._client,
+                "GET",
+                f"/v1/groups/{self.group}/members/{self._member_id}/records",
+                params={"max_records": int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+            )
+        except UnknownMemberIdError:
+            self._lost = True
+            return
+        # Apply any change first: records of a partition revoked meanwhile are never delivered.
+        self._apply_assignment()
+        if any(TopicPartition(r["topic"], r["partition"]) not in self._assignment for r in body["records"]):
+            # The coordinator gave us a partition our heartbeat has not told us of yet: learn it now
+            # rather than drop its records (the group's position has already moved past them).
+            self._heartbeat()
+            self._apply_assignment()
+        for r in body["records"]:
+            tp = TopicPartition(r["topic"], r["partition"])
+            if tp not in self._assignment:
+                continue
+            self._buffer.append(
+                Message(
+                    r["topic"],
+                    r["partition"],
+                    r["offset"],
+                    _json_bytes(r["key"]),
+                    _json_bytes(r["value"]),
+                    _json_headers(r["headers"]),
+                    r["timestamp"],
+                )
+            )
+
+    def _commit_now(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """One commit on the committer thread; retried once with a fresh generation after a rebalance."""
+        for attempt in range(2):
+            with self._lock:
+                member, generation = self._member_id, self._latest[0]
+            try:
+                self._call(
+                    self._commit_client,
+                    "POST",
+                    f"/v1/groups/{self.group}/members/{member}/offsets",
+                    json={
+                        "generation": generation,
+                        "offsets": [
+                            {"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in offsets.items()
+                        ],
+                    },
+                )
+                return
+            except IllegalGenerationError:
+                if attempt:
+                    raise
+                # The group moved on since our last heartbeat: learn the new generation (the partitions may
+                # still be ours, revoked but not yet acknowledged) and try once more.
+                self._heartbeat()
+
+    def _maybe_auto_commit(self) -> None:
+        if not self._conf["enable.auto.commit"] or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + self._conf["auto.commit.interval.ms"] / 1000
+        self.commit(asynchronous=True)
+
+    def _wait_commits(self) -> None:
+        pending, self._commits = self._commits, []
+        for f in pending:
+            with contextlib.suppress(LogstoreError):
+                f.result()  # its error was recorded by _record_error
+
+    def _record_error(self, future: Future[None]) -> None:
+        e = future.exception()
+        if isinstance(e, LogstoreError):
+            self._record(e)
+        elif e is not None:
+            self._record(UnknownServerError(f"commit failed: {e!r}"))
+
+    def _record(self, error: LogstoreError) -> None:
+        with self._lock:
+            self._errors.append(error)
+
+    def _raise_errors(self) -> None:
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+
+
+def _partitions(assignment: list[dict[str, Any]]) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(a["topic"], a["partition"]) for a in assignment)

@@ -20,6 +20,8 @@ __all__ = [
     "ConcurrentTransactionsError",
     "FencedLeaderEpochError",
     "GroupIdNotFoundError",
+    "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
     "InvalidConfigError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
@@ -36,6 +38,7 @@ __all__ = [
     "RequestTimedOutError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
+    "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
 ]
@@ -184,6 +187,39 @@ class KafkaStorageError(LogstoreError):
     code = 56
     name = "KAFKA_STORAGE_ERROR"
     retriable = True
+
+
+class IllegalGenerationError(LogstoreError):
+    """A group member acted with a generation that is no longer its own, or on a partition it does not own.
+
+    The group rebalanced since the member last heard from it (or its session
+    expired and it was replaced): its commit changes nothing. A live member
+    heartbeats to learn its current generation and assignment, then retries.
+    """
+
+    code = 22
+    name = "ILLEGAL_GENERATION"
+
+
+class InconsistentGroupProtocolError(LogstoreError):
+    """A member joined with an assignor other than the one the group's live members use.
+
+    Every member of a group uses one ``partition.assignment.strategy``; change
+    it on all of them together (once the group has no live member).
+    """
+
+    code = 23
+    name = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class UnknownMemberIdError(LogstoreError):
+    """The group has no such member: it left, or its session expired (``session_timeout_ms`` without a heartbeat).
+
+    The consumer joins the group again to get a new member id and assignment.
+    """
+
+    code = 25
+    name = "UNKNOWN_MEMBER_ID"
 
 
 class InvalidGroupIdError(LogstoreError):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from tests.server import Server
 
 
 def run(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -82,3 +85,33 @@ def test_groups_reset(tmp_path: Path) -> None:
     )
     r = run(tmp_path, "groups", "reset", "g", "--topic", "t", "--to", "someday")
     assert r.returncode == 1 and "INVALID_REQUEST" in r.stderr
+
+
+def test_consume_as_a_group_member_through_a_server_and_describe_members(server: Callable[..., Server]) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+    records = [{"partition": i % 2, "value": f"v{i}"} for i in range(6)]
+    assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+    exe = Path(sys.executable).parent / "logstore"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
+    r = subprocess.run(
+        [str(exe), "consume", "t", "--group", "g", "--server", srv.url, "--from-beginning"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == [f"v{i}" for i in range(6)]
+    # the member left on exit; its commits stay
+    member = c.post("/v1/groups/g/members", json={"topics": ["t"]}).json()
+    d = subprocess.run(
+        [str(exe), "groups", "describe", "g", "--server", srv.url], capture_output=True, text=True, env=env, timeout=60
+    ).stdout.splitlines()
+    assert d[0].split()[-2:] == ["CONSUMER-ID", "GENERATION"]
+    rows = [line.split() for line in d[1:]]
+    assert sorted((row[2], row[3], row[5], row[6]) for row in rows) == [
+        ("0", "3", "0", member["member_id"]),
+        ("1", "3", "0", member["member_id"]),
+    ]

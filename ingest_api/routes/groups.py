@@ -5,21 +5,33 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from ingest_api.deps import BrokerDep
+from ingest_api.deps import BrokerDep, CoordinatorDep
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
-from logstore.errors import InvalidRequestError
+from ingest_api.routes.members import member_out
+from logstore.coordinator import Coordinator
+from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
+from logstore.structs import GroupOffset
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 
 @router.get("", response_model=GroupList)
-async def list_groups(broker: BrokerDep) -> GroupList:
-    return GroupList(groups=await run_in_threadpool(broker.store.list_groups))
+async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep) -> GroupList:
+    """Groups that committed offsets or have live members."""
+    committed = await run_in_threadpool(broker.store.list_groups)
+    return GroupList(groups=sorted(set(committed) | set(await run_in_threadpool(coordinator.groups))))
 
 
 @router.get("/{group}", response_model=GroupOut)
-async def describe_group(group: str, broker: BrokerDep) -> GroupOut:
-    rows = await run_in_threadpool(broker.store.describe_group, group)
+async def describe_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
+    """Committed offsets with lag per partition, and the live members (id, generation, assignment)."""
+    live = await run_in_threadpool(coordinator.members, group)
+    rows: list[GroupOffset] = []
+    try:
+        rows = await run_in_threadpool(broker.store.describe_group, group)
+    except GroupIdNotFoundError:
+        if not live:
+            raise
     topics: dict[str, list[dict[str, int]]] = {}
     for r in rows:
         topics.setdefault(r.topic, []).append(
@@ -31,23 +43,43 @@ async def describe_group(group: str, broker: BrokerDep) -> GroupOut:
             }
         )
     return GroupOut.model_validate(
-        {"group": group, "topics": [{"topic": t, "partitions": ps} for t, ps in sorted(topics.items())]}
+        {
+            "group": group,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in sorted(topics.items())],
+            "members": [member_out(m) for m in live],
+        }
     )
 
 
 @router.post("/{group}/offsets", response_model=GroupOut)
-async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep) -> GroupOut:
+async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
     offsets = {}
     for p, o in body.partitions.items():
         if not p.isdigit():
             raise InvalidRequestError(f"partition keys must be partition numbers, got '{p}'")
         offsets[int(p)] = o
+    await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(lambda: broker.store.commit_offsets(group, body.topic, offsets, metadata=body.metadata))
-    return await describe_group(group, broker)
+    return await describe_group(group, broker, coordinator)
 
 
 @router.post("/{group}/reset", response_model=GroupOut)
-async def reset_offsets(group: str, body: ResetOffsets, broker: BrokerDep) -> GroupOut:
+async def reset_offsets(group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
     to = body.to if isinstance(body.to, str) else dict(body.to)
+    await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(broker.store.reset_offsets, group, body.topic, to)  # type: ignore[arg-type]
-    return await describe_group(group, broker)
+    return await describe_group(group, broker, coordinator)
+
+
+async def _refuse_with_live_members(group: str, coordinator: Coordinator) -> None:
+    """Offsets of a group with live members move only through its members' commits (as in Kafka).
+
+    Raises:
+        UnknownMemberIdError: the group has live members; commit as one of them, or stop them first.
+    """
+    live = await run_in_threadpool(coordinator.members, group)
+    if live:
+        raise UnknownMemberIdError(
+            f"consumer group '{group}' has {len(live)} live member(s): commit through a member "
+            f"(POST /v1/groups/{group}/members/{{m}}/offsets), or stop them before moving its offsets"
+        )

@@ -7,6 +7,8 @@ import time
 from typing import Annotated, Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
@@ -129,29 +131,34 @@ async def fetch(
 
 def _fetch_body(result: FetchResult) -> dict[str, object]:
     recs = result.records
-    ts = recs["timestamp"].cast("int64").to_pylist()
-    records = []
-    for i, (p, o, k, v, h) in enumerate(
-        zip(
+    n = len(recs)
+    ts = pc.divide(recs["timestamp"].cast("int64"), 1000).to_pylist()  # µs → ms (timestamps are >= 0)
+    no_headers = pc.fill_null(pc.list_value_length(recs["headers"]), 0)
+    if n == 0 or pc.max(no_headers).as_py() == 0:
+        headers: list[Any] = [{} for _ in range(n)]
+    else:
+        headers = [_headers_json(h or []) for h in recs["headers"].to_pylist()]
+    records = [
+        {"partition": p, "offset": o, "timestamp": t, "key": k, "value": v, "headers": h}
+        for p, o, t, k, v, h in zip(
             recs["partition"].to_pylist(),
             recs["offset"].to_pylist(),
-            recs["key"].to_pylist(),
-            recs["value"].to_pylist(),
-            recs["headers"].to_pylist(),
+            ts,
+            _encode_column(recs["key"]),
+            _encode_column(recs["value"]),
+            headers,
             strict=True,
         )
-    ):
-        records.append(
-            {
-                "partition": p,
-                "offset": o,
-                "timestamp": ts[i] // 1000,
-                "key": encode_bytes(k),
-                "value": encode_bytes(v),
-                "headers": _headers_json(h or []),
-            }
-        )
+    ]
     return {"records": records, "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset}
+
+
+def _encode_column(col: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """:func:`encode_bytes` of every value; a column that is all valid UTF-8 (the usual case) in one cast."""
+    try:
+        return list(pc.cast(col, pa.string()).to_pylist())
+    except pa.ArrowInvalid:
+        return [encode_bytes(b) for b in col.to_pylist()]
 
 
 def _headers_json(headers: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:

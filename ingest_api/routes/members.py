@@ -1,0 +1,101 @@
+"""/v1/groups/{group}/members: join, heartbeat, fetch, commit, leave (DESIGN §9).
+
+Thin: the group coordinator (:mod:`logstore.coordinator`) owns membership,
+assignment, fencing and positions; records come through ``broker.fetch``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from ingest_api.deps import BrokerDep, CoordinatorDep
+from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
+from ingest_api.routes.records import _fetch_body, _json
+from logstore.coordinator import MemberState
+from logstore.structs import TopicPartition
+
+router = APIRouter(prefix="/v1/groups/{group}/members", tags=["groups"])
+
+
+def member_out(state: MemberState) -> MemberOut:
+    return MemberOut.model_validate(
+        {
+            "member_id": state.member_id,
+            "generation": state.generation,
+            "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in state.assignment],
+        }
+    )
+
+
+@router.post("", response_model=MemberOut)
+async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep) -> MemberOut:
+    """Join: the member's id, generation and partitions, at once (the others learn by heartbeat)."""
+    state = await run_in_threadpool(
+        lambda: coordinator.join(
+            group,
+            body.topics,
+            assignor=body.assignor,
+            session_timeout_ms=body.session_timeout_ms,
+            auto_offset_reset=body.auto_offset_reset,
+        )
+    )
+    return member_out(state)
+
+
+@router.post("/{member}/heartbeat", response_model=MemberOut)
+async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: Heartbeat | None = None) -> MemberOut:
+    """Keep the session alive; the response is the member's current generation and assignment."""
+    acknowledged = body.generation if body is not None else None
+    return member_out(await run_in_threadpool(coordinator.heartbeat, group, member, acknowledged))
+
+
+@router.get("/{member}/records", response_model=MemberRecords)
+async def records(
+    group: str,
+    member: str,
+    broker: BrokerDep,
+    coordinator: CoordinatorDep,
+    max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
+    max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
+    wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
+) -> Response:
+    """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones."""
+    max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        slices = await run_in_threadpool(
+            lambda: coordinator.fetch(group, member, broker.fetch, max_records=max_records, max_bytes=max_bytes)
+        )
+        left = deadline - time.monotonic()
+        if slices or left <= 0:
+            break
+        state = await run_in_threadpool(coordinator.member, group, member)
+        # commits on this node wake us at once; other writers (and new assignments) are seen on the next poll
+        await broker.wait_for_commit(state.topics[0], min(left, 0.1))
+    out = []
+    for topic, result in slices:
+        body = _fetch_body(result)
+        for r in body["records"]:  # type: ignore[attr-defined]
+            r["topic"] = topic
+            out.append(r)
+    return _json({"records": out})
+
+
+@router.post("/{member}/offsets", status_code=204)
+async def commit(group: str, member: str, body: MemberCommit, coordinator: CoordinatorDep) -> Response:
+    """Commit the member's offsets; a stale generation is 409 ILLEGAL_GENERATION."""
+    offsets = {TopicPartition(o.topic, o.partition): o.offset for o in body.offsets}
+    await run_in_threadpool(coordinator.commit, group, member, body.generation, offsets)
+    return Response(status_code=204)
+
+
+@router.delete("/{member}", status_code=204)
+async def leave(group: str, member: str, coordinator: CoordinatorDep) -> Response:
+    """Leave the group: the others rebalance at once."""
+    await run_in_threadpool(coordinator.leave, group, member)
+    return Response(status_code=204)

@@ -1,0 +1,140 @@
+"""The Python ``Consumer`` (confluent-kafka's shape) against a real server: poll, commit, rebalances."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from logstore.client import TIMESTAMP_CREATE_TIME, Consumer, Producer
+from logstore.errors import InvalidConfigError
+from logstore.structs import TopicPartition
+from tests.server import Server
+
+StartServer = Callable[..., Server]
+
+
+def consumer(url: str, group: str, **conf: object) -> Consumer:
+    base = {
+        "bootstrap.servers": url,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "heartbeat.interval.ms": 100,
+        "session.timeout.ms": 5000,
+    }
+    return Consumer(base | {k.replace("_", "."): v for k, v in conf.items()})
+
+
+def test_poll_commit_close(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+    with Producer(srv.url) as p:
+        for i in range(10):
+            p.produce("t", f"v{i}", key=f"k{i}", headers={"h": "x"}, partition=i % 2, timestamp_ms=1000 + i)
+    assigned: list[TopicPartition] = []
+    cons = consumer(srv.url, "g", enable_auto_commit=False)
+    cons.subscribe(["t"], on_assign=lambda _c, parts: assigned.extend(parts))
+    got = []
+    while len(got) < 10:
+        m = cons.poll(5)
+        assert m is not None
+        got.append(m)
+    assert sorted(assigned) == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    m = next(x for x in got if x.value() == b"v3")
+    assert (m.topic(), m.partition(), m.key(), m.headers(), m.timestamp()) == (
+        "t",
+        1,
+        b"k3",
+        [("h", b"x")],
+        (TIMESTAMP_CREATE_TIME, 1003),
+    )
+    cons.commit(asynchronous=False)
+    cons.close()
+    committed = {p["partition"]: p["committed_offset"] for p in c.get("/v1/groups/g").json()["topics"][0]["partitions"]}
+    assert committed == {0: 5, 1: 5}
+    assert c.get("/v1/groups/g").json()["members"] == []
+
+
+def test_unknown_config_key_is_named() -> None:
+    with pytest.raises(InvalidConfigError, match=r"fetch\.min\.bytes"):
+        Consumer({"bootstrap.servers": "http://x", "group.id": "g", "fetch.min.bytes": 1})
+
+
+@pytest.mark.parametrize("commit_after_processing", [True, False], ids=["exactly-once", "auto-commit"])
+def test_every_record_processed_through_ten_random_rebalances(
+    server: StartServer, commit_after_processing: bool
+) -> None:
+    srv = server()
+    c = srv.client()
+    partitions, total = 6, 0
+    assert c.post("/v1/topics", json={"name": "t", "partitions": partitions}).status_code == 201
+    rng = random.Random(10)
+    processed: Counter[tuple[int, int]] = Counter()
+    active: list[Consumer] = []
+
+    def start() -> None:
+        cons = consumer(
+            srv.url,
+            "g",
+            enable_auto_commit=not commit_after_processing,
+            auto_commit_interval_ms=50,
+            partition_assignment_strategy="cooperative-sticky",
+        )
+        cons.subscribe(["t"])
+        active.append(cons)
+
+    def poll_all(rounds: int) -> None:
+        for _ in range(rounds):
+            for cons in active:
+                for m in cons.consume(100, timeout=0.02):
+                    processed[(m.partition(), m.offset())] += 1
+                if commit_after_processing:
+                    cons.commit(asynchronous=False)
+
+    start()
+    rebalances = 0
+    while rebalances < 10:
+        records = [{"value": f"r{total + i}"} for i in range(60)]
+        r = c.post("/v1/topics/t/records", json={"records": records})
+        assert r.status_code == 200, r.text
+        total += len(records)
+        poll_all(3)
+        if len(active) < 2 or (len(active) < 4 and rng.random() < 0.5):
+            start()
+        else:
+            active.pop(rng.randrange(len(active))).close()
+        rebalances += 1
+    deadline = time.monotonic() + 30
+    while len(processed) < total and time.monotonic() < deadline:
+        poll_all(1)
+    for cons in active:
+        cons.close()
+    missing = sorted({(p, o) for p in range(partitions) for o in range(200)} - set(processed))[:20]
+    assert len(processed) == total, f"{total - len(processed)} records never processed: {missing}"
+    duplicates = sum(n - 1 for n in processed.values())
+    if commit_after_processing:
+        assert duplicates == 0
+
+
+def test_an_expired_consumer_gives_up_its_partitions_and_joins_again(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    revoked: list[list[TopicPartition]] = []
+    # heartbeats far apart from a short session: the coordinator expires it between polls
+    cons = consumer(srv.url, "g", session_timeout_ms=200, heartbeat_interval_ms=60_000)
+    cons.subscribe(["t"], on_revoke=lambda _c, parts: revoked.append(parts))
+    assert cons.poll(0.1) is None and cons.assignment() == [TopicPartition("t", 0)]
+    first = cons.member_id
+    deadline = time.monotonic() + 10
+    while c.get("/v1/groups/g").json().get("members") and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server's session sweep, not a client timing
+    assert c.post("/v1/topics/t/records", json={"records": [{"value": "x"}]}).status_code == 200
+    m = cons.poll(5)
+    assert m is not None and m.value() == b"x"
+    assert cons.member_id != first and revoked == [[TopicPartition("t", 0)]]
+    cons.close()

@@ -1,0 +1,214 @@
+"""The group coordinator in the core (no HTTP): revoke before reassign, sessions, fencing, positions, leases.
+
+A fake clock drives session expiry, so these tests never sleep.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from logstore.coordinator import GroupCoordinator, MemberState
+from logstore.errors import (
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    UnknownMemberIdError,
+)
+from logstore.leases import GroupLease
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+from logstore.structs import TopicPartition as TP
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def coordinator(store: LogStore, clock: Clock) -> GroupCoordinator:
+    return GroupCoordinator(store, clock=clock)
+
+
+def fill(store: LogStore, topic: str, partitions: int, per_partition: int) -> None:
+    parts = [p for p in range(partitions) for _ in range(per_partition)]
+    store.append(topic, [ProducerBatch(input_table(parts, [b"x"] * len(parts)))])
+
+
+def owners(c: GroupCoordinator, group: str) -> list[TP]:
+    return [tp for m in c.members(group) for tp in m.assignment]
+
+
+def test_a_moving_partition_waits_for_its_old_owner_to_acknowledge(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=4)
+    a = coordinator.join("g", [t])
+    assert len(a.assignment) == 4
+    b = coordinator.join("g", [t])
+    assert b.assignment == ()  # everything is still a's
+    a1 = coordinator.heartbeat("g", a.member_id)  # a learns: two partitions revoked
+    assert len(a1.assignment) == 2 and a1.generation > a.generation
+    assert coordinator.heartbeat("g", b.member_id).assignment == ()  # not acknowledged yet
+    coordinator.heartbeat("g", a.member_id)  # acknowledges what the previous response said
+    b1 = coordinator.heartbeat("g", b.member_id)
+    assert len(b1.assignment) == 2 and set(b1.assignment).isdisjoint(a1.assignment)
+
+
+def test_an_explicit_acknowledgement_holds_the_partition_until_the_member_is_done(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2)
+    a = coordinator.join("g", [t])
+    b = coordinator.join("g", [t])
+    a1 = coordinator.heartbeat("g", a.member_id, a.generation)
+    for _ in range(3):  # still processing: a keeps acknowledging only its old generation
+        coordinator.heartbeat("g", a.member_id, a.generation)
+        assert coordinator.heartbeat("g", b.member_id).assignment == ()
+    revoked = set(a.assignment) - set(a1.assignment)
+    # the old owner may still commit what it revoked, with its current generation
+    coordinator.commit("g", a.member_id, a1.generation, dict.fromkeys(revoked, 0))
+    coordinator.heartbeat("g", a.member_id, a1.generation)
+    assert set(coordinator.heartbeat("g", b.member_id).assignment) == revoked
+    with pytest.raises(IllegalGenerationError, match="does not own"):
+        coordinator.commit("g", a.member_id, a1.generation, dict.fromkeys(revoked, 0))
+
+
+def test_session_expiry_frees_partitions_and_fences_the_member(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], clock: Clock
+) -> None:
+    t = make_topic(partitions=3)
+    a = coordinator.join("g", [t], session_timeout_ms=1000)
+    b = coordinator.join("g", [t], session_timeout_ms=10_000)
+    coordinator.heartbeat("g", a.member_id)
+    clock.now = 0.9
+    coordinator.heartbeat("g", a.member_id)  # acknowledged: b has its share
+    clock.now = 2.0  # a is silent from 0.9 on: expired at 1.9
+    assert len(coordinator.heartbeat("g", b.member_id).assignment) == 3
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.heartbeat("g", a.member_id)
+    with pytest.raises(IllegalGenerationError, match="fenced"):
+        coordinator.commit("g", a.member_id, a.generation, {TP(t, 0): 0})
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.commit("g", "member-nobody", 1, {TP(t, 0): 0})
+
+
+def test_expire_alone_removes_silent_members_and_releases_the_lease(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], clock: Clock, store: LogStore
+) -> None:
+    t = make_topic(partitions=1)
+    coordinator.join("g", [t], session_timeout_ms=1000)
+    clock.now = 5
+    coordinator.expire()
+    assert coordinator.members("g") == [] and coordinator.groups() == []
+    GroupLease(store.config.root, "g").acquire([t])  # a Spark query may read the topic now
+
+
+def test_members_and_another_reader_of_the_group_exclude_each_other(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
+) -> None:
+    t = make_topic(partitions=1)
+    spark_like = GroupLease(store.config.root, "g")
+    spark_like.acquire([t])
+    with pytest.raises(GroupSubscribedToTopicError):
+        coordinator.join("g", [t])
+    spark_like.release()
+    m = coordinator.join("g", [t])
+    with pytest.raises(GroupSubscribedToTopicError):
+        GroupLease(store.config.root, "g").acquire([t])
+    coordinator.leave("g", m.member_id)
+    GroupLease(store.config.root, "g").acquire([t])
+
+
+def test_one_assignor_per_group(coordinator: GroupCoordinator, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=1)
+    coordinator.join("g", [t], assignor="roundrobin")
+    with pytest.raises(InconsistentGroupProtocolError, match=r"partition\.assignment\.strategy=roundrobin"):
+        coordinator.join("g", [t], assignor="range")
+
+
+def test_positions_start_at_the_commit_else_at_auto_offset_reset(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
+) -> None:
+    t = make_topic(partitions=2)
+    fill(store, t, 2, 5)
+    store.commit_offsets("g", t, {0: 3})
+    m = coordinator.join("g", [t], auto_offset_reset="latest")
+    got = coordinator.fetch("g", m.member_id, store_fetch(store), max_records=100, max_bytes=1 << 20)
+    assert {(topic, r.records["partition"][0].as_py()): r.records["offset"].to_pylist() for topic, r in got} == {
+        (t, 0): [3, 4]
+    }
+    assert coordinator.fetch("g", m.member_id, store_fetch(store), max_records=100, max_bytes=1 << 20) == []
+    e = coordinator.join("g2", [t], auto_offset_reset="earliest")
+    got = coordinator.fetch("g2", e.member_id, store_fetch(store), max_records=100, max_bytes=1 << 20)
+    assert sum(len(r.records) for _, r in got) == 10
+
+
+def store_fetch(store: LogStore) -> Callable[..., object]:
+    def fetch(topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> object:
+        return store.fetch(topic, partition, offset, max_records=max_records, max_bytes=max_bytes)
+
+    return fetch
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
+def test_random_joins_leaves_and_expiries_never_give_a_partition_two_owners(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], clock: Clock, assignor: str
+) -> None:
+    """20 random steps; after each, every member heartbeats in random order (some acknowledging nothing).
+
+    Owners are the members' assignments plus revoked partitions not yet acknowledged: never two for
+    one partition. With cooperative-sticky, a member that keeps its share is never revoked anything.
+    """
+    t = make_topic(partitions=9)
+    rng = random.Random(assignor)
+    live: dict[str, MemberState] = {}
+    for _ in range(20):
+        action = rng.random()
+        if not live or action < 0.45:
+            m = coordinator.join("g", [t], assignor=assignor, session_timeout_ms=1000)
+            live[m.member_id] = m
+        elif action < 0.75:
+            gone = rng.choice(sorted(live))
+            coordinator.leave("g", gone)
+            del live[gone]
+        else:
+            silent = rng.choice(sorted(live))  # its session runs out while the others heartbeat
+            del live[silent]
+            clock.now += 0.6
+            for mid in live:
+                coordinator.heartbeat("g", mid)
+            clock.now += 0.6
+        for _round in range(3):
+            for mid in rng.sample(sorted(live), len(live)):
+                before = live[mid]
+                ack = None if rng.random() < 0.7 else before.generation
+                now = coordinator.heartbeat("g", mid, ack)
+                lost = set(before.assignment) - set(now.assignment)
+                if assignor == "cooperative-sticky" and lost:
+                    assert len(before.assignment) > 9 // len(live)
+                live[mid] = now
+                held = owners(coordinator, "g") + [
+                    tp for tp, (owner, _) in coordinator._groups["g"].pending.items() if owner in live
+                ]
+                assert len(held) == len(set(held)), "a partition has two owners"
+        clock.now += 0.1
+    if not live:
+        m = coordinator.join("g", [t], assignor=assignor, session_timeout_ms=1000)
+        live[m.member_id] = m
+    for _ in range(3):
+        for mid in live:
+            coordinator.heartbeat("g", mid)
+    assert sorted(owners(coordinator, "g")) == [TP(t, p) for p in range(9)]
