@@ -16,7 +16,7 @@ from logstore.security.acl import (
     authorize,
     parse_principal,
 )
-from logstore.security.audit import AUDIT_LOGGER, audit
+from logstore.security.audit import AUDIT_LOGGER, audit, log_audit_to_stderr
 from logstore.security.guard import Guard, parse_super_users
 from logstore.security.keys import ApiKey, new_key
 from logstore.security.quotas import Quota, QuotaKind, QuotaManager
@@ -42,6 +42,7 @@ __all__ = [
     "SecurityStore",
     "audit",
     "authorize",
+    "log_audit_to_stderr",
     "new_key",
     "parse_principal",
     "parse_super_users",

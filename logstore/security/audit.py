@@ -7,12 +7,13 @@ stderr); they never carry a key's secret, only its id.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any
 
 import orjson
 
-__all__ = ["AUDIT_LOGGER", "audit"]
+__all__ = ["AUDIT_LOGGER", "audit", "log_audit_to_stderr"]
 
 AUDIT_LOGGER = "logstore.audit"
 
@@ -26,3 +27,14 @@ def audit(event: str, *, principal: str | None, decision: str, **fields: Any) ->
     line = {"ts_ms": int(time.time() * 1000), "event": event, "principal": principal, "decision": decision}
     line.update({k: v for k, v in fields.items() if v is not None})
     logging.getLogger(AUDIT_LOGGER).info(orjson.dumps(line, default=str).decode())
+
+
+def log_audit_to_stderr() -> None:
+    """Print audit lines on stderr, whatever the other loggers' levels (``serve`` and the CLI's changes)."""
+    logger = logging.getLogger(AUDIT_LOGGER)
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
