@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ingest_api.broker import Broker
 from logstore.errors import SaslAuthenticationFailedError
-from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType
+from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
 
 __all__ = ["ANONYMOUS", "Access", "AccessDep", "BrokerDep", "quota", "requires"]
 
@@ -72,6 +72,7 @@ async def get_access(
     if guard is None:
         return Access(ANONYMOUS, None)
     if credentials is None:
+        audit("authenticate", principal=None, decision="DENIED", reason="no credentials", path=request.url.path)
         raise SaslAuthenticationFailedError("this server needs an API key: send 'Authorization: Bearer <key>'")
     key = credentials.credentials
     principal = guard.authenticate_cached(key) or await run_in_threadpool(guard.authenticate, key)

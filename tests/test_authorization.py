@@ -241,4 +241,5 @@ def test_denials_are_audited_without_keys(secured: Secured) -> None:
     log = secured.server.log()
     denied = [line for line in log.splitlines() if '"decision":"DENIED"' in line]
     assert any('"principal":"User:carol"' in line and '"resource_name":"payments"' in line for line in denied)
+    assert any('"event":"authenticate"' in line and '"reason":"no credentials"' in line for line in denied)
     assert not any(key.split("_", 2)[2] in log for key in secured.keys.values())
