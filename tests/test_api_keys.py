@@ -79,7 +79,18 @@ def test_the_kdf_runs_once_per_key_then_a_cache_answers() -> None:
     assert not verifier.verify(record, parts[1] + "x")
     assert verifier.verify(record, parts[1])
     assert verifier.cached(record, parts[1]) is True
-    assert verifier.cached(record, parts[1] + "x") is None  # a wrong secret still goes to the KDF
+    assert verifier.cached(record, parts[1] + "x") is None  # a wrong secret is never accepted from the cache
+
+
+def test_a_repeated_wrong_secret_does_not_run_the_kdf_again() -> None:
+    record, _ = new_key("User:alice")
+    verifier = KeyVerifier()
+    started = time.perf_counter()
+    assert not verifier.verify(record, "wrong")
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    assert all(not verifier.verify(record, "wrong") for _ in range(20))
+    assert time.perf_counter() - started < first  # 20 rejections cost less than one scrypt
 
 
 def test_a_revoked_key_is_refused_on_every_node_within_5_seconds(tmp_path: Path, server: StartServer) -> None:

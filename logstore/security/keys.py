@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from logstore.lru import LruDict
+
 __all__ = ["KEY_PREFIX", "ApiKey", "KeyVerifier", "new_key", "split_key"]
 
 KEY_PREFIX = "lsk"
@@ -115,11 +117,14 @@ class KeyVerifier:
 
     Thread-safe. The cache holds a SHA-256 of each accepted secret by key id and
     the stored hash it was checked against, so a key that is revoked (or
-    replaced) is no longer accepted as soon as the store no longer has it.
+    replaced) is no longer accepted as soon as the store no longer has it. The
+    last ``max_rejected`` wrong secrets are remembered too, so a client
+    repeating a bad key does not make the node run scrypt on every request.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_rejected: int = 4096) -> None:
         self._accepted: dict[str, tuple[str, bytes]] = {}
+        self._rejected: LruDict[tuple[str, str, bytes], None] = LruDict(max_rejected)
         self._lock = threading.Lock()
 
     def cached(self, record: ApiKey, secret: str) -> bool | None:
@@ -134,8 +139,14 @@ class KeyVerifier:
         """Whether ``secret`` belongs to ``record``; the slow path (scrypt) runs once per accepted key."""
         if self.cached(record, secret):
             return True
+        digest = hashlib.sha256(secret.encode()).digest()
+        with self._lock:
+            if (record.key_id, record.hash, digest) in self._rejected:
+                return False
         if not record.verify(secret):
+            with self._lock:
+                self._rejected[(record.key_id, record.hash, digest)] = None
             return False
         with self._lock:
-            self._accepted[record.key_id] = (record.hash, hashlib.sha256(secret.encode()).digest())
+            self._accepted[record.key_id] = (record.hash, digest)
         return True
