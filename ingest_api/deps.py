@@ -17,10 +17,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ingest_api.broker import Broker
-from logstore.errors import SaslAuthenticationFailedError
+from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
 from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
 
-__all__ = ["ANONYMOUS", "Access", "AccessDep", "BrokerDep", "quota", "requires"]
+__all__ = ["ANONYMOUS", "Access", "AccessDep", "BrokerDep", "may_auto_create", "quota", "requires"]
 
 ANONYMOUS = "User:ANONYMOUS"
 """The principal of every request when ``security.enabled`` is false (as Kafka names it)."""
@@ -112,3 +112,27 @@ def quota(kind: QuotaKind) -> Any:
             request.state.quota = (kind, access.principal, request.headers.get("x-client-id"))
 
     return Depends(mark)
+
+
+def may_auto_create(param: str = "topic") -> Any:
+    """A produce-route dependency: auto-creating the topic (``auto.create.topics.enable``) needs CREATE, as in Kafka.
+
+    CREATE on the topic or on the cluster; without it a produce to a missing
+    topic is UNKNOWN_TOPIC_OR_PARTITION and nothing is created.
+    """
+
+    async def check(request: Request, broker: BrokerDep, access: AccessDep) -> None:
+        topic = request.path_params[param]
+        if access.guard is None or not broker.config.auto_create_topics_enable or topic in broker._pipelines:
+            return
+        if await run_in_threadpool(broker.store.catalog.exists, topic):
+            return
+        if not (
+            access.may(Operation.CREATE, Resource.topic(topic)) or access.may(Operation.CREATE, Resource.cluster())
+        ):
+            raise UnknownTopicOrPartitionError(
+                f"topic '{topic}' does not exist and {access.principal} may not create it "
+                "(auto-creation needs CREATE on the topic or the cluster)"
+            )
+
+    return Depends(check)

@@ -243,3 +243,23 @@ def test_denials_are_audited_without_keys(secured: Secured) -> None:
     assert any('"principal":"User:carol"' in line and '"resource_name":"payments"' in line for line in denied)
     assert any('"event":"authenticate"' in line and '"reason":"no credentials"' in line for line in denied)
     assert not any(key.split("_", 2)[2] in log for key in secured.keys.values())
+
+
+def test_auto_creating_a_topic_on_produce_needs_create(tmp_path: Path, server: Any) -> None:
+    root = tmp_path / "data"
+    store = FileSecurityStore(str(root))
+    keys = {}
+    for who in ("writer", "creator"):
+        record, keys[who] = new_key(f"User:{who}")
+        store.add_key(record)
+        store.add_acls([AclBinding(f"User:{who}", T, "*", LIT, Operation.WRITE, A)])
+    store.add_acls([AclBinding("User:creator", C, "kafka-cluster", LIT, Operation.CREATE, A)])
+    srv = server(root, **{"security.enabled": "true", "auto.create.topics.enable": "true"})
+    with srv.client(api_key=keys["writer"]) as c:
+        r = c.post("/v1/topics/fresh/records", json=rec())
+        assert r.status_code == 404 and r.json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION", r.text
+    assert not (root / "topics" / "fresh").exists()
+    with srv.client(api_key=keys["creator"]) as c:
+        assert c.post("/v1/topics/fresh/records", json=rec()).status_code == 200
+    with srv.client(api_key=keys["writer"]) as c:
+        assert c.post("/v1/topics/fresh/records", json=rec()).status_code == 200  # it exists now

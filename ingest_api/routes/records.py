@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.broker import Broker
-from ingest_api.deps import BrokerDep, quota, requires
+from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
 from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import encode_bytes, parse_produce
 from logstore.catalog import validate_topic_name
@@ -45,7 +45,7 @@ def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
     "/{topic}/records",
     response_model=ProduceResponse,
     responses={202: {"description": "acks=0: accepted in memory"}},
-    dependencies=[requires(Operation.WRITE, ResourceType.TOPIC, "topic"), quota("producer")],
+    dependencies=[requires(Operation.WRITE, ResourceType.TOPIC, "topic"), may_auto_create(), quota("producer")],
     openapi_extra={
         "requestBody": {
             "required": True,
