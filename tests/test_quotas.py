@@ -122,3 +122,54 @@ def test_quotas_set_and_list_with_the_cli(tmp_path: Path) -> None:
         "principal=User:alice client-id=etl producer_byte_rate=- consumer_byte_rate=2048",
     ]
     assert cli(root, "quotas", "set", "--principal", "User:alice", "--producer-byte-rate", "0").returncode == 2
+
+
+def test_a_producer_at_twice_its_quota_is_held_near_it_and_a_paced_client_keeps_its_throughput(
+    tmp_path: Path, server: StartServer
+) -> None:
+    root = tmp_path / "data"
+    store = FileSecurityStore(str(root))
+    keys = {}
+    for who in ("alice", "bob"):
+        record, keys[who] = new_key(f"User:{who}")
+        store.add_key(record)
+    quota, size, seconds = 50_000, 10_000, 10.0
+    store.set_quota(Quota("User:alice", producer_byte_rate=quota))
+    node = server(
+        root,
+        **{
+            "security.enabled": "true",
+            "super.users": "User:alice;User:bob",
+            "quota.window.num": "2",  # a short window: the first burst it lets through is one sample
+            "quota.window.size.seconds": "1",
+        },
+    )
+    with node.client(api_key=keys["alice"]) as c:
+        assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    value = "x" * (size - 40)
+
+    def paced(who: str, every_s: float, out: dict[str, float]) -> None:
+        with node.client(api_key=keys[who]) as c:
+            sent = 0
+            started = next_at = time.monotonic()
+            while (now := time.monotonic()) - started < seconds:
+                if now < next_at:
+                    time.sleep(next_at - now)
+                next_at = max(time.monotonic(), next_at + every_s)
+                r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": value}]})
+                assert r.status_code == 200, r.text
+                sent += len(r.request.content)
+            out["rate"] = sent / (time.monotonic() - started)
+
+    alice: dict[str, float] = {}
+    bob: dict[str, float] = {}
+    threads = [
+        threading.Thread(target=paced, args=("alice", size / (2 * quota), alice)),  # twice the quota
+        threading.Thread(target=paced, args=("bob", size / (4 * quota), bob)),  # no quota, 4x alice's
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 0.85 * quota <= alice["rate"] <= 1.15 * quota, alice
+    assert bob["rate"] >= 0.9 * 4 * quota, bob
