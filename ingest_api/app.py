@@ -5,8 +5,8 @@ replays write-ahead logs before ``/readyz`` turns ready; shutdown (SIGTERM
 under uvicorn) drains — every pending batch is committed — before the process
 exits.
 
-With ``security.enabled`` every route but ``/healthz`` and ``/readyz`` (and
-the OpenAPI document and docs pages) needs an API key, each route checks the
+With ``security.enabled`` every route but ``/healthz`` and ``/readyz`` (the
+OpenAPI document included; the docs pages are off) needs an API key, each route checks the
 Kafka ACL it declares (``ingest_api.deps.requires``), and produce and fetch
 count against the caller's quota (:class:`ingest_api.quotas.QuotaMiddleware`).
 """
@@ -20,8 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse
 
 from ingest_api.broker import Broker
 from ingest_api.deps import AccessDep
@@ -115,7 +114,8 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         version="0.1.0",
         summary="Kafka-style produce, fetch and consumer groups over Delta tables",
         lifespan=lifespan,
-        # with security on, the schema and docs are served below, behind authentication
+        # with security on, the schema is served below behind authentication, and the docs pages are off
+        # (a browser cannot send the key when Swagger UI loads the schema)
         openapi_url=None if secured else "/openapi.json",
         docs_url=None if secured else "/docs",
         redoc_url=None if secured else "/redoc",
@@ -129,10 +129,6 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         @app.get("/openapi.json", include_in_schema=False)
         async def openapi(access: AccessDep) -> dict[str, Any]:
             return app.openapi()
-
-        @app.get("/docs", include_in_schema=False)
-        async def docs(access: AccessDep) -> HTMLResponse:
-            return get_swagger_ui_html(openapi_url="/openapi.json", title="logstore")
 
     @app.exception_handler(LogstoreError)
     async def logstore_error(request: Request, exc: LogstoreError) -> JSONResponse:
