@@ -1,4 +1,4 @@
-"""Kafka's ACL model as pure functions: matching, deny wins, implied DESCRIBE, super users, default deny."""
+"""Kafka's ACL model: matching, deny wins, implied DESCRIBE, super users, default deny; and `logstore acls`."""
 
 from __future__ import annotations
 
