@@ -4,6 +4,11 @@
 replays write-ahead logs before ``/readyz`` turns ready; shutdown (SIGTERM
 under uvicorn) drains — every pending batch is committed — before the process
 exits.
+
+With ``security.enabled`` every route but ``/healthz`` and ``/readyz`` (the
+OpenAPI document included; the docs pages are off) needs an API key, each route checks the
+Kafka ACL it declares (``ingest_api.deps.requires``), and produce and fetch
+count against the caller's quota (:class:`ingest_api.quotas.QuotaMiddleware`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -19,12 +25,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ingest_api.broker import Broker
+from ingest_api.deps import AccessDep
+from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, ops, records, topics
 from logstore.config import LogstoreConfig
 from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
+    ClusterAuthorizationFailedError,
     ConcurrentTransactionsError,
     FencedLeaderEpochError,
+    GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     IllegalGenerationError,
@@ -37,14 +47,17 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
     RequestTimedOutError,
+    SaslAuthenticationFailedError,
     ThrottlingQuotaExceededError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownMemberIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from logstore.security import FileSecurityStore, Guard, parse_super_users
 
-__all__ = ["create_app", "status_for"]
+__all__ = ["create_app", "create_guard", "status_for"]
 
 log = logging.getLogger("ingest_api")
 
@@ -52,6 +65,10 @@ _SESSION_SWEEP_S = 0.5
 """How often expired group members are removed when no request of their group comes."""
 
 _STATUS: list[tuple[type[LogstoreError], int]] = [
+    (SaslAuthenticationFailedError, 401),
+    (TopicAuthorizationFailedError, 403),
+    (GroupAuthorizationFailedError, 403),
+    (ClusterAuthorizationFailedError, 403),
     (UnknownTopicOrPartitionError, 404),
     (GroupIdNotFoundError, 404),
     (UnknownMemberIdError, 404),
@@ -81,8 +98,21 @@ def status_for(error: LogstoreError) -> int:
     return 400
 
 
+def create_guard(config: LogstoreConfig) -> Guard | None:
+    """The node's security decisions over ``<root>/_security/``; None when ``security.enabled`` is false."""
+    if not config.security_enabled:
+        return None
+    return Guard(
+        FileSecurityStore(config.root),
+        super_users=parse_super_users(config.super_users),
+        quota_window_samples=config.quota_window_num,
+        quota_window_sample_s=config.quota_window_size_seconds,
+    )
+
+
 def create_app(config: LogstoreConfig) -> FastAPI:
     """The ingest API over the store ``config`` describes."""
+    guard = create_guard(config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,20 +131,35 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
 
+    secured = guard is not None
     app = FastAPI(
         title="logstore",
         version="0.1.0",
         summary="Kafka-style produce, fetch and consumer groups over Delta tables",
         lifespan=lifespan,
+        # with security on, the schema is served below behind authentication, and the docs pages are off
+        # (a browser cannot send the key when Swagger UI loads the schema)
+        openapi_url=None if secured else "/openapi.json",
+        docs_url=None if secured else "/docs",
+        redoc_url=None if secured else "/redoc",
     )
+    app.state.guard = guard
     for module in (topics, records, groups, members, ops):
         app.include_router(module.router)
+    if guard is not None:
+        app.add_middleware(QuotaMiddleware, guard=guard)
+
+        @app.get("/openapi.json", include_in_schema=False)
+        async def openapi(access: AccessDep) -> dict[str, Any]:
+            return app.openapi()
 
     @app.exception_handler(LogstoreError)
     async def logstore_error(request: Request, exc: LogstoreError) -> JSONResponse:
         status = status_for(exc)
         request.app.state.broker.metrics.rejected.labels(exc.name).inc()
         headers = {"Retry-After": "1"} if status in (429, 503) else {}
+        if status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="logstore"'
         if isinstance(exc, RecordListTooLargeError | RequestTimedOutError):
             # the body was left unread: closing the connection stops the client sending the rest
             headers["Connection"] = "close"

@@ -7,12 +7,16 @@ free of the web framework and takes the command as a parameter.
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from logstore import cli
 from logstore.config import LogstoreConfig
+from logstore.errors import InvalidConfigError
+from logstore.security import log_audit_to_stderr
 
 __all__ = ["main"]
 
@@ -23,18 +27,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first."""
+    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first.
+
+    Raises:
+        InvalidConfigError: ``server.host`` is not a loopback address while ``security.enabled``
+            is false and ``--insecure`` was not given; or TLS settings are incomplete.
+    """
     overrides: dict[str, Any] = {}
     if args.host:
         overrides["server.host"] = args.host
     if args.port is not None:
         overrides["server.port"] = args.port
     config = config.with_overrides(overrides)
+    check_exposure(config, insecure=args.insecure)
+    tls = tls_options(config)
     import uvicorn
 
     from ingest_api.app import create_app
 
-    print(f"logstore serving {config.root} on http://{config.server_host}:{config.server_port}", flush=True)
+    log_audit_to_stderr()
+    scheme = "https" if tls else "http"
+    print(f"logstore serving {config.root} on {scheme}://{config.server_host}:{config.server_port}", flush=True)
     uvicorn.run(
         create_app(config),
         host=config.server_host,
@@ -43,7 +56,48 @@ def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=30,
+        **tls,
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``127.0.0.0/8``, ``::1``) or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name may resolve to anything: treat it as exposed
+
+
+def check_exposure(config: LogstoreConfig, *, insecure: bool) -> None:
+    """Refuse to listen beyond loopback with security off, unless the operator says ``--insecure``."""
+    if config.security_enabled or insecure or is_loopback(config.server_host):
+        return
+    raise InvalidConfigError(
+        f"refusing to serve on {config.server_host} with security.enabled=false: anyone who can reach it could "
+        "create, delete, produce to and read every topic. Set security.enabled=true (and create keys with "
+        "'logstore keys create'), listen on 127.0.0.1, or pass --insecure to serve it open anyway."
+    )
+
+
+def tls_options(config: LogstoreConfig) -> dict[str, Any]:
+    """uvicorn's TLS arguments from ``server.ssl.*``; empty when no certificate is configured."""
+    if not config.server_ssl_certfile:
+        if config.server_ssl_keyfile or config.server_ssl_client_auth == "required":
+            raise InvalidConfigError("server.ssl.keyfile and server.ssl.client.auth need server.ssl.certfile")
+        return {}
+    options: dict[str, Any] = {
+        "ssl_certfile": config.server_ssl_certfile,
+        "ssl_keyfile": config.server_ssl_keyfile or None,
+    }
+    if config.server_ssl_cafile:
+        options["ssl_ca_certs"] = config.server_ssl_cafile
+    if config.server_ssl_client_auth == "required":
+        if not config.server_ssl_cafile:
+            raise InvalidConfigError("server.ssl.client.auth=required needs server.ssl.cafile to verify clients with")
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+    return options
 
 
 if __name__ == "__main__":

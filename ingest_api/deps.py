@@ -1,13 +1,39 @@
-"""FastAPI dependencies: the node's broker and group coordinator, injected from app state (never built at import)."""
+"""FastAPI dependencies: the node's broker and group coordinator, and the caller's identity and permissions.
+
+Both come from app state (never built at import). Each route declares the
+Kafka operation it needs next to its path, either as a decorator dependency
+(``dependencies=[requires(Operation.WRITE, ResourceType.TOPIC, "topic")]``,
+the resource named by a path parameter) or, when the resource is in the body,
+with ``access.require(...)`` first thing in the handler.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ingest_api.broker import Broker
 from logstore.coordinator import Coordinator
+from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
+from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
+
+__all__ = [
+    "ANONYMOUS",
+    "Access",
+    "AccessDep",
+    "BrokerDep",
+    "CoordinatorDep",
+    "may_auto_create",
+    "quota",
+    "requires",
+]
+
+ANONYMOUS = "User:ANONYMOUS"
+"""The principal of every request when ``security.enabled`` is false (as Kafka names it)."""
 
 
 def get_broker(request: Request) -> Broker:
@@ -24,3 +50,107 @@ def get_coordinator(request: Request) -> Coordinator:
 
 
 CoordinatorDep = Annotated[Coordinator, Depends(get_coordinator)]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API key from `logstore keys create` (needed when security.enabled is true).",
+)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is calling and what they may do; ``guard`` is None when security is off (everything allowed)."""
+
+    principal: str
+    guard: Guard | None
+
+    def require(self, operation: Operation, resource: Resource, *alternatives: Resource) -> None:
+        """Pass when the caller may ``operation`` ``resource`` (or one of ``alternatives``).
+
+        Raises:
+            TopicAuthorizationFailedError, GroupAuthorizationFailedError, ClusterAuthorizationFailedError: denied.
+        """
+        if self.guard is not None:
+            self.guard.check(self.principal, operation, resource, *alternatives)
+
+    def may(self, operation: Operation, resource: Resource) -> bool:
+        """Whether the caller may ``operation`` ``resource``: for filtering what a list shows."""
+        return self.guard is None or self.guard.allowed(self.principal, operation, resource)
+
+
+async def get_access(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Access:
+    """Authenticate the request (``Authorization: Bearer <key>``) when security is on.
+
+    Raises:
+        SaslAuthenticationFailedError: no key, or an unknown, revoked or wrong one (401).
+    """
+    guard: Guard | None = request.app.state.guard
+    if guard is None:
+        return Access(ANONYMOUS, None)
+    if credentials is None:
+        audit("authenticate", principal=None, decision="DENIED", reason="no credentials", path=request.url.path)
+        raise SaslAuthenticationFailedError("this server needs an API key: send 'Authorization: Bearer <key>'")
+    key = credentials.credentials
+    principal = guard.authenticate_cached(key) or await run_in_threadpool(guard.authenticate, key)
+    if principal is None:
+        raise SaslAuthenticationFailedError("unknown, revoked or malformed API key")
+    request.state.principal = principal
+    return Access(principal, guard)
+
+
+AccessDep = Annotated[Access, Depends(get_access)]
+
+
+def requires(operation: Operation, resource_type: ResourceType, param: str | None = None) -> Any:
+    """A route dependency: the caller needs ``operation`` on the resource the path parameter ``param`` names.
+
+    ``param`` is None for the cluster resource.
+    """
+
+    async def check(request: Request, access: AccessDep) -> None:
+        if resource_type is ResourceType.CLUSTER:
+            access.require(operation, Resource.cluster())
+        else:
+            assert param is not None
+            access.require(operation, Resource(resource_type, request.path_params[param]))
+
+    return Depends(check)
+
+
+def quota(kind: QuotaKind) -> Any:
+    """A route dependency: the route's bytes count against the caller's ``producer`` or ``consumer`` byte rate.
+
+    :class:`ingest_api.quotas.QuotaMiddleware` delays the response when the caller is over its quota.
+    """
+
+    async def mark(request: Request, access: AccessDep) -> None:
+        if access.guard is not None:
+            request.state.quota = (kind, access.principal, request.headers.get("x-client-id"))
+
+    return Depends(mark)
+
+
+def may_auto_create(param: str = "topic") -> Any:
+    """A produce-route dependency: auto-creating the topic (``auto.create.topics.enable``) needs CREATE, as in Kafka.
+
+    CREATE on the topic or on the cluster; without it a produce to a missing
+    topic is UNKNOWN_TOPIC_OR_PARTITION and nothing is created.
+    """
+
+    async def check(request: Request, broker: BrokerDep, access: AccessDep) -> None:
+        topic = request.path_params[param]
+        if access.guard is None or not broker.config.auto_create_topics_enable or topic in broker._pipelines:
+            return
+        if await run_in_threadpool(broker.store.catalog.exists, topic):
+            return
+        if not (
+            access.may(Operation.CREATE, Resource.topic(topic)) or access.may(Operation.CREATE, Resource.cluster())
+        ):
+            raise UnknownTopicOrPartitionError(
+                f"topic '{topic}' does not exist and {access.principal} may not create it "
+                "(auto-creation needs CREATE on the topic or the cluster)"
+            )
+
+    return Depends(check)

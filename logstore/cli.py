@@ -1,14 +1,20 @@
-"""The ``logstore`` command line: topics, produce, consume, groups, maintain, zookeeper.
+"""The ``logstore`` command line: topics, produce, consume, groups, keys, acls, quotas, maintain, zookeeper.
 
 Every command works on a root directory directly (``--root``, default: the
-config's ``logstore.root``). Errors print as ``ERROR_NAME: message`` on stderr
-with exit status 1.
+config's ``logstore.root``); topics, produce, consume and groups can go through
+a running server instead (``--server URL``, with ``--api-key`` /
+``LOGSTORE_API_KEY`` and ``--ca-file`` when it is secured). Keys, ACLs and
+quotas are managed on the root only: whoever can write the root is the
+administrator. Errors print as ``ERROR_NAME: message`` on stderr with exit
+status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import getpass
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +25,20 @@ from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
 from logstore.schema import input_table
+from logstore.security import (
+    AclBinding,
+    FileSecurityStore,
+    Operation,
+    PatternType,
+    Permission,
+    Quota,
+    ResourceType,
+    audit,
+    log_audit_to_stderr,
+    new_key,
+    parse_principal,
+)
+from logstore.security.acl import CLUSTER_NAME
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 
@@ -58,7 +78,15 @@ def _config(args: argparse.Namespace) -> LogstoreConfig:
 def _backend(args: argparse.Namespace, config: LogstoreConfig) -> LogStore | RemoteStore:
     """The store itself (``--root``, embedded) or a running server (``--server URL``)."""
     server = getattr(args, "server", None)
-    return RemoteStore(server) if server else LogStore(config)
+    return RemoteStore(server, **_client_options(args)) if server else LogStore(config)
+
+
+def _client_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``api_key`` (``--api-key``, else ``LOGSTORE_API_KEY``) and ``ca_file`` for a client of ``--server``."""
+    return {
+        "api_key": getattr(args, "api_key", None) or os.environ.get("LOGSTORE_API_KEY") or None,
+        "ca_file": getattr(args, "ca_file", None),
+    }
 
 
 def _parse_kv(items: list[str] | None) -> dict[str, str]:
@@ -131,7 +159,7 @@ def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
             if error is not None:
                 failures.append(error)
 
-        with Producer(args.server, acks=args.acks) as producer:
+        with Producer(args.server, acks=args.acks, **_client_options(args)) as producer:
             for key, value in lines():
                 producer.produce(args.topic, value, key=key, partition=args.partition, on_delivery=delivered)
         if failures:
@@ -220,6 +248,8 @@ def _consume_as_member(args: argparse.Namespace) -> None:
             "group.id": args.group,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
             "enable.auto.commit": False,
+            "api.key": _client_options(args)["api_key"],
+            "ssl.ca.location": _client_options(args)["ca_file"],
         }
     )
     out = sys.stdout.buffer
@@ -301,6 +331,118 @@ def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
     new = _backend(args, config).reset_offsets(args.group, args.topic, to)
     for p, o in sorted(new.items()):
         print(f"{args.group} {args.topic} {p} {o}")
+
+
+# -- keys, acls, quotas ---------------------------------------------------------
+
+
+def _security_store(config: LogstoreConfig) -> FileSecurityStore:
+    log_audit_to_stderr()
+    return FileSecurityStore(config.root)
+
+
+def _operator() -> str:
+    """Who made a change, for the audit line: the local OS user running the CLI."""
+    return f"Local:{getpass.getuser()}"
+
+
+def _keys_create(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    store = _security_store(config)
+    record, key = new_key(parse_principal(args.principal))
+    store.add_key(record)
+    audit("key.create", principal=_operator(), decision="CHANGED", key_id=record.key_id, subject=record.principal)
+    print(f"Created key {record.key_id} for {record.principal}. It is shown only now; store it safely:")
+    print(key)
+
+
+def _keys_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    keys = sorted(_security_store(config).snapshot().keys.values(), key=lambda k: (k.principal, k.created_ms))
+    print(f"{'KEY-ID':<18} {'PRINCIPAL':<30} CREATED")
+    for k in keys:
+        created = datetime.datetime.fromtimestamp(k.created_ms / 1000, datetime.UTC).isoformat(timespec="seconds")
+        print(f"{k.key_id:<18} {k.principal:<30} {created}")
+
+
+def _keys_revoke(args: argparse.Namespace, config: LogstoreConfig) -> int:
+    principal = parse_principal(args.principal) if args.principal else None
+    removed = _security_store(config).revoke_keys(principal=principal, key_id=args.key_id)
+    for k in removed:
+        audit("key.revoke", principal=_operator(), decision="CHANGED", key_id=k.key_id, subject=k.principal)
+        print(f"Revoked key {k.key_id} of {k.principal}.")
+    if not removed:
+        print("No matching key.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _acl_bindings(args: argparse.Namespace) -> list[AclBinding]:
+    if args.cluster:
+        rtype, name = ResourceType.CLUSTER, CLUSTER_NAME
+    elif args.topic is not None:
+        rtype, name = ResourceType.TOPIC, args.topic
+    else:
+        rtype, name = ResourceType.GROUP, args.group
+    pattern = PatternType(args.resource_pattern_type)
+    principals = [(p, Permission.ALLOW) for p in args.allow_principal or []]
+    principals += [(p, Permission.DENY) for p in args.deny_principal or []]
+    if not principals:
+        raise InvalidRequestError("give --allow-principal or --deny-principal (TYPE:NAME, e.g. User:alice)")
+    return [
+        AclBinding(parse_principal(p), rtype, name, pattern, Operation(op.upper()), perm)
+        for p, perm in principals
+        for op in args.operation
+    ]
+
+
+def _acls_add(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    acls = _acl_bindings(args)
+    added = set(_security_store(config).add_acls(acls))
+    for acl in acls:
+        if acl in added:
+            audit("acl.add", principal=_operator(), decision="CHANGED", acl=acl.to_dict())
+        print(f"{'Added' if acl in added else 'Already present'}: {acl}")
+
+
+def _acls_remove(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    acls = _acl_bindings(args)
+    removed = set(_security_store(config).remove_acls(acls))
+    for acl in acls:
+        if acl in removed:
+            audit("acl.remove", principal=_operator(), decision="CHANGED", acl=acl.to_dict())
+        print(f"{'Removed' if acl in removed else 'Not present'}: {acl}")
+
+
+def _acls_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    for acl in _security_store(config).snapshot().acls:
+        print(acl)
+
+
+def _quotas_set(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    quota = Quota(parse_principal(args.principal), args.client_id, args.producer_byte_rate, args.consumer_byte_rate)
+    _security_store(config).set_quota(quota)
+    audit("quota.set", principal=_operator(), decision="CHANGED", quota=quota.to_dict())
+    print(f"Set quota {_quota_line(quota)}")
+
+
+def _quotas_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    quotas = _security_store(config).snapshot().quotas
+    for key in sorted(quotas, key=lambda k: (k[0], k[1] or "")):
+        print(_quota_line(quotas[key]))
+
+
+def _quota_line(q: Quota) -> str:
+    client = f" client-id={q.client_id}" if q.client_id is not None else ""
+    return (
+        f"principal={q.principal}{client} producer_byte_rate={q.producer_byte_rate or '-'} "
+        f"consumer_byte_rate={q.consumer_byte_rate or '-'}"
+    )
+
+
+def _byte_rate(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("a byte rate is a positive number of bytes per second")
+    return value
 
 
 # -- zookeeper ------------------------------------------------------------------
@@ -415,6 +557,12 @@ def _parser(serve: Command | None) -> argparse.ArgumentParser:
     common.add_argument(
         "--server", default=argparse.SUPPRESS, metavar="URL", help="work through a running server instead of --root"
     )
+    common.add_argument(
+        "--api-key", default=argparse.SUPPRESS, help="with --server: the API key (default: $LOGSTORE_API_KEY)"
+    )
+    common.add_argument(
+        "--ca-file", default=argparse.SUPPRESS, help="with --server https://…: CA bundle to verify the server with"
+    )
 
     parser = argparse.ArgumentParser(prog="logstore", description=__doc__, parents=[common])
     parser.add_argument(
@@ -482,7 +630,59 @@ def _parser(serve: Command | None) -> argparse.ArgumentParser:
         p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
         p.add_argument("--host")
         p.add_argument("--port", type=int)
+        p.add_argument(
+            "--insecure",
+            action="store_true",
+            help="serve on a non-loopback address with security.enabled=false (anyone reachable gets full access)",
+        )
         p.set_defaults(func=serve)
+
+    keys = sub.add_parser("keys", help="API keys: create, list, revoke (on the root)", parents=[common])
+    ksub = keys.add_subparsers(dest="action", required=True)
+    p = ksub.add_parser("create", parents=[common], help="create a key; it is printed once, on the last line")
+    p.add_argument("--principal", required=True, help="TYPE:NAME, e.g. User:alice")
+    p.set_defaults(func=_keys_create)
+    p = ksub.add_parser("list", parents=[common], help="key ids and principals (never the keys)")
+    p.set_defaults(func=_keys_list)
+    p = ksub.add_parser("revoke", parents=[common], help="revoke every key of a principal, or one key")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--principal")
+    which.add_argument("--key-id")
+    p.set_defaults(func=_keys_revoke)
+
+    acls = sub.add_parser("acls", help="Kafka ACLs: add, remove, list (on the root)", parents=[common])
+    asub = acls.add_subparsers(dest="action", required=True)
+    for action, func in (("add", _acls_add), ("remove", _acls_remove)):
+        p = asub.add_parser(action, parents=[common])
+        p.add_argument("--allow-principal", action="append", metavar="P", help="TYPE:NAME; User:* for everyone")
+        p.add_argument("--deny-principal", action="append", metavar="P", help="TYPE:NAME; User:* for everyone")
+        p.add_argument(
+            "--operation",
+            action="append",
+            required=True,
+            type=str.upper,
+            choices=[o.value for o in Operation],
+            help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE or ALL (repeatable)",
+        )
+        resource = p.add_mutually_exclusive_group(required=True)
+        resource.add_argument("--topic", help="a topic name, a prefix (with prefixed) or * for every topic")
+        resource.add_argument("--group", help="a group name, a prefix (with prefixed) or * for every group")
+        resource.add_argument("--cluster", action="store_true", help="the cluster (creating topics, metrics)")
+        p.add_argument("--resource-pattern-type", choices=[t.value for t in PatternType], default="literal")
+        p.set_defaults(func=func)
+    p = asub.add_parser("list", parents=[common])
+    p.set_defaults(func=_acls_list)
+
+    quotas = sub.add_parser("quotas", help="client byte-rate quotas: set, list (on the root)", parents=[common])
+    qsub = quotas.add_subparsers(dest="action", required=True)
+    p = qsub.add_parser("set", parents=[common], help="set a principal's (or one client id's) byte rates")
+    p.add_argument("--principal", required=True)
+    p.add_argument("--client-id", help="only this X-Client-Id of the principal (wins over the principal's quota)")
+    p.add_argument("--producer-byte-rate", type=_byte_rate, help="produce request bytes per second")
+    p.add_argument("--consumer-byte-rate", type=_byte_rate, help="fetch response bytes per second")
+    p.set_defaults(func=_quotas_set)
+    p = qsub.add_parser("list", parents=[common])
+    p.set_defaults(func=_quotas_list)
 
     zk = sub.add_parser("zookeeper", help="run Apache ZooKeeper, the cluster's coordinator", parents=[common])
     zsub = zk.add_subparsers(dest="action", required=True)

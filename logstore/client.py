@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import os
+import ssl
 import threading
 import time
 import uuid
@@ -93,6 +95,17 @@ def _json_headers(h: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[str, b
     return [(x["key"], _json_bytes(x["value"])) for x in h]
 
 
+def _http_client(url: str, *, timeout_s: float, api_key: str | None, ca_file: str | None) -> httpx.Client:
+    """An HTTP client for ``url``: the API key as a bearer token, TLS verified against ``ca_file`` if given.
+
+    ``api_key`` None falls back to ``LOGSTORE_API_KEY``; no key at all sends none (an open server).
+    """
+    key = api_key if api_key is not None else os.environ.get("LOGSTORE_API_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    return httpx.Client(base_url=url, timeout=timeout_s, headers=headers, verify=verify)
+
+
 def _raise_for(r: httpx.Response) -> None:
     if r.status_code < 400:
         return
@@ -122,6 +135,8 @@ class Producer:
         batch_records: records that trigger a send without waiting for linger_ms.
         enable_idempotence: send ``producer_id`` + ``sequence`` so retries never duplicate.
         delivery_timeout_ms: give up on a batch (error to its callbacks) after this long.
+        api_key: the API key of a secured server (default: ``$LOGSTORE_API_KEY``).
+        ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
     """
 
     def __init__(
@@ -133,10 +148,12 @@ class Producer:
         batch_records: int = 1000,
         enable_idempotence: bool = True,
         delivery_timeout_ms: int = 120_000,
+        api_key: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
-        self._client = httpx.Client(base_url=url, timeout=30)
+        self._client = _http_client(url, timeout_s=30, api_key=api_key, ca_file=ca_file)
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records
@@ -277,12 +294,15 @@ class Producer:
 class RemoteStore:
     """Topic, record and group operations of a running server, shaped like :class:`~logstore.store.LogStore`.
 
-    The CLI's ``--server URL`` mode runs on it.
+    The CLI's ``--server URL`` mode runs on it. ``api_key`` (default:
+    ``$LOGSTORE_API_KEY``) and ``ca_file`` as for :class:`Producer`.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 60) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 60, api_key: str | None = None, ca_file: str | None = None
+    ) -> None:
         self.url = url
-        self._client = httpx.Client(base_url=url, timeout=timeout_s)
+        self._client = _http_client(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:
@@ -466,6 +486,8 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "heartbeat.interval.ms": 3_000,
     "partition.assignment.strategy": "range",
     "max.poll.records": 500,
+    "api.key": None,
+    "ssl.ca.location": None,
 }
 
 
@@ -479,7 +501,9 @@ class Consumer:
     ``auto.commit.interval.ms`` and before a partition is given up),
     ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
     ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
-    ``cooperative-sticky``), ``max.poll.records`` (500 per fetch).
+    ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
+    (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
+    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server).
 
     Threads: a heartbeat thread keeps the session alive and learns assignment
     changes; everything else — rebalance callbacks, revocation, auto commit —
@@ -517,9 +541,10 @@ class Consumer:
         self.group: str = conf["group.id"]
         url = str(conf["bootstrap.servers"])
         self._url = url if "://" in url else f"http://{url}"
-        self._client = httpx.Client(base_url=self._url, timeout=60)
-        self._hb_client = httpx.Client(base_url=self._url, timeout=30)
-        self._commit_client = httpx.Client(base_url=self._url, timeout=60)
+        key, ca = conf["api.key"], conf["ssl.ca.location"]
+        self._client = _http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
+        self._hb_client = _http_client(self._url, timeout_s=30, api_key=key, ca_file=ca)
+        self._commit_client = _http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
         self._commits: list[Future[None]] = []
         self._lock = threading.Lock()

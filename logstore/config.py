@@ -38,6 +38,8 @@ CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 TimestampType = Literal["CreateTime", "LogAppendTime"]
 
 _T = TypeVar("_T", "LogstoreConfig", "TopicConfig")
+# LOGSTORE_* variables that are not config keys: the config file's path, and the clients' API key
+_CLIENT_VARIABLES = ("LOGSTORE_CONFIG", "LOGSTORE_API_KEY")
 _CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _MIB = 1024 * 1024
@@ -130,6 +132,51 @@ class LogstoreConfig:
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
+    server_ssl_certfile: str = field(
+        default="",
+        metadata=_key(
+            "server.ssl.certfile", "PEM certificate (chain) the HTTP API serves TLS with; empty = plain HTTP."
+        ),
+    )
+    server_ssl_keyfile: str = field(
+        default="", metadata=_key("server.ssl.keyfile", "PEM private key of server.ssl.certfile.")
+    )
+    server_ssl_cafile: str = field(
+        default="",
+        metadata=_key("server.ssl.cafile", "PEM CA bundle client certificates are verified against (mTLS)."),
+    )
+    server_ssl_client_auth: str = field(
+        default="none",
+        metadata=_key(
+            "server.ssl.client.auth",
+            "none | required: with required, a TLS client must present a certificate signed by server.ssl.cafile.",
+            choices=("none", "required"),
+        ),
+    )
+    security_enabled: bool = field(
+        default=False,
+        metadata=_key(
+            "security.enabled",
+            "Authentication (API keys), ACLs and quotas on the HTTP API; false leaves it open, "
+            "which serve allows only on loopback unless --insecure.",
+        ),
+    )
+    super_users: str = field(
+        default="",
+        metadata=_key(
+            "super.users", "Principals allowed everything, separated by ';' (User:admin;User:ops), as in Kafka."
+        ),
+    )
+    quota_window_num: int = field(
+        default=11,
+        metadata=_key(
+            "quota.window.num", "Samples a client's byte rate is measured over (Kafka's default).", minimum=2
+        ),
+    )
+    quota_window_size_seconds: int = field(
+        default=1,
+        metadata=_key("quota.window.size.seconds", "Length of one quota sample, in seconds.", minimum=1),
+    )
     linger_ms: int = field(
         default=5,
         metadata=_key(
@@ -284,7 +331,7 @@ def load_config(
     by_env = {env_name(k): k for k in LogstoreConfig.known_keys()}
     from_env: dict[str, str] = {}
     for var, value in env.items():
-        if not var.startswith("LOGSTORE_") or var == "LOGSTORE_CONFIG":
+        if not var.startswith("LOGSTORE_") or var in _CLIENT_VARIABLES:
             continue
         if var not in by_env:
             raise InvalidConfigError(

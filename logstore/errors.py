@@ -17,8 +17,10 @@ from typing import ClassVar
 
 __all__ = [
     "ERRORS_BY_NAME",
+    "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
     "FencedLeaderEpochError",
+    "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
@@ -36,8 +38,10 @@ __all__ = [
     "OutOfOrderSequenceNumberError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
+    "SaslAuthenticationFailedError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
+    "TopicAuthorizationFailedError",
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
@@ -126,6 +130,27 @@ class RecordListTooLargeError(LogstoreError):
     name = "RECORD_LIST_TOO_LARGE"
 
 
+class TopicAuthorizationFailedError(LogstoreError):
+    """The principal lacks the ACL the operation needs on the topic (or, for a create, on the cluster)."""
+
+    code = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailedError(LogstoreError):
+    """The principal lacks the ACL the operation needs on the consumer group."""
+
+    code = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailedError(LogstoreError):
+    """The principal lacks the ACL the operation needs on the cluster resource (``kafka-cluster``)."""
+
+    code = 31
+    name = "CLUSTER_AUTHORIZATION_FAILED"
+
+
 class InvalidTimestampError(LogstoreError):
     """A record timestamp is negative or not a number of milliseconds."""
 
@@ -152,6 +177,17 @@ class InvalidConfigError(LogstoreError):
 
     code = 40
     name = "INVALID_CONFIG"
+
+
+class SaslAuthenticationFailedError(LogstoreError):
+    """Missing, malformed, unknown or revoked credentials (an API key, with ``security.enabled=true``).
+
+    Create a key with ``logstore keys create --principal User:NAME`` and send it
+    as ``Authorization: Bearer <key>`` (clients: ``--api-key`` or ``LOGSTORE_API_KEY``).
+    """
+
+    code = 58
+    name = "SASL_AUTHENTICATION_FAILED"
 
 
 class InvalidRequestError(LogstoreError):

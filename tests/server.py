@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,30 +23,60 @@ def free_port() -> int:
 
 
 class Server:
-    """``logstore serve`` in a child process; ``url`` is its base URL."""
+    """``logstore serve`` in a child process; ``url`` is its base URL.
 
-    def __init__(self, root: Path, **config: object) -> None:
+    ``ca_file`` set means the server speaks TLS (``server.ssl.*`` in ``config``)
+    with a certificate that CA signed; ``client_cert`` is a ``(cert, key)`` pair
+    for a server that requires client certificates.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+        **config: object,
+    ) -> None:
         self.root = root
         self.config = config
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.ca_file = ca_file
+        self.client_cert = client_cert
+        self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        # stderr to a file, not a pipe: a pipe nobody reads fills up and stalls the server
+        self.log_path = root.parent / f"server-{self.port}.log"
+
+    def log(self) -> str:
+        """What the server wrote on stderr so far (errors, audit lines), across restarts."""
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """How a test client verifies this server (and presents its client certificate)."""
+        if self.ca_file is None:
+            return True
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if self.client_cert is not None:
+            ctx.load_cert_chain(*self.client_cert)
+        return ctx
 
     def start(self) -> Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
-        self.proc = subprocess.Popen(
-            [_EXE, "--root", str(self.root), "serve", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [_EXE, "--root", str(self.root), "serve", "--port", str(self.port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+                raise RuntimeError(f"server exited: {self.log()}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/readyz", timeout=1, verify=self.ssl_context()).status_code == 200:
                     return self
             except httpx.TransportError:
                 time.sleep(0.05)
@@ -55,8 +86,10 @@ class Server:
         """Start again on the same root and port (after :meth:`kill` or :meth:`stop`)."""
         return self.start()
 
-    def client(self, timeout: float = 30) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=timeout)
+    def client(self, timeout: float = 30, api_key: str | None = None) -> httpx.Client:
+        """An HTTP client of this server; with ``api_key``, sent as ``Authorization: Bearer``."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        return httpx.Client(base_url=self.url, timeout=timeout, headers=headers, verify=self.ssl_context())
 
     def kill(self) -> None:
         """SIGKILL: no drain, no flush."""

@@ -1,30 +1,40 @@
-"""/v1/groups: list, describe with lag, commit, reset."""
+"""/v1/groups: list, describe with lag and members, commit, reset."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from ingest_api.deps import BrokerDep, CoordinatorDep
+from ingest_api.broker import Broker
+from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from logstore.coordinator import Coordinator
 from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
+from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import GroupOffset
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 
 @router.get("", response_model=GroupList)
-async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep) -> GroupList:
-    """Groups that committed offsets or have live members."""
+async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep) -> GroupList:
+    """Groups that committed offsets or have live members; only those the caller may DESCRIBE."""
     committed = await run_in_threadpool(broker.store.list_groups)
-    return GroupList(groups=sorted(set(committed) | set(await run_in_threadpool(coordinator.groups))))
+    names = sorted(set(committed) | set(await run_in_threadpool(coordinator.groups)))
+    return GroupList(groups=[g for g in names if access.may(Operation.DESCRIBE, Resource.group(g))])
 
 
-@router.get("/{group}", response_model=GroupOut)
-async def describe_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
-    """Committed offsets with lag per partition, and the live members (id, generation, assignment)."""
+@router.get(
+    "/{group}", response_model=GroupOut, dependencies=[requires(Operation.DESCRIBE, ResourceType.GROUP, "group")]
+)
+async def describe_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep) -> GroupOut:
+    """Committed offsets with lag per partition on the topics the caller may DESCRIBE (as Kafka's
+    OffsetFetch filters), and the live members (id, generation, assignment)."""
+    return await _group_out(group, broker, coordinator, access)
+
+
+async def _group_out(group: str, broker: Broker, coordinator: Coordinator, access: Access) -> GroupOut:
     live = await run_in_threadpool(coordinator.members, group)
     rows: list[GroupOffset] = []
     try:
@@ -34,6 +44,8 @@ async def describe_group(group: str, broker: BrokerDep, coordinator: Coordinator
             raise
     topics: dict[str, list[dict[str, int]]] = {}
     for r in rows:
+        if not access.may(Operation.DESCRIBE, Resource.topic(r.topic)):
+            continue
         topics.setdefault(r.topic, []).append(
             {
                 "partition": r.partition,
@@ -51,8 +63,14 @@ async def describe_group(group: str, broker: BrokerDep, coordinator: Coordinator
     )
 
 
-@router.post("/{group}/offsets", response_model=GroupOut)
-async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
+@router.post(
+    "/{group}/offsets", response_model=GroupOut, dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")]
+)
+async def commit_offsets(
+    group: str, body: CommitOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
+) -> GroupOut:
+    """Kafka's OffsetCommit: READ on the group and on the topic."""
+    access.require(Operation.READ, Resource.topic(body.topic))
     offsets = {}
     for p, o in body.partitions.items():
         if not p.isdigit():
@@ -60,15 +78,21 @@ async def commit_offsets(group: str, body: CommitOffsets, broker: BrokerDep, coo
         offsets[int(p)] = o
     await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(lambda: broker.store.commit_offsets(group, body.topic, offsets, metadata=body.metadata))
-    return await describe_group(group, broker, coordinator)
+    return await _group_out(group, broker, coordinator, access)
 
 
-@router.post("/{group}/reset", response_model=GroupOut)
-async def reset_offsets(group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep) -> GroupOut:
+@router.post(
+    "/{group}/reset", response_model=GroupOut, dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")]
+)
+async def reset_offsets(
+    group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
+) -> GroupOut:
+    """Kafka's AlterConsumerGroupOffsets: READ on the group and on the topic."""
+    access.require(Operation.READ, Resource.topic(body.topic))
     to = body.to if isinstance(body.to, str) else dict(body.to)
     await _refuse_with_live_members(group, coordinator)
     await run_in_threadpool(broker.store.reset_offsets, group, body.topic, to)  # type: ignore[arg-type]
-    return await describe_group(group, broker, coordinator)
+    return await _group_out(group, broker, coordinator, access)
 
 
 async def _refuse_with_live_members(group: str, coordinator: Coordinator) -> None:

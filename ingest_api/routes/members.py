@@ -2,6 +2,9 @@
 
 Thin: the group coordinator (:mod:`logstore.coordinator`) owns membership,
 assignment, fencing and positions; records come through ``broker.fetch``.
+Access as Kafka's group protocol: READ on the group for every call, and READ
+on the topics for join, fetch and commit; fetched bytes count against the
+caller's consumer quota.
 """
 
 from __future__ import annotations
@@ -13,13 +16,18 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.deps import BrokerDep, CoordinatorDep
+from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, quota, requires
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
 from logstore.coordinator import MemberState
+from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
 
-router = APIRouter(prefix="/v1/groups/{group}/members", tags=["groups"])
+router = APIRouter(
+    prefix="/v1/groups/{group}/members",
+    tags=["groups"],
+    dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")],
+)
 
 
 def member_out(state: MemberState) -> MemberOut:
@@ -33,8 +41,10 @@ def member_out(state: MemberState) -> MemberOut:
 
 
 @router.post("", response_model=MemberOut)
-async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep) -> MemberOut:
+async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep, access: AccessDep) -> MemberOut:
     """Join: the member's id, generation and partitions, at once (the others learn by heartbeat)."""
+    for topic in body.topics:
+        access.require(Operation.READ, Resource.topic(topic))
     state = await run_in_threadpool(
         lambda: coordinator.join(
             group,
@@ -54,17 +64,20 @@ async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: 
     return member_out(await run_in_threadpool(coordinator.heartbeat, group, member, acknowledged))
 
 
-@router.get("/{member}/records", response_model=MemberRecords)
+@router.get("/{member}/records", response_model=MemberRecords, dependencies=[quota("consumer")])
 async def records(
     group: str,
     member: str,
     broker: BrokerDep,
     coordinator: CoordinatorDep,
+    access: AccessDep,
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
     max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
 ) -> Response:
     """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones."""
+    for topic in (await run_in_threadpool(coordinator.member, group, member)).topics:
+        access.require(Operation.READ, Resource.topic(topic))
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     deadline = time.monotonic() + wait_ms / 1000
     while True:
@@ -87,8 +100,12 @@ async def records(
 
 
 @router.post("/{member}/offsets", status_code=204)
-async def commit(group: str, member: str, body: MemberCommit, coordinator: CoordinatorDep) -> Response:
+async def commit(
+    group: str, member: str, body: MemberCommit, coordinator: CoordinatorDep, access: AccessDep
+) -> Response:
     """Commit the member's offsets; a stale generation is 409 ILLEGAL_GENERATION."""
+    for topic in {o.topic for o in body.offsets}:
+        access.require(Operation.READ, Resource.topic(topic))
     offsets = {TopicPartition(o.topic, o.partition): o.offset for o in body.offsets}
     await run_in_threadpool(coordinator.commit, group, member, body.generation, offsets)
     return Response(status_code=204)

@@ -14,11 +14,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.broker import Broker
-from ingest_api.deps import BrokerDep
+from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
 from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import encode_bytes, parse_produce
 from logstore.catalog import validate_topic_name
 from logstore.errors import RequestTimedOutError
+from logstore.security import Operation, ResourceType
 from logstore.structs import AppendResult, FetchResult
 
 router = APIRouter(prefix="/v1/topics", tags=["records"])
@@ -46,6 +47,7 @@ def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
     "/{topic}/records",
     response_model=ProduceResponse,
     responses={202: {"description": "acks=0: accepted in memory"}},
+    dependencies=[requires(Operation.WRITE, ResourceType.TOPIC, "topic"), may_auto_create(), quota("producer")],
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -100,7 +102,11 @@ async def _read_body(request: Request, broker: Broker) -> bytes:
     return b"".join(chunks)
 
 
-@router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
+@router.get(
+    "/{topic}/partitions/{partition}/records",
+    response_model=FetchResponse,
+    dependencies=[requires(Operation.READ, ResourceType.TOPIC, "topic"), quota("consumer")],
+)
 async def fetch(
     topic: str,
     partition: Annotated[int, Path(ge=0, le=2**31 - 1)],

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
-from ingest_api.deps import BrokerDep
+from ingest_api.deps import AccessDep, BrokerDep, requires
 from ingest_api.models import AlterTopic, CreateTopic, TopicList, TopicOut
+from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicInfo
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
@@ -31,22 +32,30 @@ def topic_out(info: TopicInfo) -> TopicOut:
 
 
 @router.post("", status_code=201, response_model=TopicOut)
-async def create_topic(body: CreateTopic, broker: BrokerDep) -> TopicOut:
+async def create_topic(body: CreateTopic, broker: BrokerDep, access: AccessDep) -> TopicOut:
+    """Kafka's CreateTopics: CREATE on the topic or on the cluster."""
+    access.require(Operation.CREATE, Resource.topic(body.name), Resource.cluster())
     info = await run_in_threadpool(broker.store.create_topic, body.name, body.partitions, body.config)
     return topic_out(info)
 
 
 @router.get("", response_model=TopicList)
-async def list_topics(broker: BrokerDep) -> TopicList:
-    return TopicList(topics=await run_in_threadpool(broker.store.list_topics))
+async def list_topics(broker: BrokerDep, access: AccessDep) -> TopicList:
+    """Kafka's Metadata: every authenticated caller may ask; only topics it may DESCRIBE are listed."""
+    names = await run_in_threadpool(broker.store.list_topics)
+    return TopicList(topics=[n for n in names if access.may(Operation.DESCRIBE, Resource.topic(n))])
 
 
-@router.get("/{topic}", response_model=TopicOut)
+@router.get(
+    "/{topic}", response_model=TopicOut, dependencies=[requires(Operation.DESCRIBE, ResourceType.TOPIC, "topic")]
+)
 async def describe_topic(topic: str, broker: BrokerDep) -> TopicOut:
     return topic_out(await run_in_threadpool(broker.store.describe_topic, topic))
 
 
-@router.patch("/{topic}", response_model=TopicOut)
+@router.patch(
+    "/{topic}", response_model=TopicOut, dependencies=[requires(Operation.ALTER, ResourceType.TOPIC, "topic")]
+)
 async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicOut:
     info = await run_in_threadpool(
         lambda: broker.store.catalog.alter_topic(topic, config=body.config, partitions=body.partitions)
@@ -55,7 +64,7 @@ async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicO
     return topic_out(info)
 
 
-@router.delete("/{topic}", status_code=204)
+@router.delete("/{topic}", status_code=204, dependencies=[requires(Operation.DELETE, ResourceType.TOPIC, "topic")])
 async def delete_topic(topic: str, broker: BrokerDep) -> Response:
     await run_in_threadpool(broker.forget, topic)
     await run_in_threadpool(broker.store.catalog.delete_topic, topic)

@@ -1,0 +1,49 @@
+"""Security of embedded mode: API keys, Kafka's ACLs, client quotas, audit lines.
+
+No HTTP here: ``ingest_api`` turns these decisions into statuses and headers,
+and ``logstore.cli`` manages keys, ACLs and quotas on a root directly.
+"""
+
+from logstore.security.acl import (
+    CLUSTER_NAME,
+    WILDCARD,
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    Resource,
+    ResourceType,
+    authorize,
+    parse_principal,
+)
+from logstore.security.audit import AUDIT_LOGGER, audit, log_audit_to_stderr
+from logstore.security.guard import Guard, parse_super_users
+from logstore.security.keys import ApiKey, new_key
+from logstore.security.quotas import Quota, QuotaKind, QuotaManager
+from logstore.security.store import FileSecurityStore, SecurityState, SecurityStore
+
+__all__ = [
+    "AUDIT_LOGGER",
+    "CLUSTER_NAME",
+    "WILDCARD",
+    "AclBinding",
+    "ApiKey",
+    "FileSecurityStore",
+    "Guard",
+    "Operation",
+    "PatternType",
+    "Permission",
+    "Quota",
+    "QuotaKind",
+    "QuotaManager",
+    "Resource",
+    "ResourceType",
+    "SecurityState",
+    "SecurityStore",
+    "audit",
+    "authorize",
+    "log_audit_to_stderr",
+    "new_key",
+    "parse_principal",
+    "parse_super_users",
+]
