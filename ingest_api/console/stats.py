@@ -1,0 +1,137 @@
+"""A small in-process time series of topic sizes and consumer-group lag, for ``/v1/stats`` and the console.
+
+Every ``stats.sample.ms`` a background task of the ingest node reads each
+topic's partitions (log start offsets, high watermarks, bytes: the Delta log
+and file statistics, never the data) and each group's committed offsets, and
+appends one sample per topic and per group to a ring buffer holding the last
+:data:`WINDOW_S` seconds. Rates are differences between consecutive samples,
+so they count every writer of a topic (this node, other nodes, Spark sinks),
+not only this node's produce requests.
+
+Memory is bounded: at most ``WINDOW_S / interval`` samples per topic and per
+group (180 at the 5 s default), each a few numbers (plus one per partition of a
+group); a deleted topic or group is dropped at the next sweep. The series
+lives in memory only: it starts empty when the node starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fastapi.concurrency import run_in_threadpool
+
+from logstore.errors import LogstoreError
+from logstore.structs import GroupOffset, TopicInfo
+
+__all__ = ["WINDOW_S", "GroupSample", "StatsSampler", "TopicSample"]
+
+log = logging.getLogger("ingest_api.stats")
+
+WINDOW_S = 15 * 60
+"""How far back the series reach, in seconds."""
+
+
+@dataclass(frozen=True)
+class TopicSample:
+    """A topic at one sampling time; rates are per second since the previous sample (0 for the first)."""
+
+    time_ms: int
+    """Wall-clock time of the sample, Unix milliseconds."""
+    partitions: int
+    records: int
+    """Records stored: the sum over partitions of high watermark - log start offset."""
+    size_bytes: int
+    """Bytes of the topic's data files."""
+    high_watermark_sum: int
+    records_per_s: float
+    """Records committed per second (growth of the high watermarks, whoever wrote them)."""
+    bytes_per_s: float
+    """Growth of the data files per second (0 when retention or compaction shrank them)."""
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    """A group's lag at one sampling time, per (topic, partition)."""
+
+    time_ms: int
+    lag: dict[str, dict[int, int]] = field(default_factory=dict)
+    """topic → partition → high watermark - committed offset."""
+
+
+class StatsSampler:
+    """The node's ring buffers of topic and group samples; ``sweep`` takes one sample of everything.
+
+    ``topics``, ``describe_topic``, ``groups`` and ``describe_group`` are the store's public reads;
+    ``sweep`` calls them and runs in a worker thread (it reads Delta logs), the readers on the event loop.
+    """
+
+    def __init__(
+        self,
+        interval_ms: int,
+        topics: Callable[[], list[str]],
+        describe_topic: Callable[[str], TopicInfo],
+        groups: Callable[[], list[str]],
+        describe_group: Callable[[str], list[GroupOffset]],
+    ) -> None:
+        self.interval_ms = interval_ms
+        self.capacity = max(2, math.ceil(WINDOW_S * 1000 / interval_ms))
+        self._topics, self._describe_topic = topics, describe_topic
+        self._groups, self._describe_group = groups, describe_group
+        self.topic_series: dict[str, deque[TopicSample]] = {}
+        self.group_series: dict[str, deque[GroupSample]] = {}
+
+    def sweep(self) -> None:
+        """Sample every topic and group once; a topic or group that fails to read is skipped this time."""
+        now_ms = int(time.time() * 1000)
+        names = self._topics()
+        for name in names:
+            try:
+                info = self._describe_topic(name)
+            except LogstoreError:  # deleted between list and describe: dropped below
+                continue
+            self._add_topic(name, info, now_ms)
+        for gone in set(self.topic_series) - set(names):
+            del self.topic_series[gone]
+        groups = self._groups()
+        for group in groups:
+            try:
+                rows = self._describe_group(group)
+            except LogstoreError:
+                continue
+            lag: dict[str, dict[int, int]] = {}
+            for r in rows:
+                lag.setdefault(r.topic, {})[r.partition] = r.lag
+            self.group_series.setdefault(group, deque(maxlen=self.capacity)).append(GroupSample(now_ms, lag))
+        for gone in set(self.group_series) - set(groups):
+            del self.group_series[gone]
+
+    def _add_topic(self, name: str, info: TopicInfo, now_ms: int) -> None:
+        series = self.topic_series.setdefault(name, deque(maxlen=self.capacity))
+        hw = sum(p.high_watermark for p in info.partitions)
+        size = sum(p.size_bytes for p in info.partitions)
+        records_per_s = bytes_per_s = 0.0
+        if series:
+            last = series[-1]
+            dt = (now_ms - last.time_ms) / 1000
+            if dt > 0:
+                records_per_s = max(0, hw - last.high_watermark_sum) / dt
+                bytes_per_s = max(0, size - last.size_bytes) / dt
+        records = sum(p.high_watermark - p.log_start_offset for p in info.partitions)
+        series.append(TopicSample(now_ms, len(info.partitions), records, size, hw, records_per_s, bytes_per_s))
+
+    async def run(self) -> None:
+        """Sweep every ``interval_ms`` until cancelled; a failed sweep is logged and the next one runs."""
+        while True:
+            started = time.monotonic()
+            try:
+                await run_in_threadpool(self.sweep)
+            except Exception:
+                log.exception("sampling topic and group stats failed; retrying in %d ms", self.interval_ms)
+            # a sweep slower than the interval (many topics) delays the next one rather than piling up
+            await asyncio.sleep(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))
