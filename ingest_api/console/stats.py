@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -85,6 +86,8 @@ class StatsSampler:
         self._groups, self._describe_group = groups, describe_group
         self.topic_series: dict[str, deque[TopicSample]] = {}
         self.group_series: dict[str, deque[GroupSample]] = {}
+        # the sweep and on-demand samples of requests run in different worker threads
+        self._lock = threading.Lock()
 
     def sweep(self) -> None:
         """Sample every topic and group once; a topic or group that fails to read is skipped this time."""
@@ -96,34 +99,60 @@ class StatsSampler:
             except LogstoreError:  # deleted between list and describe: dropped below
                 continue
             self._add_topic(name, info, now_ms)
-        for gone in set(self.topic_series) - set(names):
-            del self.topic_series[gone]
+        with self._lock:
+            for gone in set(self.topic_series) - set(names):
+                del self.topic_series[gone]
         groups = self._groups()
         for group in groups:
             try:
                 rows = self._describe_group(group)
             except LogstoreError:
                 continue
-            lag: dict[str, dict[int, int]] = {}
-            for r in rows:
-                lag.setdefault(r.topic, {})[r.partition] = r.lag
-            self.group_series.setdefault(group, deque(maxlen=self.capacity)).append(GroupSample(now_ms, lag))
-        for gone in set(self.group_series) - set(groups):
-            del self.group_series[gone]
+            self._add_group(group, rows, now_ms)
+        with self._lock:
+            for gone in set(self.group_series) - set(groups):
+                del self.group_series[gone]
+
+    def ensure_topic(self, name: str) -> None:
+        """Sample ``name`` now if it has no samples yet (created since the last sweep, or the node just started).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        if not self.topic_series.get(name):
+            self._add_topic(name, self._describe_topic(name), int(time.time() * 1000))
+
+    def ensure_group(self, name: str) -> None:
+        """Sample ``name`` now if it has no samples yet.
+
+        Raises:
+            GroupIdNotFoundError: the group has no committed offsets.
+        """
+        if not self.group_series.get(name):
+            self._add_group(name, self._describe_group(name), int(time.time() * 1000))
+
+    def _add_group(self, name: str, rows: list[GroupOffset], now_ms: int) -> None:
+        lag: dict[str, dict[int, int]] = {}
+        for r in rows:
+            lag.setdefault(r.topic, {})[r.partition] = r.lag
+        with self._lock:
+            self.group_series.setdefault(name, deque(maxlen=self.capacity)).append(GroupSample(now_ms, lag))
 
     def _add_topic(self, name: str, info: TopicInfo, now_ms: int) -> None:
-        series = self.topic_series.setdefault(name, deque(maxlen=self.capacity))
         hw = sum(p.high_watermark for p in info.partitions)
         size = sum(p.size_bytes for p in info.partitions)
-        records_per_s = bytes_per_s = 0.0
-        if series:
-            last = series[-1]
-            dt = (now_ms - last.time_ms) / 1000
-            if dt > 0:
+        records = sum(p.high_watermark - p.log_start_offset for p in info.partitions)
+        with self._lock:
+            series = self.topic_series.setdefault(name, deque(maxlen=self.capacity))
+            records_per_s = bytes_per_s = 0.0
+            if series:
+                last = series[-1]
+                dt = (now_ms - last.time_ms) / 1000
+                if dt <= 0:  # sampled on demand in the same millisecond
+                    return
                 records_per_s = max(0, hw - last.high_watermark_sum) / dt
                 bytes_per_s = max(0, size - last.size_bytes) / dt
-        records = sum(p.high_watermark - p.log_start_offset for p in info.partitions)
-        series.append(TopicSample(now_ms, len(info.partitions), records, size, hw, records_per_s, bytes_per_s))
+            series.append(TopicSample(now_ms, len(info.partitions), records, size, hw, records_per_s, bytes_per_s))
 
     async def run(self) -> None:
         """Sweep every ``interval_ms`` until cancelled; a failed sweep is logged and the next one runs."""

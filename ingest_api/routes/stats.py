@@ -9,11 +9,11 @@ topics it may DESCRIBE (as ``GET /v1/groups/{group}``).
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import Access, AccessDep, requires
-from logstore.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError
 from logstore.security import Operation, Resource, ResourceType
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -121,15 +121,14 @@ async def topics_stats(request: Request, access: AccessDep) -> TopicStatsList:
 async def topic_stats(topic: str, request: Request) -> TopicStats:
     """A topic's samples of the last 15 minutes: records, bytes, records/s and bytes/s.
 
+    A topic not sampled yet (created since the last sweep) is sampled on this request.
+
     Raises:
-        UnknownTopicOrPartitionError: the topic was not sampled yet (new, deleted, or the node just started).
+        UnknownTopicOrPartitionError: no such topic.
     """
     sampler = _sampler(request)
+    await run_in_threadpool(sampler.ensure_topic, topic)
     points = _topic_points(sampler, topic)
-    if not points:
-        raise UnknownTopicOrPartitionError(
-            f"no samples of topic '{topic}' yet (sampled every {sampler.interval_ms} ms)"
-        )
     return TopicStats(topic=topic, interval_ms=sampler.interval_ms, latest=points[-1], samples=points)
 
 
@@ -154,11 +153,12 @@ async def groups_stats(request: Request, access: AccessDep) -> GroupStatsList:
 async def group_stats(group: str, request: Request, access: AccessDep) -> GroupStats:
     """A group's lag samples of the last 15 minutes, total and per partition, on topics the caller may DESCRIBE.
 
+    A group not sampled yet is sampled on this request.
+
     Raises:
-        GroupIdNotFoundError: the group was not sampled yet (no committed offsets, or the node just started).
+        GroupIdNotFoundError: the group has no committed offsets.
     """
     sampler = _sampler(request)
+    await run_in_threadpool(sampler.ensure_group, group)
     points = _group_points(sampler, group, access)
-    if not points:
-        raise GroupIdNotFoundError(f"no lag samples of group '{group}' yet (sampled every {sampler.interval_ms} ms)")
     return GroupStats(group=group, interval_ms=sampler.interval_ms, samples=points)
