@@ -96,6 +96,7 @@ function chart(el, title, series, points) {
   const data = [points.map((p) => p.time_ms / 1000), ...series.map((s) => points.map(s.value))];
   el.dataset.samples = String(points.length);
   el.dataset.last = points.length ? String(series[0].value(points[points.length - 1])) : "";
+  el.dataset.max = String(Math.max(0, ...points.map(series[0].value)));
   let plot = el._plot;
   if (!plot) {
     const width = Math.max(300, el.clientWidth || 800);
@@ -471,13 +472,17 @@ async function route() {
   else if (kind === "groups") refresh = await groupsPage();
   else refresh = await overview();
   const here = location.hash;
+  const ready = () => {
+    if (performance.getEntriesByName("console-ready").length === 0) performance.mark("console-ready"); // load time
+    document.body.dataset.ready = "1";
+  };
   const tick = async () => {
     try {
       await refresh();
-      document.body.dataset.ready = "1";
+      ready();
     } catch (e) {
       view.insertAdjacentHTML("afterbegin", `<p class="error" data-testid="error">${esc(errorText(e))}</p>`);
-      document.body.dataset.ready = "1";
+      ready();
       return; // a page the principal may not see stops refreshing
     }
     if (location.hash === here) timer = setTimeout(tick, REFRESH_MS);
