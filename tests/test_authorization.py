@@ -79,6 +79,7 @@ def reset(topic: str) -> dict[str, Any]:
 TF, GF, CF = "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"
 AUTH = "SASL_AUTHENTICATION_FAILED"
 FETCH = "/v1/topics/{t}/partitions/0/records?offset=0"
+OFFSETS = "/v1/topics/{t}/partitions/0/offsets?timestamp=0"
 
 TABLE: list[Case] = [
     Case("POST /v1/topics", "admin", "/v1/topics", {"name": "x-{u}", "partitions": 1}, 201),
@@ -216,6 +217,14 @@ TABLE: list[Case] = [
     Case("DELETE /v1/groups/{group}/members/{member}", "alice", "/v1/groups/orders-m/members/nope", None, 404),
     Case("DELETE /v1/groups/{group}/members/{member}", "carol", "/v1/groups/orders-m/members/nope", None, 403, GF),
     Case("DELETE /v1/groups/{group}/members/{member}", None, "/v1/groups/orders-m/members/nope", None, 401, AUTH),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "alice", OFFSETS.format(t="orders-eu"), None, 200),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "carol", OFFSETS.format(t="public"), None, 200),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "carol", OFFSETS.format(t="payments"), None, 403, TF),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", None, OFFSETS.format(t="public"), None, 401, AUTH),
+    Case("GET /v1/topics/{topic}/maintenance", "carol", "/v1/topics/public/maintenance", None, 200),
+    Case("GET /v1/topics/{topic}/maintenance", "eve", "/v1/topics/public/maintenance", None, 403, TF),
+    Case("GET /v1/topics/{topic}/maintenance", "carol", "/v1/topics/missing/maintenance", None, 403, TF),
+    Case("GET /v1/topics/{topic}/maintenance", None, "/v1/topics/public/maintenance", None, 401, AUTH),
     Case("GET /v1/stats/topics", "carol", "/v1/stats/topics", None, 200),  # lists only what carol may describe
     Case("GET /v1/stats/topics", None, "/v1/stats/topics", None, 401, AUTH),
     Case("GET /v1/stats/topics/{topic}", "alice", "/v1/stats/topics/orders-eu", None, 200),
