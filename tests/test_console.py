@@ -168,6 +168,16 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
     expect(records.first.locator("pre")).to_have_text('{\n  "n": 0,\n  "tags": [\n    "a",\n    "b"\n  ]\n}')
     expect(records.last).to_contain_text("00 ff 68 69")
     _shot(page, "topic-records")
+    # from a time: the first record at or after it, as the API's ListOffsets says
+    with big.client() as c:
+        r = c.get("/v1/topics/t000/partitions/0/records", params={"offset": 4, "max_records": 1}).json()["records"][0]
+        listed = c.get("/v1/topics/t000/partitions/0/offsets", params={"timestamp": r["timestamp"]}).json()["offset"]
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(r["timestamp"] / 1000)) + f".{r['timestamp'] % 1000:03d}"
+    browse.locator("input[name=time]").fill(when)
+    browse.get_by_role("button", name="Fetch").click()
+    expect(browse.locator("input[name=offset]")).to_have_value(str(listed))
+    expect(records.first.locator("td").first).to_have_text(str(listed))
+    expect(page.get_by_test_id("maintenance")).to_contain_text("no retention, compaction or vacuum yet")
 
 
 def test_create_a_topic_through_the_ui(page: Page, big: Server) -> None:

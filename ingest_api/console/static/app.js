@@ -234,11 +234,17 @@ async function topicPage(topic) {
       "Records",
       `<form class="inline" id="browse"><label>Partition<select name="partition"></select></label>
         <label>Offset<input name="offset" type="number" min="0"></label>
+        <label>or from time (UTC)<input name="time" type="datetime-local" step="0.001"></label>
         <label>Count<input name="max" type="number" min="1" max="500" value="20"></label>
         <label>Show as<select name="as"><option value="auto">text / JSON</option><option value="hex">hex</option></select></label>
         <button type="submit">Fetch</button></form>
         <table data-testid="records"><thead><tr><th class="num">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th>
         <th>Headers</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section(
+      "Maintenance history",
+      `<table data-testid="maintenance"><thead><tr><th>When (UTC)</th><th>Operation</th><th class="num">Files removed</th>
+        <th class="num">Files added</th><th class="num">Table version</th></tr></thead><tbody></tbody></table>`,
     )}
     ${section(
       "Configuration",
@@ -260,8 +266,16 @@ df.show()</pre>`,
     const f = new FormData(ev.target);
     const body = document.querySelector("[data-testid=records] tbody");
     try {
+      let offset = f.get("offset") || 0;
+      if (f.get("time")) {
+        // the first offset at or after that time (Kafka's ListOffsets), shown in the offset field
+        const ms = Date.parse(`${f.get("time")}Z`);
+        offset = (await api(`/v1/topics/${enc}/partitions/${f.get("partition")}/offsets?timestamp=${ms}`)).offset;
+        ev.target.querySelector("input[name=offset]").value = offset;
+        ev.target.querySelector("input[name=time]").value = "";
+      }
       const r = await api(
-        `/v1/topics/${enc}/partitions/${f.get("partition")}/records?offset=${f.get("offset") || 0}&max_records=${f.get("max") || 20}`,
+        `/v1/topics/${enc}/partitions/${f.get("partition")}/records?offset=${offset}&max_records=${f.get("max") || 20}`,
       );
       const show = (v) => renderValue(v, f.get("as"));
       body.innerHTML = r.records
@@ -292,7 +306,16 @@ df.show()</pre>`,
   };
 
   async function refresh() {
-    info = await api(`/v1/topics/${enc}`);
+    const notSampled = (e) => {
+      if (e instanceof ApiError && e.status === 404) return null;
+      throw e;
+    };
+    const [described, history, stats] = await Promise.all([
+      api(`/v1/topics/${enc}`),
+      api(`/v1/topics/${enc}/maintenance`),
+      api(`/v1/stats/topics/${enc}`).catch(notSampled),
+    ]);
+    info = described;
     document.querySelector("[data-testid=partitions] tbody").innerHTML = info.partitions
       .map(
         (p) => `<tr data-partition="${p.partition}"><td class="num">${p.partition}</td>
@@ -311,11 +334,14 @@ df.show()</pre>`,
       const first = info.partitions[0];
       if (first) document.querySelector("#browse input[name=offset]").value = Math.max(first.log_start_offset, first.high_watermark - 20);
     }
-    try {
-      throughput(document.getElementById("chart"), await api(`/v1/stats/topics/${enc}`));
-    } catch (e) {
-      if (!(e instanceof ApiError && e.status === 404)) throw e;
-    }
+    document.querySelector("[data-testid=maintenance] tbody").innerHTML =
+      history.operations
+        .map(
+          (o) => `<tr><td>${new Date(o.time_ms).toISOString()}</td><td>${esc(o.operation)}</td>
+            <td class="num">${o.files_removed}</td><td class="num">${o.files_added}</td><td class="num">${o.version}</td></tr>`,
+        )
+        .join("") || `<tr><td colspan="5" class="muted">no retention, compaction or vacuum yet</td></tr>`;
+    if (stats) throughput(document.getElementById("chart"), stats);
   }
   return refresh;
 }
@@ -418,7 +444,14 @@ async function groupPage(group) {
   };
 
   async function refresh() {
-    current = await api(`/v1/groups/${enc}`);
+    const [described, lagStats] = await Promise.all([
+      api(`/v1/groups/${enc}`),
+      api(`/v1/stats/groups/${enc}`).catch((e) => {
+        if (e instanceof ApiError && e.status === 404) return null; // live members, nothing committed yet
+        throw e;
+      }),
+    ]);
+    current = described;
     document.querySelector("[data-testid=members] tbody").innerHTML =
       current.members
         .map(
@@ -442,13 +475,10 @@ async function groupPage(group) {
     if (sel.options.length !== current.topics.length) {
       sel.innerHTML = current.topics.map((t) => `<option>${esc(t.topic)}</option>`).join("");
     }
-    try {
-      const s = await api(`/v1/stats/groups/${enc}`);
+    if (lagStats) {
       chart(document.getElementById("chart"), `${group}: lag, last 15 minutes`, [
         { label: "lag (records)", value: (p) => p.lag, stroke: "#b00020" },
-      ], s.samples);
-    } catch (e) {
-      if (!(e instanceof ApiError && e.status === 404)) throw e;
+      ], lagStats.samples);
     }
   }
   return refresh;
