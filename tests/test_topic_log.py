@@ -29,6 +29,7 @@ def test_offset_for_a_timestamp_is_the_first_at_or_after_it(server: Callable[...
         assert [offset(0), offset(1_002), offset(1_005), offset(2_004), offset(9_999)] == [0, 2, 5, 9, 10]
         assert offset(5, partition=1) == 0  # empty: the high watermark
         assert offset(5, partition=2) == 404
+        assert offset(2**63 // 1000 + 1) == 422  # past what a Parquet timestamp (µs) holds: invalid, not a server error
         assert c.get("/v1/topics/missing/partitions/0/offsets", params={"timestamp": 0}).status_code == 404
 
 

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from ingest_api.deps import BrokerDep, requires
+from ingest_api.models import INT64_MAX
 from logstore.errors import UnknownTopicOrPartitionError
 from logstore.reader import offset_for_timestamp
 from logstore.security import Operation, ResourceType
@@ -59,7 +60,7 @@ async def offset_for_time(
     topic: str,
     partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
     broker: BrokerDep,
-    timestamp: Annotated[int, Query(ge=0, description="Unix milliseconds")],
+    timestamp: Annotated[int, Query(ge=0, le=INT64_MAX // 1000, description="Unix milliseconds")],
 ) -> OffsetForTime:
     """Kafka's ListOffsets by timestamp: the first offset at or after ``timestamp`` in the partition.
 
