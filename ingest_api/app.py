@@ -126,7 +126,12 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         sweeper = asyncio.create_task(_expire_sessions(coordinator))
         store = broker.store
         app.state.stats = StatsSampler(
-            config.stats_sample_ms, store.list_topics, store.describe_topic, store.list_groups, store.describe_group
+            config.stats_sample_ms,
+            store.list_topics,
+            store.catalog.table,
+            store.catalog.describe_topic,
+            store.list_groups,
+            store.describe_group,
         )
         sampler = asyncio.create_task(app.state.stats.run())
         try:

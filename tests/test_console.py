@@ -180,6 +180,18 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
     expect(page.get_by_test_id("maintenance")).to_contain_text("no retention, compaction or vacuum yet")
 
 
+def test_alter_a_topics_config_through_the_ui(page: Page, big: Server) -> None:
+    _open(page, big, "/topics/t100")
+    form = page.locator("#alter")
+    form.locator("input[name=key]").fill("retention.ms")
+    form.locator("input[name=value]").fill("3600000")
+    form.get_by_role("button", name="Set").click()
+    expect(page.locator("#alter-result")).to_have_text("saved")
+    with big.client() as c:
+        assert c.get("/v1/topics/t100").json()["config"]["retention.ms"] == 3_600_000
+    expect(page.get_by_test_id("config").locator("tr", has_text="retention.ms")).to_contain_text("3600000")
+
+
 def test_create_a_topic_through_the_ui(page: Page, big: Server) -> None:
     _open(page, big, "/")
     form = page.locator("#create-topic")

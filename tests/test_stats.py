@@ -14,7 +14,10 @@ from tests.server import Server
 
 
 def _sampler(store: LogStore, interval_ms: int = 5_000) -> StatsSampler:
-    return StatsSampler(interval_ms, store.list_topics, store.describe_topic, store.list_groups, store.describe_group)
+    c = store.catalog
+    return StatsSampler(
+        interval_ms, store.list_topics, c.table, c.describe_topic, store.list_groups, store.describe_group
+    )
 
 
 def test_the_ring_buffers_hold_fifteen_minutes_and_no_more(store: LogStore, make_topic: Callable[..., str]) -> None:
@@ -23,8 +26,29 @@ def test_the_ring_buffers_hold_fifteen_minutes_and_no_more(store: LogStore, make
     assert sampler.capacity == WINDOW_S // 60
     for _ in range(sampler.capacity + 5):
         sampler.sweep()
+        time.sleep(0.002)  # samples are keyed by wall-clock milliseconds: one per millisecond at most
     assert len(sampler.topic_series[topic]) == sampler.capacity
     assert len(sampler.group_series) == 0  # no committed offsets, no group
+
+
+def test_an_unchanged_topic_is_not_described_again(store: LogStore, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=3)
+    described: list[str] = []
+
+    def describe(name: str, table: Any) -> Any:
+        described.append(name)
+        return store.catalog.describe_topic(name, table)
+
+    sampler = StatsSampler(
+        5_000, store.list_topics, store.catalog.table, describe, store.list_groups, store.describe_group
+    )
+    sampler.sweep()
+    sampler.sweep()
+    assert described == [topic]
+    assert len(sampler.topic_series[topic]) == 2  # the sample still counts, with the same numbers
+    store.alter_topic(topic, config={"retention.ms": 1000})  # a new table version
+    sampler.sweep()
+    assert described == [topic, topic]
 
 
 def test_a_deleted_topic_leaves_the_series(store: LogStore, make_topic: Callable[..., str]) -> None:

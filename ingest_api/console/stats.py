@@ -23,8 +23,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from fastapi.concurrency import run_in_threadpool
 
 from logstore.errors import LogstoreError
@@ -76,14 +78,18 @@ class StatsSampler:
         self,
         interval_ms: int,
         topics: Callable[[], list[str]],
-        describe_topic: Callable[[str], TopicInfo],
+        table: Callable[[str], DeltaTable],
+        describe_topic: Callable[[str, DeltaTable], TopicInfo],
         groups: Callable[[], list[str]],
         describe_group: Callable[[str], list[GroupOffset]],
     ) -> None:
         self.interval_ms = interval_ms
         self.capacity = max(2, math.ceil(WINDOW_S * 1000 / interval_ms))
-        self._topics, self._describe_topic = topics, describe_topic
+        self._topics, self._table, self._describe_topic = topics, table, describe_topic
         self._groups, self._describe_group = groups, describe_group
+        # one open table per topic, brought up to date each sweep: a topic whose version did not move since its
+        # last sample is not described again (the sweep's cost follows the topics that changed)
+        self._tables: dict[str, tuple[DeltaTable, int]] = {}
         self.topic_series: dict[str, deque[TopicSample]] = {}
         self.group_series: dict[str, deque[GroupSample]] = {}
         # the sweep and on-demand samples of requests run in different worker threads
@@ -95,13 +101,14 @@ class StatsSampler:
         names = self._topics()
         for name in names:
             try:
-                info = self._describe_topic(name)
+                self._sample_topic(name, now_ms)
             except LogstoreError:  # deleted between list and describe: dropped below
                 continue
-            self._add_topic(name, info, now_ms)
         with self._lock:
             for gone in set(self.topic_series) - set(names):
                 del self.topic_series[gone]
+            for gone in set(self._tables) - set(names):
+                del self._tables[gone]
         groups = self._groups()
         for group in groups:
             try:
@@ -120,7 +127,7 @@ class StatsSampler:
             UnknownTopicOrPartitionError: no such topic.
         """
         if not self.topic_series.get(name):
-            self._add_topic(name, self._describe_topic(name), int(time.time() * 1000))
+            self._sample_topic(name, int(time.time() * 1000))
 
     def ensure_group(self, name: str) -> None:
         """Sample ``name`` now if it has no samples yet.
@@ -137,6 +144,32 @@ class StatsSampler:
             lag.setdefault(r.topic, {})[r.partition] = r.lag
         with self._lock:
             self.group_series.setdefault(name, deque(maxlen=self.capacity)).append(GroupSample(now_ms, lag))
+
+    def _sample_topic(self, name: str, now_ms: int) -> None:
+        cached = self._tables.get(name)
+        dt = None
+        if cached is not None:
+            dt, described = cached
+            try:
+                dt.update_incremental()
+            except DeltaError:  # deleted or recreated under us: open it afresh
+                dt = None
+        if dt is None:
+            dt, described = self._table(name), -1
+        version = dt.version()
+        series = self.topic_series.get(name)
+        if version == described and series:
+            last = series[-1]
+            self._add_topic_sample(name, replace(last, time_ms=now_ms, records_per_s=0.0, bytes_per_s=0.0))
+        else:
+            self._add_topic(name, self._describe_topic(name, dt), now_ms)
+        self._tables[name] = (dt, version)
+
+    def _add_topic_sample(self, name: str, sample: TopicSample) -> None:
+        with self._lock:
+            series = self.topic_series.setdefault(name, deque(maxlen=self.capacity))
+            if not series or sample.time_ms > series[-1].time_ms:
+                series.append(sample)
 
     def _add_topic(self, name: str, info: TopicInfo, now_ms: int) -> None:
         hw = sum(p.high_watermark for p in info.partitions)

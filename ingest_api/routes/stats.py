@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from ingest_api.console.stats import StatsSampler
+from ingest_api.console.stats import StatsSampler, TopicSample
 from ingest_api.deps import Access, AccessDep, requires
 from logstore.security import Operation, Resource, ResourceType
 
@@ -76,23 +76,25 @@ def _sampler(request: Request) -> StatsSampler:
     return sampler
 
 
+def _topic_point(s: TopicSample) -> TopicPoint:
+    return TopicPoint(
+        time_ms=s.time_ms,
+        partitions=s.partitions,
+        records=s.records,
+        size_bytes=s.size_bytes,
+        records_per_s=s.records_per_s,
+        bytes_per_s=s.bytes_per_s,
+    )
+
+
 def _topic_points(sampler: StatsSampler, topic: str) -> list[TopicPoint]:
-    return [
-        TopicPoint(
-            time_ms=s.time_ms,
-            partitions=s.partitions,
-            records=s.records,
-            size_bytes=s.size_bytes,
-            records_per_s=s.records_per_s,
-            bytes_per_s=s.bytes_per_s,
-        )
-        for s in sampler.topic_series.get(topic, ())
-    ]
+    return [_topic_point(s) for s in list(sampler.topic_series.get(topic, ()))]
 
 
-def _group_points(sampler: StatsSampler, group: str, access: Access) -> list[GroupPoint]:
+def _group_points(sampler: StatsSampler, group: str, access: Access, *, last_only: bool = False) -> list[GroupPoint]:
+    samples = list(sampler.group_series.get(group, ()))
     points = []
-    for s in list(sampler.group_series.get(group, ())):
+    for s in samples[-1:] if last_only else samples:
         topics = {
             t: {str(p): lag for p, lag in sorted(parts.items())}
             for t, parts in sorted(s.lag.items())
@@ -109,7 +111,7 @@ async def topics_stats(request: Request, access: AccessDep) -> TopicStatsList:
     out = []
     for name, series in sorted(list(sampler.topic_series.items())):
         if series and access.may(Operation.DESCRIBE, Resource.topic(name)):
-            out.append(TopicLatest(topic=name, latest=_topic_points(sampler, name)[-1]))
+            out.append(TopicLatest(topic=name, latest=_topic_point(series[-1])))
     return TopicStatsList(interval_ms=sampler.interval_ms, topics=out)
 
 
@@ -139,7 +141,7 @@ async def groups_stats(request: Request, access: AccessDep) -> GroupStatsList:
     out = []
     for name in sorted(list(sampler.group_series)):
         if access.may(Operation.DESCRIBE, Resource.group(name)):
-            points = _group_points(sampler, name, access)
+            points = _group_points(sampler, name, access, last_only=True)
             if points:
                 out.append(GroupLatest(group=name, latest=points[-1]))
     return GroupStatsList(interval_ms=sampler.interval_ms, groups=out)
