@@ -130,8 +130,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             store.list_topics,
             store.catalog.table,
             store.catalog.describe_topic,
-            store.list_groups,
-            store.describe_group,
+            store.offsets.committed,
         )
         sampler = asyncio.create_task(app.state.stats.run())
         try:

@@ -15,9 +15,7 @@ from tests.server import Server
 
 def _sampler(store: LogStore, interval_ms: int = 5_000) -> StatsSampler:
     c = store.catalog
-    return StatsSampler(
-        interval_ms, store.list_topics, c.table, c.describe_topic, store.list_groups, store.describe_group
-    )
+    return StatsSampler(interval_ms, store.list_topics, c.table, c.describe_topic, store.offsets.committed)
 
 
 def test_the_ring_buffers_hold_fifteen_minutes_and_no_more(store: LogStore, make_topic: Callable[..., str]) -> None:
@@ -39,9 +37,7 @@ def test_an_unchanged_topic_is_not_described_again(store: LogStore, make_topic: 
         described.append(name)
         return store.catalog.describe_topic(name, table)
 
-    sampler = StatsSampler(
-        5_000, store.list_topics, store.catalog.table, describe, store.list_groups, store.describe_group
-    )
+    sampler = StatsSampler(5_000, store.list_topics, store.catalog.table, describe, store.offsets.committed)
     sampler.sweep()
     sampler.sweep()
     assert described == [topic]

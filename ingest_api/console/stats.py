@@ -22,14 +22,15 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from fastapi.concurrency import run_in_threadpool
 
-from logstore.errors import LogstoreError
+from logstore.errors import GroupIdNotFoundError, LogstoreError
 from logstore.structs import GroupOffset, TopicInfo
 
 __all__ = ["WINDOW_S", "GroupSample", "StatsSampler", "TopicSample"]
@@ -70,8 +71,10 @@ class GroupSample:
 class StatsSampler:
     """The node's ring buffers of topic and group samples; ``sweep`` takes one sample of everything.
 
-    ``topics``, ``describe_topic``, ``groups`` and ``describe_group`` are the store's public reads;
-    ``sweep`` calls them and runs in a worker thread (it reads Delta logs), the readers on the event loop.
+    ``topics``, ``table`` and ``describe_topic`` are the catalog's public reads, ``committed`` the offsets
+    store's latest commits of every group ((group, topic, partition) → (offset, time ms, metadata)); a group's
+    lag is taken against the high watermarks of the same sweep, so a sweep reads each table once.
+    ``sweep`` runs in a worker thread (it reads Delta logs), the readers on the event loop.
     """
 
     def __init__(
@@ -80,13 +83,14 @@ class StatsSampler:
         topics: Callable[[], list[str]],
         table: Callable[[str], DeltaTable],
         describe_topic: Callable[[str, DeltaTable], TopicInfo],
-        groups: Callable[[], list[str]],
-        describe_group: Callable[[str], list[GroupOffset]],
+        committed: Callable[[], Mapping[tuple[str, str, int], tuple[int, int, str | None]]],
     ) -> None:
         self.interval_ms = interval_ms
         self.capacity = max(2, math.ceil(WINDOW_S * 1000 / interval_ms))
         self._topics, self._table, self._describe_topic = topics, table, describe_topic
-        self._groups, self._describe_group = groups, describe_group
+        self._committed = committed
+        self._hws: dict[str, tuple[int, ...]] = {}
+        """topic → its partitions' high watermarks at its latest sample."""
         # one open table per topic, brought up to date each sweep: a topic whose version did not move since its
         # last sample is not described again (the sweep's cost follows the topics that changed)
         self._tables: dict[str, tuple[DeltaTable, int]] = {}
@@ -109,15 +113,12 @@ class StatsSampler:
                 del self.topic_series[gone]
             for gone in set(self._tables) - set(names):
                 del self._tables[gone]
-        groups = self._groups()
-        for group in groups:
-            try:
-                rows = self._describe_group(group)
-            except LogstoreError:
-                continue
+                self._hws.pop(gone, None)
+        by_group = self._by_group(self._committed())
+        for group, rows in by_group.items():
             self._add_group(group, rows, now_ms)
         with self._lock:
-            for gone in set(self.group_series) - set(groups):
+            for gone in set(self.group_series) - set(by_group):
                 del self.group_series[gone]
 
     def ensure_topic(self, name: str) -> None:
@@ -136,7 +137,23 @@ class StatsSampler:
             GroupIdNotFoundError: the group has no committed offsets.
         """
         if not self.group_series.get(name):
-            self._add_group(name, self._describe_group(name), int(time.time() * 1000))
+            rows = self._by_group(self._committed()).get(name)
+            if not rows:
+                raise GroupIdNotFoundError(f"consumer group '{name}' has no committed offsets")
+            for topic in {r.topic for r in rows} - set(self._hws):
+                with suppress(LogstoreError):  # a deleted topic: high watermark 0, as describe_group says
+                    self.ensure_topic(topic)
+            self._add_group(name, self._by_group(self._committed())[name], int(time.time() * 1000))
+
+    def _by_group(
+        self, committed: Mapping[tuple[str, str, int], tuple[int, int, str | None]]
+    ) -> dict[str, list[GroupOffset]]:
+        out: dict[str, list[GroupOffset]] = {}
+        for (group, topic, partition), (offset, time_ms, metadata) in sorted(committed.items()):
+            hws = self._hws.get(topic, ())
+            hw = hws[partition] if partition < len(hws) else 0
+            out.setdefault(group, []).append(GroupOffset(group, topic, partition, offset, hw, time_ms, metadata))
+        return out
 
     def _add_group(self, name: str, rows: list[GroupOffset], now_ms: int) -> None:
         lag: dict[str, dict[int, int]] = {}
@@ -172,7 +189,8 @@ class StatsSampler:
                 series.append(sample)
 
     def _add_topic(self, name: str, info: TopicInfo, now_ms: int) -> None:
-        hw = sum(p.high_watermark for p in info.partitions)
+        self._hws[name] = tuple(p.high_watermark for p in info.partitions)
+        hw = sum(self._hws[name])
         size = sum(p.size_bytes for p in info.partitions)
         records = sum(p.high_watermark - p.log_start_offset for p in info.partitions)
         with self._lock:
