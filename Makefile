@@ -9,10 +9,11 @@ ZK     := .cache/zookeeper
 KAFKA  := .cache/kafka
 SPARK_KAFKA := .cache/spark-kafka
 ROOT   ?= ./data
+CONSOLE_VENDOR := ingest_api/console/static/vendor
 
-.PHONY: setup run demo test lint typecheck unit bench jars zookeeper kafka clean
+.PHONY: setup run demo test lint typecheck unit bench jars zookeeper kafka console chromium clean
 
-setup: $(VENV)/.installed $(JARS)/.done $(ZK)/.done
+setup: $(VENV)/.installed $(JARS)/.done $(ZK)/.done $(CONSOLE_VENDOR)/.done
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,20 @@ $(JARS)/.done: jars/pom.xml
 	touch $@
 
 jars: $(JARS)/.done
+
+# The web console's charting library (uPlot) from the npm registry, served by the node from
+# $(CONSOLE_VENDOR) (build output, not committed): no CDN, the console works offline.
+$(CONSOLE_VENDOR)/.done: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	mkdir -p $(CONSOLE_VENDOR)
+	cp node_modules/uplot/dist/uPlot.esm.js node_modules/uplot/dist/uPlot.min.css node_modules/uplot/LICENSE $(CONSOLE_VENDOR)/
+	touch $@
+
+console: $(CONSOLE_VENDOR)/.done
+
+# The console's browser tests drive Debian's Chromium (Playwright's own browser download is not used).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 # Apache ZooKeeper (the cluster's coordinator) from Maven Central, into a cache of its own:
 # every jar in $(JARS) goes on Spark's classpath, these must not.
@@ -64,7 +79,7 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup lint typecheck
+test: setup lint typecheck chromium
 	$(BIN)/pytest -q
 
 # wrk (Debian) drives the ingest benchmark when present; without it a Python client does.
@@ -75,4 +90,4 @@ bench: setup kafka
 	$(BIN)/python bench/vs_kafka.py
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .cache node_modules $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis

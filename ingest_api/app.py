@@ -25,9 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ingest_api.broker import Broker
+from ingest_api.console import mount_console
+from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import groups, members, ops, records, topics
+from ingest_api.routes import groups, members, ops, records, stats, topic_log, topics
 from logstore.config import LogstoreConfig
 from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
@@ -122,12 +124,22 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         coordinator = GroupCoordinator(broker.store)
         app.state.coordinator = coordinator
         sweeper = asyncio.create_task(_expire_sessions(coordinator))
+        store = broker.store
+        app.state.stats = StatsSampler(
+            config.stats_sample_ms,
+            store.list_topics,
+            store.catalog.table,
+            store.catalog.describe_topic,
+            store.offsets.committed,
+        )
+        sampler = asyncio.create_task(app.state.stats.run())
         try:
             yield
         finally:
-            sweeper.cancel()
-            with suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, sampler):
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
             await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
 
@@ -144,8 +156,9 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, records, groups, members, ops):
+    for module in (topics, topic_log, records, groups, members, ops, stats):
         app.include_router(module.router)
+    mount_console(app)
     if guard is not None:
         app.add_middleware(QuotaMiddleware, guard=guard)
 

@@ -79,6 +79,8 @@ class PartitionOut(BaseModel):
     log_start_offset: int
     high_watermark: int
     size_bytes: int
+    num_files: int = 0
+    """Data files holding the partition (segments, in Kafka's words)."""
 
 
 class TopicOut(BaseModel):

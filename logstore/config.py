@@ -254,6 +254,15 @@ class LogstoreConfig:
             minimum=1,
         ),
     )
+    stats_sample_ms: int = field(
+        default=5_000,
+        metadata=_key(
+            "stats.sample.ms",
+            "How often the ingest node samples topic sizes and group lag for /v1/stats and the console's charts "
+            "(15 minutes of samples are kept in memory).",
+            minimum=100,
+        ),
+    )
     spark_jars_dir: str = field(
         default="",
         metadata=_key("spark.jars.dir", "Folder with Delta's jars; empty = the project's .cache/jars, else Maven."),

@@ -79,6 +79,7 @@ def reset(topic: str) -> dict[str, Any]:
 TF, GF, CF = "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"
 AUTH = "SASL_AUTHENTICATION_FAILED"
 FETCH = "/v1/topics/{t}/partitions/0/records?offset=0"
+OFFSETS = "/v1/topics/{t}/partitions/0/offsets?timestamp=0"
 
 TABLE: list[Case] = [
     Case("POST /v1/topics", "admin", "/v1/topics", {"name": "x-{u}", "partitions": 1}, 201),
@@ -216,6 +217,28 @@ TABLE: list[Case] = [
     Case("DELETE /v1/groups/{group}/members/{member}", "alice", "/v1/groups/orders-m/members/nope", None, 404),
     Case("DELETE /v1/groups/{group}/members/{member}", "carol", "/v1/groups/orders-m/members/nope", None, 403, GF),
     Case("DELETE /v1/groups/{group}/members/{member}", None, "/v1/groups/orders-m/members/nope", None, 401, AUTH),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "alice", OFFSETS.format(t="orders-eu"), None, 200),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "carol", OFFSETS.format(t="public"), None, 200),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", "carol", OFFSETS.format(t="payments"), None, 403, TF),
+    Case("GET /v1/topics/{topic}/partitions/{partition}/offsets", None, OFFSETS.format(t="public"), None, 401, AUTH),
+    Case("GET /v1/topics/{topic}/maintenance", "carol", "/v1/topics/public/maintenance", None, 200),
+    Case("GET /v1/topics/{topic}/maintenance", "eve", "/v1/topics/public/maintenance", None, 403, TF),
+    Case("GET /v1/topics/{topic}/maintenance", "carol", "/v1/topics/missing/maintenance", None, 403, TF),
+    Case("GET /v1/topics/{topic}/maintenance", None, "/v1/topics/public/maintenance", None, 401, AUTH),
+    Case("GET /v1/stats/topics", "carol", "/v1/stats/topics", None, 200),  # lists only what carol may describe
+    Case("GET /v1/stats/topics", None, "/v1/stats/topics", None, 401, AUTH),
+    Case("GET /v1/stats/topics/{topic}", "alice", "/v1/stats/topics/orders-eu", None, 200),
+    Case("GET /v1/stats/topics/{topic}", "alice", "/v1/stats/topics/payments", None, 403, TF),
+    Case("GET /v1/stats/topics/{topic}", "carol", "/v1/stats/topics/public", None, 200),
+    Case("GET /v1/stats/topics/{topic}", "eve", "/v1/stats/topics/public", None, 403, TF),
+    Case("GET /v1/stats/topics/{topic}", "carol", "/v1/stats/topics/missing", None, 403, TF),  # no existence leak
+    Case("GET /v1/stats/topics/{topic}", None, "/v1/stats/topics/public", None, 401, AUTH),
+    Case("GET /v1/stats/groups", "carol", "/v1/stats/groups", None, 200),
+    Case("GET /v1/stats/groups", None, "/v1/stats/groups", None, 401, AUTH),
+    Case("GET /v1/stats/groups/{group}", "alice", "/v1/stats/groups/orders-g", None, 200),
+    Case("GET /v1/stats/groups/{group}", "alice", "/v1/stats/groups/payments-g", None, 403, GF),
+    Case("GET /v1/stats/groups/{group}", "bob", "/v1/stats/groups/payments-g", None, 200),
+    Case("GET /v1/stats/groups/{group}", None, "/v1/stats/groups/payments-g", None, 401, AUTH),
     Case("GET /metrics", "bob", "/metrics", None, 200),
     Case("GET /metrics", "alice", "/metrics", None, 403, CF),
     Case("GET /metrics", "admin", "/metrics", None, 200),
@@ -301,19 +324,28 @@ def test_route_access(secured: Secured, case: Case) -> None:
     ],
 )
 def test_topic_list_shows_only_what_the_principal_may_describe(secured: Secured, who: str, topics: set[str]) -> None:
+    with secured.client("admin") as admin:  # sample every topic now rather than wait for the next sweep
+        for t in TOPICS:
+            assert admin.get(f"/v1/stats/topics/{t}").status_code == 200
     with secured.client(who) as c:
         listed = set(c.get("/v1/topics").json()["topics"])
+        stats = {s["topic"] for s in c.get("/v1/stats/topics").json()["topics"]}
     assert listed & TOPICS == topics
+    assert stats & TOPICS == topics
     if who not in ("admin", "bob"):
-        assert all(t in topics or t.startswith("orders-") for t in listed)
+        assert all(t in topics or t.startswith("orders-") for t in listed | stats)
 
 
 @pytest.mark.parametrize(
     ("who", "groups"), [("admin", GROUPS), ("alice", {"orders-g"}), ("bob", GROUPS), ("carol", set())]
 )
 def test_group_list_shows_only_what_the_principal_may_describe(secured: Secured, who: str, groups: set[str]) -> None:
+    with secured.client("admin") as admin:
+        for g in GROUPS:
+            assert admin.get(f"/v1/stats/groups/{g}").status_code == 200
     with secured.client(who) as c:
         assert set(c.get("/v1/groups").json()["groups"]) & GROUPS == groups
+        assert {s["group"] for s in c.get("/v1/stats/groups").json()["groups"]} & GROUPS == groups
 
 
 def test_group_offsets_show_only_topics_the_principal_may_describe(secured: Secured) -> None:

@@ -23,6 +23,7 @@ def topic_out(info: TopicInfo) -> TopicOut:
                     "log_start_offset": p.log_start_offset,
                     "high_watermark": p.high_watermark,
                     "size_bytes": p.size_bytes,
+                    "num_files": p.num_files,
                 }
                 for p in info.partitions
             ],

@@ -1,0 +1,525 @@
+// The logstore console: a hash-routed page whose every number comes from the public /v1 API.
+// Views: #/ (overview), #/topics/<t>, #/groups, #/groups/<g>. Each view renders its skeleton once, then
+// refresh() fills in data every REFRESH_MS, so forms keep what the user typed.
+import uPlot from "./vendor/uPlot.esm.js";
+
+const REFRESH_MS = 2000;
+const KEY = "logstore.apiKey";
+const view = document.getElementById("view");
+let timer = null;
+let charts = [];
+
+// ---------------------------------------------------------------- API
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.error_code;
+  }
+}
+
+let askingKey = null;
+
+function askKey(message) {
+  // one dialog for every call that needs the key; they all retry once it is entered
+  if (!askingKey) {
+    askingKey = new Promise((resolve) => {
+      const dialog = document.getElementById("key-dialog");
+      document.getElementById("key-error").textContent = message || "";
+      const form = document.getElementById("key-form");
+      form.onsubmit = () => {
+        sessionStorage.setItem(KEY, document.getElementById("key-input").value.trim());
+        askingKey = null;
+        showKeyState();
+        resolve();
+      };
+      dialog.showModal();
+    });
+  }
+  return askingKey;
+}
+
+async function api(path, { method = "GET", body } = {}) {
+  for (;;) {
+    const headers = { Accept: "application/json" };
+    const key = sessionStorage.getItem(KEY);
+    if (key) headers.Authorization = `Bearer ${key}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await r.text();
+    const data = text ? JSON.parse(text) : null;
+    if (r.status === 401) {
+      sessionStorage.removeItem(KEY);
+      await askKey(key ? "That key was not accepted." : "");
+      continue;
+    }
+    if (!r.ok) throw new ApiError(r.status, data);
+    return data;
+  }
+}
+
+function showKeyState() {
+  document.getElementById("forget-key").hidden = !sessionStorage.getItem(KEY);
+}
+
+document.getElementById("forget-key").onclick = () => {
+  sessionStorage.removeItem(KEY);
+  showKeyState();
+  route();
+};
+
+// ---------------------------------------------------------------- formatting
+const esc = (s) =>
+  String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+const fmtInt = (n) => String(n);
+const fmtRate = (n) => (n >= 100 ? n.toFixed(0) : n.toFixed(1));
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+const topicHref = (t) => `#/topics/${encodeURIComponent(t)}`;
+const groupHref = (g) => `#/groups/${encodeURIComponent(g)}`;
+
+function errorText(e) {
+  if (e instanceof ApiError && e.status === 403) return `Not authorized: ${e.message}`;
+  return e.message;
+}
+
+// ---------------------------------------------------------------- charts
+function chart(el, title, series, points) {
+  // points: [{time_ms, ...}]; series: [{label, value: (p) => number, stroke}]
+  const data = [points.map((p) => p.time_ms / 1000), ...series.map((s) => points.map(s.value))];
+  el.dataset.samples = String(points.length);
+  el.dataset.last = points.length ? String(series[0].value(points[points.length - 1])) : "";
+  el.dataset.max = String(Math.max(0, ...points.map(series[0].value)));
+  let plot = el._plot;
+  if (!plot) {
+    const width = Math.max(300, el.clientWidth || 800);
+    plot = new uPlot(
+      {
+        title,
+        width,
+        height: 220,
+        scales: { x: { time: true } },
+        series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: s.stroke, width: 2, scale: i ? "y2" : "y" }))],
+        axes: [{}, { scale: "y" }, ...(series.length > 1 ? [{ scale: "y2", side: 1, grid: { show: false } }] : [])],
+      },
+      data,
+      el,
+    );
+    el._plot = plot;
+    charts.push(plot);
+  } else {
+    plot.setData(data);
+  }
+}
+
+// ---------------------------------------------------------------- views
+function section(title, inner, id = "") {
+  return `<section ${id ? `id="${id}"` : ""}><h2>${esc(title)}</h2>${inner}</section>`;
+}
+
+function nodeCard() {
+  // Embedded mode: this server is the only node, the controller and every partition's leader.
+  // Cluster mode will fill this card from /v1/metadata (nodes, controller, leaders).
+  return `<div class="cards" data-testid="nodes"><div class="card"><b>${esc(location.host)}</b>
+    <div class="muted">embedded node · controller · leader of every partition</div></div></div>`;
+}
+
+async function overview() {
+  view.innerHTML = `<h1>Overview</h1>
+    ${section("Nodes", nodeCard())}
+    ${section(
+      "Throughput",
+      `<form class="inline"><label>Topic<select id="chart-topic"></select></label>
+        <span id="rate-now" data-testid="rate-now" class="muted"></span></form><div id="chart" class="chart"></div>`,
+    )}
+    ${section(
+      "Topics",
+      `<table data-testid="topics"><thead><tr><th>Topic</th><th class="num">Partitions</th><th class="num">Records</th>
+        <th class="num">Size</th><th class="num">Records/s</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section(
+      "Create topic",
+      `<form class="inline" id="create-topic"><label>Name<input name="name" required pattern="[A-Za-z0-9._-]+"></label>
+        <label>Partitions<input name="partitions" type="number" min="1" value="1" required></label>
+        <button type="submit">Create</button><span id="create-result"></span></form>`,
+    )}`;
+  const select = document.getElementById("chart-topic");
+  document.getElementById("create-topic").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const out = document.getElementById("create-result");
+    try {
+      const t = await api("/v1/topics", { method: "POST", body: { name: f.get("name"), partitions: +f.get("partitions") } });
+      out.innerHTML = `created <a href="${topicHref(t.name)}">${esc(t.name)}</a>`;
+      out.className = "";
+      await refresh();
+    } catch (e) {
+      out.textContent = errorText(e);
+      out.className = "error";
+    }
+  };
+  select.onchange = () => refreshChart();
+
+  async function refreshChart() {
+    const t = select.value;
+    const el = document.getElementById("chart");
+    if (!t) return;
+    try {
+      const s = await api(`/v1/stats/topics/${encodeURIComponent(t)}`);
+      throughput(el, s);
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e; // not sampled yet
+    }
+  }
+
+  async function refresh() {
+    const [list, stats] = await Promise.all([api("/v1/topics"), api("/v1/stats/topics")]);
+    const latest = new Map(stats.topics.map((s) => [s.topic, s.latest]));
+    const rows = list.topics.map((t) => {
+      const s = latest.get(t);
+      const cells = s
+        ? `<td class="num">${s.partitions}</td><td class="num">${fmtInt(s.records)}</td>
+           <td class="num" data-bytes="${s.size_bytes}">${fmtBytes(s.size_bytes)}</td>
+           <td class="num">${fmtRate(s.records_per_s)}</td>`
+        : `<td colspan="4" class="muted">not sampled yet</td>`;
+      return `<tr data-topic="${esc(t)}"><td><a href="${topicHref(t)}">${esc(t)}</a></td>${cells}</tr>`;
+    });
+    document.querySelector("[data-testid=topics] tbody").innerHTML = rows.join("");
+    const chosen = select.value;
+    if (select.options.length !== list.topics.length) {
+      const busiest = [...stats.topics].sort((a, b) => b.latest.records_per_s - a.latest.records_per_s)[0];
+      select.innerHTML = list.topics.map((t) => `<option>${esc(t)}</option>`).join("");
+      select.value = chosen || (busiest ? busiest.topic : list.topics[0] || "");
+    }
+    await refreshChart();
+  }
+  return refresh;
+}
+
+function throughput(el, s) {
+  chart(
+    el,
+    `${s.topic}: last 15 minutes`,
+    [
+      { label: "records/s", value: (p) => p.records_per_s, stroke: "#2a6fdb" },
+      { label: "bytes/s", value: (p) => p.bytes_per_s, stroke: "#d97706" },
+    ],
+    s.samples,
+  );
+  const now = document.getElementById("rate-now");
+  if (now) {
+    now.dataset.recordsPerS = String(s.latest.records_per_s);
+    now.textContent = `now: ${fmtRate(s.latest.records_per_s)} records/s, ${fmtBytes(s.latest.bytes_per_s)}/s`;
+  }
+}
+
+async function topicPage(topic) {
+  const enc = encodeURIComponent(topic);
+  view.innerHTML = `<h1>Topic <code>${esc(topic)}</code></h1>
+    ${section(
+      "Partitions",
+      `<table data-testid="partitions"><thead><tr><th class="num">Partition</th><th class="num">Log start offset</th>
+        <th class="num">High watermark</th><th class="num">Records</th><th class="num">Size</th><th class="num">Files</th>
+        <th>Leader</th><th class="num">Epoch</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section("Throughput", `<span id="rate-now" data-testid="rate-now" class="muted"></span><div id="chart" class="chart"></div>`)}
+    ${section(
+      "Records",
+      `<form class="inline" id="browse"><label>Partition<select name="partition"></select></label>
+        <label>Offset<input name="offset" type="number" min="0"></label>
+        <label>or from time (UTC)<input name="time" type="datetime-local" step="0.001"></label>
+        <label>Count<input name="max" type="number" min="1" max="500" value="20"></label>
+        <label>Show as<select name="as"><option value="auto">text / JSON</option><option value="hex">hex</option></select></label>
+        <button type="submit">Fetch</button></form>
+        <table data-testid="records"><thead><tr><th class="num">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th>
+        <th>Headers</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section(
+      "Maintenance history",
+      `<table data-testid="maintenance"><thead><tr><th>When (UTC)</th><th>Operation</th><th class="num">Files removed</th>
+        <th class="num">Files added</th><th class="num">Table version</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section(
+      "Configuration",
+      `<table data-testid="config"><tbody></tbody></table>
+        <form class="inline" id="alter"><label>Key<input name="key" required></label><label>Value<input name="value" required></label>
+        <button type="submit">Set</button><span id="alter-result"></span></form>`,
+    )}
+    ${section(
+      "Read it from Spark",
+      `<p class="muted">Delta table <code>&lt;root&gt;/topics/${esc(topic)}/</code> on the node's store.</p>
+        <pre data-testid="snippet">from logstore.spark import session
+spark = session()
+df = spark.read.format("logstore").option("subscribe", ${esc(JSON.stringify(topic))}).load()
+df.show()</pre>`,
+    )}`;
+  let info = null;
+  document.getElementById("browse").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const body = document.querySelector("[data-testid=records] tbody");
+    try {
+      let offset = f.get("offset") || 0;
+      if (f.get("time")) {
+        // the first offset at or after that time (Kafka's ListOffsets), shown in the offset field
+        const ms = Date.parse(`${f.get("time")}Z`);
+        offset = (await api(`/v1/topics/${enc}/partitions/${f.get("partition")}/offsets?timestamp=${ms}`)).offset;
+        ev.target.querySelector("input[name=offset]").value = offset;
+        ev.target.querySelector("input[name=time]").value = "";
+      }
+      const r = await api(
+        `/v1/topics/${enc}/partitions/${f.get("partition")}/records?offset=${offset}&max_records=${f.get("max") || 20}`,
+      );
+      const show = (v) => renderValue(v, f.get("as"));
+      body.innerHTML = r.records
+        .map(
+          (x) => `<tr><td class="num">${x.offset}</td><td>${new Date(x.timestamp).toISOString()}</td>
+            <td>${show(x.key)}</td><td>${show(x.value)}</td><td>${esc(JSON.stringify(x.headers))}</td></tr>`,
+        )
+        .join("") || `<tr><td colspan="5" class="muted">no records at this offset yet</td></tr>`;
+    } catch (e) {
+      body.innerHTML = `<tr><td colspan="5" class="error">${esc(errorText(e))}</td></tr>`;
+    }
+  };
+  document.getElementById("alter").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const out = document.getElementById("alter-result");
+    const raw = f.get("value");
+    const value = /^-?\d+$/.test(raw) ? Number(raw) : raw;
+    try {
+      await api(`/v1/topics/${enc}`, { method: "PATCH", body: { config: { [f.get("key")]: value } } });
+      out.textContent = "saved";
+      out.className = "";
+      await refresh();
+    } catch (e) {
+      out.textContent = errorText(e);
+      out.className = "error";
+    }
+  };
+
+  async function refresh() {
+    const notSampled = (e) => {
+      if (e instanceof ApiError && e.status === 404) return null;
+      throw e;
+    };
+    const [described, history, stats] = await Promise.all([
+      api(`/v1/topics/${enc}`),
+      api(`/v1/topics/${enc}/maintenance`),
+      api(`/v1/stats/topics/${enc}`).catch(notSampled),
+    ]);
+    info = described;
+    document.querySelector("[data-testid=partitions] tbody").innerHTML = info.partitions
+      .map(
+        (p) => `<tr data-partition="${p.partition}"><td class="num">${p.partition}</td>
+          <td class="num">${p.log_start_offset}</td><td class="num">${p.high_watermark}</td>
+          <td class="num">${p.high_watermark - p.log_start_offset}</td>
+          <td class="num" data-bytes="${p.size_bytes}">${fmtBytes(p.size_bytes)}</td><td class="num">${p.num_files}</td>
+          <td>${esc(location.host)}</td><td class="num">—</td></tr>`,
+      )
+      .join("");
+    document.querySelector("[data-testid=config] tbody").innerHTML = Object.entries(info.config)
+      .map(([k, v]) => `<tr><td><code>${esc(k)}</code></td><td>${esc(JSON.stringify(v))}</td></tr>`)
+      .join("");
+    const sel = document.querySelector("#browse select[name=partition]");
+    if (sel.options.length !== info.partitions.length) {
+      sel.innerHTML = info.partitions.map((p) => `<option>${p.partition}</option>`).join("");
+      const first = info.partitions[0];
+      if (first) document.querySelector("#browse input[name=offset]").value = Math.max(first.log_start_offset, first.high_watermark - 20);
+    }
+    document.querySelector("[data-testid=maintenance] tbody").innerHTML =
+      history.operations
+        .map(
+          (o) => `<tr><td>${new Date(o.time_ms).toISOString()}</td><td>${esc(o.operation)}</td>
+            <td class="num">${o.files_removed}</td><td class="num">${o.files_added}</td><td class="num">${o.version}</td></tr>`,
+        )
+        .join("") || `<tr><td colspan="5" class="muted">no retention, compaction or vacuum yet</td></tr>`;
+    if (stats) throughput(document.getElementById("chart"), stats);
+  }
+  return refresh;
+}
+
+function renderValue(v, as) {
+  if (v === null || v === undefined) return `<span class="muted">null</span>`;
+  const bytes =
+    typeof v === "object" && v.b64 !== undefined
+      ? Uint8Array.from(atob(v.b64), (c) => c.charCodeAt(0))
+      : new TextEncoder().encode(v);
+  if (as === "hex" || typeof v === "object") {
+    return `<code>${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join(" ")}</code>`;
+  }
+  try {
+    const parsed = JSON.parse(v);
+    if (parsed !== null && typeof parsed === "object") return `<pre>${esc(JSON.stringify(parsed, null, 2))}</pre>`;
+  } catch {
+    // not JSON: shown as text
+  }
+  return esc(v);
+}
+
+async function groupsPage() {
+  view.innerHTML = `<h1>Consumer groups</h1>${section(
+    "Groups",
+    `<table data-testid="groups"><thead><tr><th>Group</th><th class="num">Lag</th></tr></thead><tbody></tbody></table>`,
+  )}`;
+  async function refresh() {
+    const [list, stats] = await Promise.all([api("/v1/groups"), api("/v1/stats/groups")]);
+    const lag = new Map(stats.groups.map((g) => [g.group, g.latest.lag]));
+    document.querySelector("[data-testid=groups] tbody").innerHTML = list.groups
+      .map(
+        (g) => `<tr data-group="${esc(g)}"><td><a href="${groupHref(g)}">${esc(g)}</a></td>
+          <td class="num">${lag.has(g) ? lag.get(g) : "—"}</td></tr>`,
+      )
+      .join("");
+  }
+  return refresh;
+}
+
+async function groupPage(group) {
+  const enc = encodeURIComponent(group);
+  view.innerHTML = `<h1>Group <code>${esc(group)}</code></h1>
+    ${section("Members", `<table data-testid="members"><thead><tr><th>Member</th><th class="num">Generation</th><th>Assignment</th></tr></thead><tbody></tbody></table>`)}
+    ${section(
+      "Offsets and lag",
+      `<table data-testid="offsets"><thead><tr><th>Topic</th><th class="num">Partition</th><th class="num">Committed</th>
+        <th class="num">High watermark</th><th class="num">Lag</th></tr></thead><tbody></tbody></table>
+        <p>Total lag: <b data-testid="total-lag"></b></p>`,
+    )}
+    ${section("Lag over time", `<div id="chart" class="chart"></div>`)}
+    ${section(
+      "Reset offsets",
+      `<form class="inline" id="reset"><label>Topic<select name="topic"></select></label>
+        <label>To<select name="to"><option value="earliest">earliest</option><option value="latest">latest</option>
+        <option value="offset">offset…</option></select></label><label>Offset<input name="offset" type="number" min="0"></label>
+        <button type="submit">Preview</button></form><div id="preview"></div>`,
+    )}`;
+  let current = null;
+  document.getElementById("reset").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const topic = f.get("topic");
+    const to = f.get("to") === "offset" ? { offset: Number(f.get("offset")) } : f.get("to");
+    const preview = document.getElementById("preview");
+    try {
+      const info = await api(`/v1/topics/${encodeURIComponent(topic)}`);
+      const committed = new Map(
+        ((current.topics.find((t) => t.topic === topic) || {}).partitions || []).map((p) => [p.partition, p.committed_offset]),
+      );
+      const rows = info.partitions.map((p) => {
+        let target = to === "earliest" ? p.log_start_offset : to === "latest" ? p.high_watermark : to.offset;
+        target = Math.min(Math.max(target, p.log_start_offset), p.high_watermark);
+        const now = committed.has(p.partition) ? committed.get(p.partition) : null;
+        return `<tr data-partition="${p.partition}"><td class="num">${p.partition}</td><td class="num">${now ?? "—"}</td>
+          <td class="num">${target}</td><td class="num">${now === null ? "—" : target - now}</td>
+          <td class="num">${p.high_watermark - target}</td></tr>`;
+      });
+      preview.innerHTML = `<p>Reset <b>${esc(group)}</b> on <b>${esc(topic)}</b> to <b>${esc(JSON.stringify(to))}</b>:</p>
+        <table data-testid="reset-preview"><thead><tr><th class="num">Partition</th><th class="num">Committed now</th>
+        <th class="num">New offset</th><th class="num">Moves by</th><th class="num">Lag after</th></tr></thead>
+        <tbody>${rows.join("")}</tbody></table>
+        <button id="confirm-reset">Confirm reset</button> <button id="cancel-reset">Cancel</button>
+        <span id="reset-result"></span>`;
+      document.getElementById("cancel-reset").onclick = () => (preview.innerHTML = "");
+      document.getElementById("confirm-reset").onclick = async () => {
+        const out = document.getElementById("reset-result");
+        try {
+          await api(`/v1/groups/${enc}/reset`, { method: "POST", body: { topic, to } });
+          preview.innerHTML = `<p data-testid="reset-done">Offsets of ${esc(topic)} reset.</p>`;
+          await refresh();
+        } catch (e) {
+          out.textContent = errorText(e);
+          out.className = "error";
+        }
+      };
+    } catch (e) {
+      preview.innerHTML = `<p class="error">${esc(errorText(e))}</p>`;
+    }
+  };
+
+  async function refresh() {
+    const [described, lagStats] = await Promise.all([
+      api(`/v1/groups/${enc}`),
+      api(`/v1/stats/groups/${enc}`).catch((e) => {
+        if (e instanceof ApiError && e.status === 404) return null; // live members, nothing committed yet
+        throw e;
+      }),
+    ]);
+    current = described;
+    document.querySelector("[data-testid=members] tbody").innerHTML =
+      current.members
+        .map(
+          (m) => `<tr><td><code>${esc(m.member_id)}</code></td><td class="num">${m.generation}</td>
+            <td>${esc(m.assignment.map((a) => `${a.topic}-${a.partition}`).join(", "))}</td></tr>`,
+        )
+        .join("") || `<tr><td colspan="3" class="muted">no live members</td></tr>`;
+    let total = 0;
+    document.querySelector("[data-testid=offsets] tbody").innerHTML = current.topics
+      .flatMap((t) =>
+        t.partitions.map((p) => {
+          total += p.lag;
+          return `<tr data-tp="${esc(t.topic)}-${p.partition}"><td><a href="${topicHref(t.topic)}">${esc(t.topic)}</a></td>
+            <td class="num">${p.partition}</td><td class="num">${p.committed_offset}</td>
+            <td class="num">${p.high_watermark}</td><td class="num">${p.lag}</td></tr>`;
+        }),
+      )
+      .join("");
+    document.querySelector("[data-testid=total-lag]").textContent = String(total);
+    const sel = document.querySelector("#reset select[name=topic]");
+    if (sel.options.length !== current.topics.length) {
+      sel.innerHTML = current.topics.map((t) => `<option>${esc(t.topic)}</option>`).join("");
+    }
+    if (lagStats) {
+      chart(document.getElementById("chart"), `${group}: lag, last 15 minutes`, [
+        { label: "lag (records)", value: (p) => p.lag, stroke: "#b00020" },
+      ], lagStats.samples);
+    }
+  }
+  return refresh;
+}
+
+// ---------------------------------------------------------------- router
+async function route() {
+  clearTimeout(timer);
+  charts.forEach((c) => c.destroy());
+  charts = [];
+  document.body.dataset.ready = "";
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [kind, ...rest] = hash.split("/");
+  const name = decodeURIComponent(rest.join("/"));
+  document.querySelectorAll("[data-nav]").forEach((a) => {
+    a.classList.toggle("active", a.dataset.nav === (kind === "groups" ? "groups" : "overview"));
+  });
+  let refresh;
+  if (kind === "topics" && name) refresh = await topicPage(name);
+  else if (kind === "groups" && name) refresh = await groupPage(name);
+  else if (kind === "groups") refresh = await groupsPage();
+  else refresh = await overview();
+  const here = location.hash;
+  const ready = () => {
+    if (performance.getEntriesByName("console-ready").length === 0) performance.mark("console-ready"); // load time
+    document.body.dataset.ready = "1";
+  };
+  const tick = async () => {
+    try {
+      await refresh();
+      ready();
+    } catch (e) {
+      view.insertAdjacentHTML("afterbegin", `<p class="error" data-testid="error">${esc(errorText(e))}</p>`);
+      ready();
+      return; // a page the principal may not see stops refreshing
+    }
+    if (location.hash === here) timer = setTimeout(tick, REFRESH_MS);
+  };
+  await tick();
+}
+
+window.addEventListener("hashchange", route);
+showKeyState();
+route();

@@ -1,0 +1,99 @@
+"""/v1/stats and its sampler: records/s and bytes/s from high-watermark growth, lag per sample, bounded memory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ingest_api.console.stats import WINDOW_S, StatsSampler
+from logstore.store import LogStore
+from tests.server import Server
+
+
+def _sampler(store: LogStore, interval_ms: int = 5_000) -> StatsSampler:
+    c = store.catalog
+    return StatsSampler(interval_ms, store.list_topics, c.table, c.describe_topic, store.offsets.committed)
+
+
+def test_the_ring_buffers_hold_fifteen_minutes_and_no_more(store: LogStore, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=2)
+    sampler = _sampler(store, interval_ms=60_000)
+    assert sampler.capacity == WINDOW_S // 60
+    for _ in range(sampler.capacity + 5):
+        sampler.sweep()
+        time.sleep(0.002)  # samples are keyed by wall-clock milliseconds: one per millisecond at most
+    assert len(sampler.topic_series[topic]) == sampler.capacity
+    assert len(sampler.group_series) == 0  # no committed offsets, no group
+
+
+def test_an_unchanged_topic_is_not_described_again(store: LogStore, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=3)
+    described: list[str] = []
+
+    def describe(name: str, table: Any) -> Any:
+        described.append(name)
+        return store.catalog.describe_topic(name, table)
+
+    sampler = StatsSampler(5_000, store.list_topics, store.catalog.table, describe, store.offsets.committed)
+    sampler.sweep()
+    sampler.sweep()
+    assert described == [topic]
+    assert len(sampler.topic_series[topic]) == 2  # the sample still counts, with the same numbers
+    store.alter_topic(topic, config={"retention.ms": 1000})  # a new table version
+    sampler.sweep()
+    assert described == [topic, topic]
+
+
+def test_a_deleted_topic_leaves_the_series(store: LogStore, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    sampler = _sampler(store)
+    sampler.sweep()
+    assert topic in sampler.topic_series
+    store.delete_topic(topic)
+    sampler.sweep()
+    assert topic not in sampler.topic_series
+
+
+def test_rates_and_lag_over_http(server: Callable[..., Server]) -> None:
+    srv = server(**{"stats.sample.ms": 100})
+    with srv.client() as c:
+        assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+        first = c.get("/v1/stats/topics/t").json()  # sampled on demand: no sweep needed yet
+        assert first["latest"]["records"] == 0 and first["interval_ms"] == 100
+        body = {"records": [{"value": "x" * 100, "partition": i % 2} for i in range(50)]}
+        assert c.post("/v1/topics/t/records", json=body).is_success
+        assert c.post("/v1/groups/g/offsets", json={"topic": "t", "partitions": {"0": 5, "1": 0}}).is_success
+
+        def latest() -> dict[str, Any]:
+            return dict(c.get("/v1/stats/topics/t").json()["latest"])
+
+        _wait(lambda: latest()["records"] == 50)
+        samples = c.get("/v1/stats/topics/t").json()["samples"]
+        # the growth from 0 to 50 records shows as a positive rate in exactly the sample that saw it
+        grew = [s for s in samples if s["records_per_s"] > 0]
+        assert len(grew) == 1 and grew[0]["bytes_per_s"] > 0
+        assert [s["time_ms"] for s in samples] == sorted(s["time_ms"] for s in samples)
+        listed = c.get("/v1/stats/topics").json()
+        assert [t["topic"] for t in listed["topics"]] == ["t"]
+        described = c.get("/v1/topics/t").json()
+        assert listed["topics"][0]["latest"]["size_bytes"] == sum(p["size_bytes"] for p in described["partitions"])
+
+        group = c.get("/v1/stats/groups/g").json()
+        assert group["samples"][-1]["lag"] == 45
+        assert group["samples"][-1]["topics"] == {"t": {"0": 20, "1": 25}}
+        assert c.post("/v1/groups/g/reset", json={"topic": "t", "to": "latest"}).is_success
+        _wait(lambda: c.get("/v1/stats/groups").json()["groups"][0]["latest"]["lag"] == 0)
+        assert c.get("/v1/stats/topics/missing").status_code == 404
+        assert c.get("/v1/stats/groups/missing").status_code == 404
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float = 20) -> None:
+    """Poll an HTTP condition (the sampler runs every 100 ms in the server)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not met in time")
+        time.sleep(0.05)
