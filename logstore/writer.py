@@ -30,6 +30,7 @@ drives it. The Delta table handle stays open between commits.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +59,7 @@ from logstore.errors import (
 )
 from logstore.schema import (
     INPUT_SCHEMA,
+    MAX_TIMESTAMP_MS,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     TOPIC_SCHEMA,
@@ -139,7 +141,8 @@ class TopicWriter:
             self.epoch = current
         else:
             self.epoch = current + 1 if epoch is None else epoch
-            self._claim()
+            with self._appender.exclusive():  # a holder of the lock commits what it promised first
+                self._claim()
 
     # -- public -----------------------------------------------------------------
 
@@ -210,6 +213,34 @@ class TopicWriter:
             f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
         )
 
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the table's writer lock across several :meth:`append_held` calls (one thread only).
+
+        While it is held no writer on this host that takes turns through it
+        (:meth:`append`, cooperative or not) commits; :meth:`others_waiting`
+        tells the holder that one waits for its turn.
+        """
+        return self._appender.exclusive()
+
+    def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """:meth:`append` for a caller inside :meth:`hold`."""
+        return self._append(batches)
+
+    def others_waiting(self) -> bool:
+        """Whether another writer on this host waits for the writer lock this writer holds."""
+        return self._appender.others_waiting()
+
+    def catch_up(self) -> None:
+        """Step over commits made by others since this writer last looked (new offsets, partitions, config).
+
+        Raises:
+            FencedLeaderEpochError: a newer committer claimed the topic.
+            KafkaStorageError: the table could not be re-read.
+        """
+        _moved, full = self._absorb(self._version + 1)
+        if full:
+            self._refresh()
+
     def close(self) -> None:
         """Finish pending checkpoints and release background threads."""
         self._appender.wait_for_checkpoints()
@@ -272,7 +303,8 @@ class TopicWriter:
 
         Raises:
             MessageTooLargeError: a record over the topic's ``message.max.bytes``.
-            InvalidTimestampError: a negative timestamp.
+            InvalidTimestampError: a negative timestamp, or one past year 9999
+                (:data:`~logstore.schema.MAX_TIMESTAMP_MS`), which a Delta TIMESTAMP cannot hold.
         """
         if not len(records):
             return 0
@@ -284,8 +316,14 @@ class TopicWriter:
                 f"a record of {biggest} bytes exceeds message.max.bytes={limit} of topic '{self.topic}'"
             )
         ts = records["timestamp"]
-        if ts.null_count < len(ts) and pc.min(ts.cast(pa.int64())).as_py() < 0:
-            raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+        if ts.null_count < len(ts):
+            bounds = pc.min_max(ts.cast(pa.int64()))
+            if bounds["min"].as_py() < 0:
+                raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+            if bounds["max"].as_py() > MAX_TIMESTAMP_MS * 1000:  # statistics round the maximum up to a ms
+                raise InvalidTimestampError(
+                    f"record timestamps must be at most {MAX_TIMESTAMP_MS} ms since the epoch (year 9999)"
+                )
         return int(pc.sum(sizes).as_py())
 
     def _check_partitions(self, records: pa.Table) -> None:
