@@ -44,4 +44,10 @@ class Metrics:
             "logstore_group_lag", "Consumer group lag per partition", ["group", "topic", "partition"], registry=r
         )
         self.buffer_bytes = Gauge("logstore_buffer_bytes", "Accepted, uncommitted bytes", registry=r)
+        self.wal_frames_skipped = Counter(
+            "logstore_wal_frames_skipped",
+            "Write-ahead log frames that could not be committed at replay and were skipped, per topic",
+            ["topic"],
+            registry=r,
+        )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)
