@@ -273,6 +273,8 @@ class TopicPipeline:
             logged = None
             if acks == "1":
                 item.frame, logged = self.wal.append({"producer_id": pid, "sequence": seq}, records)
+                how = "promised" if predicted else "committed"
+                self._broker.metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
             self._cond.notify()
