@@ -66,7 +66,7 @@ import pyarrow as pa
 
 from ingest_api.metrics import Metrics
 from ingest_api.parse import ParsedRecords
-from ingest_api.wal import DirectoryLock, WriteAheadLog
+from logstore import promises
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     FencedLeaderEpochError,
@@ -83,6 +83,7 @@ from logstore.reader import TopicReader
 from logstore.schema import INPUT_SCHEMA
 from logstore.store import LogStore
 from logstore.structs import AppendResult, FetchResult, ProducerBatch
+from logstore.wal import DirectoryLock, WriteAheadLog
 from logstore.writer import TopicWriter, offsets_from
 
 __all__ = ["Acks", "Broker", "TopicPipeline"]
@@ -168,7 +169,8 @@ class TopicPipeline:
         """Acks=1 batches may be promised offsets: the writer lock is held and the writer caught up."""
         self._hold = contextlib.ExitStack()
         self._held = False
-        self._wal_pid = f"__wal.{broker.node_id}"
+        self._wal_pid = promises.wal_producer_id(broker.node_id)
+        self._table_root = broker.store.catalog.topic_path(topic)
         self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
         self._acquire()
         try:
@@ -338,6 +340,11 @@ class TopicPipeline:
         self._held = True
         try:
             self.writer.catch_up()
+            # Another node that died holding promises on this topic: its records go first.
+            promises.settle(self.writer, self._table_root, own_node=self._broker.node_id)
+            # Durably before the first promise: should this node die now, the next writer
+            # replays its WAL before committing anything.
+            promises.write_marker(self._table_root, self._broker.node_id, self._broker.wal_dir)
         except BaseException:
             self._release()
             raise
@@ -353,6 +360,10 @@ class TopicPipeline:
             self._promising = False
         if self._held:
             self._held = False
+            try:
+                promises.remove_marker(self._table_root, self._broker.node_id)
+            except OSError:
+                log.exception("topic %s: cannot remove this node's promise marker", self.topic)
             self._hold.close()
             self._hold = contextlib.ExitStack()
 

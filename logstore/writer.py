@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from logstore import _delta
+from logstore import _delta, promises
 from logstore._log_append import LogAppender, VersionTaken
 from logstore.catalog import Catalog, high_watermark
 from logstore.config import TopicConfig
@@ -176,11 +176,14 @@ class TopicWriter:
                 of this call was committed.
             ConcurrentTransactionsError: the commit race was lost ``max_attempts`` times.
             KafkaStorageError: the table could not be written; the outcome may be
-                unknown, so retry idempotently.
+                unknown, so retry idempotently. Also when a stopped ingest node's
+                acks=1 records (:mod:`logstore.promises`) cannot be replayed first.
         """
         # Writers of this table on this host take turns (a file lock), so a cooperative
         # writer is not starved by a busy leader; across hosts the commit race decides.
         with self._appender.exclusive():
+            # A node that died holding acks=1 promises on this topic: its records go first.
+            promises.settle(self, self._appender.root)
             return self._append(batches)
 
     def _append(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
@@ -223,7 +226,7 @@ class TopicWriter:
         return self._appender.exclusive()
 
     def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
-        """:meth:`append` for a caller inside :meth:`hold`."""
+        """:meth:`append` for a caller inside :meth:`hold` (which settles stopped nodes' promises itself)."""
         return self._append(batches)
 
     def others_waiting(self) -> bool:

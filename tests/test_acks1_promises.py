@@ -87,3 +87,24 @@ def test_promises_stay_exact_while_cooperative_writers_commit(server: Callable[.
         assert r.status_code == 200, r.text
         metrics = c.get("/metrics").text
     assert 'logstore_acks1_batches_total{offsets="promised",topic="t"}' in metrics  # not all waited for commits
+
+
+def test_a_killed_nodes_promises_are_replayed_before_another_writer_commits(server: Callable[..., Server]) -> None:
+    # A long linger keeps the promised records out of Delta: only the node's WAL has them.
+    srv = server(**{"linger.ms": 60000, "batch.size": 100_000_000})
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": f"v{i}"} for i in range(5)]})
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2, 3, 4]
+    srv.kill()
+
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(srv.root)}))
+    sink = TopicWriter(catalog, "t", join=True)
+    result = sink.append([ProducerBatch(input_table([0, 0], [b"sink0", b"sink1"]))])[0]
+    assert isinstance(result, AppendResult) and result.offsets.to_pylist() == [5, 6]
+    sink.close()
+    assert assert_gap_free(catalog, "t") == {0: [b"v0", b"v1", b"v2", b"v3", b"v4", b"sink0", b"sink1"]}
+
+    srv.restart()  # the node's own replay finds its frames committed: nothing twice
+    got = srv.client().get("/v1/topics/t/partitions/0/records", params={"offset": 0}).json()
+    assert [x["value"] for x in got["records"]] == ["v0", "v1", "v2", "v3", "v4", "sink0", "sink1"]

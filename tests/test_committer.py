@@ -19,12 +19,12 @@ import pytest
 
 from ingest_api.broker import Broker
 from ingest_api.parse import parse_produce
-from ingest_api.wal import WriteAheadLog
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidTimestampError, UnknownServerError
 from logstore.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
+from logstore.wal import WriteAheadLog
 from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 from tests.server import Server

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ingest_api.wal import DirectoryLock, WriteAheadLog
 from logstore.errors import KafkaStorageError
+from logstore.wal import DirectoryLock, WriteAheadLog
 from tests.server import Server
 
 

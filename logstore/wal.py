@@ -1,5 +1,9 @@
 """The ingest node's write-ahead log, behind ``acks=1``.
 
+It lives in the core because not only the node reads it: a writer that finds
+a stopped node's acks=1 promises on its topic replays that node's frames
+before it commits (:mod:`logstore.promises`).
+
 A produce request with ``acks=1`` is answered once its records are in this
 log and fsynced — before the Delta commit. Concurrent requests share one fsync
 (group fsync): a writer thread takes every frame queued since its last fsync,
