@@ -286,6 +286,7 @@ class TopicPipeline:
 
     def _run(self) -> None:
         """The committer thread: commit what is pending, hand the writer lock over when asked."""
+        failures = 0
         try:
             while True:
                 try:
@@ -297,11 +298,13 @@ class TopicPipeline:
                     self._hand_over_if_asked(idle=not items)
                     if not self._held and self._dead is None and not self._closing:
                         self._acquire()  # after a hand-over: take turns again, so acks=1 can be promised
+                    failures = 0
                 except FencedLeaderEpochError as e:
                     self._die(e, [])
-                except Exception:  # a bug here must not stop the topic: log it and go on
-                    log.exception("topic %s: committer step failed", self.topic)
-                    time.sleep(0.1)
+                except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
+                    failures += 1
+                    log.exception("topic %s: committer step failed (%d in a row)", self.topic, failures)
+                    time.sleep(min(5.0, 0.05 * 2**failures))
         finally:
             self._release()
 
@@ -448,7 +451,7 @@ class TopicPipeline:
 
     def _skip_sequence(self, batch: ProducerBatch) -> None:
         """Commit an empty batch in place of a failed idempotent one, so its producer's next sequence fits."""
-        if batch.producer_id is None:
+        if batch.producer_id is None or not self._held:
             return
         empty = ProducerBatch(batch.records.slice(0, 0), batch.producer_id, batch.sequence, validated=True)
         try:
