@@ -86,7 +86,7 @@ from logstore.structs import AppendResult, FetchResult, ProducerBatch
 from logstore.wal import DirectoryLock, WriteAheadLog
 from logstore.writer import TopicWriter, offsets_from
 
-__all__ = ["Acks", "Broker", "TopicPipeline"]
+__all__ = ["Acks", "Broker", "TopicPipeline", "wal_dir_of"]
 
 log = logging.getLogger("logstore.ingest")
 
@@ -625,7 +625,7 @@ class Broker:
         self.store = LogStore(config)
         self.metrics = metrics or Metrics()
         self.buffer = _BufferPool(config.buffer_memory, self.metrics)
-        self.wal_dir = os.path.abspath(config.wal_dir or os.path.join(config.root, "_wal"))
+        self.wal_dir = wal_dir_of(config)
         os.makedirs(self.wal_dir, exist_ok=True)
         # A second node on this WAL (same root, wal.dir, node id) would replay and delete segments
         # the first is still appending to.
@@ -726,6 +726,11 @@ class Broker:
         for p in pipelines:
             p.close()
         self._node_lock.release()
+
+
+def wal_dir_of(config: LogstoreConfig) -> str:
+    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``."""
+    return os.path.abspath(config.wal_dir or os.path.join(config.root, "_wal"))
 
 
 def _node_id(wal_dir: str) -> str:

@@ -7,6 +7,7 @@ free of the web framework and takes the command as a parameter.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first."""
+    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first.
+
+    Raises:
+        KafkaStorageError: another live process holds this node's WAL directory.
+    """
     overrides: dict[str, Any] = {}
     if args.host:
         overrides["server.host"] = args.host
@@ -33,6 +38,14 @@ def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     import uvicorn
 
     from ingest_api.app import create_app
+    from ingest_api.broker import wal_dir_of
+    from logstore.wal import DirectoryLock
+
+    # Refuse early, with the holder's name, when another node runs on this WAL directory
+    # (the node takes the lock for good when it starts; this only makes the message plain).
+    wal_dir = wal_dir_of(config)
+    os.makedirs(wal_dir, exist_ok=True)
+    DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
     print(f"logstore serving {config.root} on http://{config.server_host}:{config.server_port}", flush=True)
     uvicorn.run(

@@ -43,10 +43,12 @@ class KeyedProducer(threading.Thread):
                     self.acked[v.encode()] = (o["partition"], o["offset"])
 
 
-def check_every_record_landed_where_answered(root: object, producers: list[KeyedProducer]) -> None:
+def check_every_record_landed_where_answered(url: str, root: object, producers: list[KeyedProducer]) -> None:
     for p in producers:
         assert not p.errors, p.errors[:3]
         assert set(p.statuses) == {200}
+    # Commit order is submit order: once this acks=all batch is answered, every acks=1 one is in Delta.
+    assert httpx.post(f"{url}/v1/topics/t/records", json={"records": [{"value": "sync"}]}).status_code == 200
     catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(root)}))
     values = assert_gap_free(catalog, "t")
     stored = {v: (part, off) for part, vs in values.items() for off, v in enumerate(vs)}
@@ -68,7 +70,7 @@ def test_partitions_raised_through_the_node_while_producing(server: Callable[...
         assert c.patch("/v1/topics/t", json={"partitions": count}).status_code == 200
     for p in producers:
         p.join(timeout=120)
-    check_every_record_landed_where_answered(srv.root, producers)
+    check_every_record_landed_where_answered(srv.url, srv.root, producers)
 
 
 def test_partitions_raised_by_another_process_are_noticed(server: Callable[..., Server]) -> None:
@@ -84,7 +86,7 @@ def test_partitions_raised_by_another_process_are_noticed(server: Callable[..., 
     other.alter_topic("t", partitions=5)  # as `logstore topics alter --root` does
     for p in producers:
         p.join(timeout=120)
-    check_every_record_landed_where_answered(srv.root, producers)
+    check_every_record_landed_where_answered(srv.url, srv.root, producers)
 
     # Any commit after the change shows it to the node; from then on keys hash modulo 5.
     assert c.post("/v1/topics/t/records", json={"records": [{"value": "x"}]}).status_code == 200
