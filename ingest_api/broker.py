@@ -93,7 +93,7 @@ log = logging.getLogger("logstore.ingest")
 Acks = Literal["0", "1", "all"]
 
 _IDLE_TICK_S = 0.05
-"""How often an idle committer that holds the writer lock looks for a waiting writer."""
+"""How often a committer that holds the writer lock (idle, or lingering) looks for a waiting writer."""
 _HAND_OVER_S = 1.0
 """How long a committer that let go of the writer lock waits for an announced writer to take it."""
 
@@ -326,7 +326,9 @@ class TopicPipeline:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(left)
+                self._cond.wait(min(left, _IDLE_TICK_S))
+                if self._held and self.writer.others_waiting():
+                    break  # a writer waits for its turn: commit now, then hand over
             items, self._pending = self._pending, []
             self._pending_bytes = 0
             return items

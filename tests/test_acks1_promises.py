@@ -109,3 +109,20 @@ def test_a_killed_nodes_promises_are_replayed_before_another_writer_commits(serv
     srv.restart()  # the node's own replay finds its frames committed: nothing twice
     got = srv.client().get("/v1/topics/t/partitions/0/records", params={"offset": 0}).json()
     assert [x["value"] for x in got["records"]] == ["v0", "v1", "v2", "v3", "v4", "sink0", "sink1"]
+
+
+def test_a_node_fenced_by_a_new_leader_commits_its_promises_first(server: Callable[..., Server]) -> None:
+    srv = server(**{"linger.ms": 60000, "batch.size": 100_000_000})
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": f"v{i}"} for i in range(3)]})
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2]
+
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(srv.root)}))
+    leader = TopicWriter(catalog, "t")  # claims the next epoch: the node is fenced from now on
+    result = leader.append([ProducerBatch(input_table([0], [b"new"]))])[0]
+    assert isinstance(result, AppendResult) and result.offsets.to_pylist() == [3]
+    leader.close()
+    assert assert_gap_free(catalog, "t") == {0: [b"v0", b"v1", b"v2", b"new"]}
+    r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": "late"}]})
+    assert r.status_code == 503 and r.json()["error_code"] == "NOT_LEADER_OR_FOLLOWER", r.text
