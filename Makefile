@@ -5,11 +5,12 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 JARS   := .cache/jars
+ZK     := .cache/zookeeper
 ROOT   ?= ./data
 
-.PHONY: setup run demo test lint typecheck unit bench jars clean
+.PHONY: setup run demo test lint typecheck unit bench jars zookeeper clean
 
-setup: $(VENV)/.installed $(JARS)/.done
+setup: $(VENV)/.installed $(JARS)/.done $(ZK)/.done
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +27,15 @@ $(JARS)/.done: jars/pom.xml
 	touch $@
 
 jars: $(JARS)/.done
+
+# Apache ZooKeeper (the cluster's coordinator) from Maven Central, into a cache of its own:
+# every jar in $(JARS) goes on Spark's classpath, these must not.
+$(ZK)/.done: jars/zookeeper/pom.xml
+	mvn -q -B -Dmaven.repo.local=$(CURDIR)/.cache/m2 -f jars/zookeeper/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(ZK)
+	touch $@
+
+zookeeper: $(ZK)/.done
 
 # The HTTP API on the embedded default: ./data, 127.0.0.1:8080, no ZooKeeper.
 run: setup

@@ -30,6 +30,7 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
     RecordListTooLargeError,
+    RequestTimedOutError,
     ThrottlingQuotaExceededError,
     TopicAlreadyExistsError,
     UnknownServerError,
@@ -44,6 +45,7 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (OffsetOutOfRangeError, 416),
     (MessageTooLargeError, 413),
     (RecordListTooLargeError, 413),
+    (RequestTimedOutError, 408),
     (ThrottlingQuotaExceededError, 429),
     (OutOfOrderSequenceNumberError, 409),
     (TopicAlreadyExistsError, 409),
@@ -89,8 +91,11 @@ def create_app(config: LogstoreConfig) -> FastAPI:
     async def logstore_error(request: Request, exc: LogstoreError) -> JSONResponse:
         status = status_for(exc)
         request.app.state.broker.metrics.rejected.labels(exc.name).inc()
-        headers = {"Retry-After": "1"} if status in (429, 503) else None
-        return JSONResponse(exc.to_dict(), status_code=status, headers=headers)
+        headers = {"Retry-After": "1"} if status in (429, 503) else {}
+        if isinstance(exc, RecordListTooLargeError | RequestTimedOutError):
+            # the body was left unread: closing the connection stops the client sending the rest
+            headers["Connection"] = "close"
+        return JSONResponse(exc.to_dict(), status_code=status, headers=headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -78,6 +78,7 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from logstore.lru import LruDict
 from logstore.partitioner import Partitioner
 from logstore.reader import TopicReader
 from logstore.schema import INPUT_SCHEMA
@@ -163,7 +164,8 @@ class TopicPipeline:
         self._num_partitions = self.writer.num_partitions
         self._topic_config = self.writer.config
         self._leo = np.zeros(self._num_partitions, np.int64)
-        self._last_seq: dict[str, int] = {}
+        # bounded: a producer dropped from it is new to this node again, and the writer decides its batches
+        self._last_seq: LruDict[str, int] = LruDict(self._config.producer_state_max_entries)
         self._uncertain = 0
         self._promising = False
         """Acks=1 batches may be promised offsets: the writer lock is held and the writer caught up."""

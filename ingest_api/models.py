@@ -21,19 +21,34 @@ Bytes = str | dict[str, str] | None
 """A UTF-8 string, or ``{"b64": "…"}`` for binary, or null."""
 
 
+class Header(BaseModel):
+    """One record header; Kafka allows a key more than once."""
+
+    key: str
+    value: Bytes
+
+
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: Bytes = None
     value: Bytes = None
     partition: Annotated[int, Field(ge=0, le=10_000)] | None = None
-    headers: dict[str, Bytes] | None = None
+    headers: dict[str, Bytes] | list[Header] | None = Field(
+        default=None, description='key → value, or a list of {"key", "value"} to repeat a key'
+    )
     timestamp: TimestampMs | None = None
 
 
 class ProduceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     records: list[Record] = Field(min_length=1)
-    producer_id: str | None = Field(default=None, min_length=1, description="stable id of an idempotent producer")
+    producer_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
+        description="stable id of an idempotent producer: 1-256 characters, no control characters",
+    )
     sequence: Offset | None = Field(default=None, description="per producer and topic: last + 1")
 
 
@@ -82,7 +97,10 @@ class FetchedRecord(BaseModel):
     timestamp: int = Field(description="ms since the epoch")
     key: Bytes
     value: Bytes
-    headers: dict[str, Bytes]
+    headers: dict[str, Bytes] | list[Header] = Field(
+        description="an object of key → value when every key is unique (the usual case); when a key repeats "
+        '(Kafka allows it), a list of {"key", "value"} in the order produced, so none is lost'
+    )
 
 
 class FetchResponse(BaseModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +19,12 @@ import pyarrow as pa
 from logstore.errors import InvalidRequestError, InvalidTimestampError
 from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
 
-__all__ = ["ParsedRecords", "decode_bytes", "encode_bytes", "parse_produce"]
+__all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "decode_bytes", "encode_bytes", "parse_produce"]
 
 _INT64_MAX = 2**63 - 1
+MAX_PRODUCER_ID_LENGTH = 256
+"""Longest ``producer_id`` in characters: it is kept per topic in memory and in every Delta commit it writes."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ def parse_produce(body: bytes) -> ParsedRecords:
         raise InvalidRequestError("'records' must be a non-empty list")
     producer_id = doc.get("producer_id")
     sequence = doc.get("sequence")
-    if producer_id is not None and (not isinstance(producer_id, str) or not producer_id):
-        raise InvalidRequestError("'producer_id' must be a non-empty string")
+    if producer_id is not None:
+        _check_producer_id(producer_id)
     if (producer_id is None) != (sequence is None):
         raise InvalidRequestError("'producer_id' and 'sequence' go together")
     if sequence is not None and (
@@ -151,6 +155,13 @@ def parse_produce(body: bytes) -> ParsedRecords:
     )
     hdr_arr = pa.array(headers, HEADERS_TYPE) if headers is not None else pa.nulls(n, HEADERS_TYPE)
     return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, partitions, producer_id, sequence)
+
+
+def _check_producer_id(producer_id: object) -> None:
+    if not isinstance(producer_id, str) or not 1 <= len(producer_id) <= MAX_PRODUCER_ID_LENGTH:
+        raise InvalidRequestError(f"'producer_id' must be a string of 1 to {MAX_PRODUCER_ID_LENGTH} characters")
+    if _CONTROL.search(producer_id):
+        raise InvalidRequestError("'producer_id' must not contain control characters")
 
 
 _PLAIN_FIELDS = frozenset(("key", "value"))

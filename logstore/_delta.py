@@ -18,26 +18,36 @@ Every logstore commit to a topic carries Delta *application transactions*
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import unquote
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from logstore._fs import fsync_path
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 APP_EPOCH = "logstore.epoch"
 PRODUCERS_METADATA = "logstore.producers"
+COMMIT_ID = "logstore.commitId"
+"""``commitInfo`` key: a random id per logstore commit, read back when a commit's outcome is in doubt."""
 CONFIG_PREFIX = "logstore."
 PARTITIONS_PROPERTY = "logstore.partitions"
 
@@ -126,11 +136,19 @@ def txn_version(dt: DeltaTable, app_id: str) -> int | None:
 def open_table(path: str) -> DeltaTable:
     """Open a Delta table, translating delta-rs errors.
 
+    A torn newest checkpoint (left by a power loss) is set aside first, so the
+    table opens from the previous checkpoint or the JSON log.
+
     Raises:
         KafkaStorageError: the table cannot be read.
     """
     try:
-        return _listing_retry(lambda: DeltaTable(path))
+        try:
+            return _listing_retry(lambda: DeltaTable(path))
+        except DeltaError:
+            if not set_aside_torn_checkpoints(path):
+                raise
+            return _listing_retry(lambda: DeltaTable(path))
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:
@@ -139,7 +157,129 @@ def open_table(path: str) -> DeltaTable:
 
 def refresh(dt: DeltaTable) -> None:
     """Load the table's newest version into ``dt`` (delta-rs errors pass through)."""
-    _listing_retry(dt.update_incremental)
+    try:
+        _listing_retry(dt.update_incremental)
+    except DeltaError:
+        if not set_aside_torn_checkpoints(table_path(dt)):
+            raise
+        _listing_retry(dt.update_incremental)
+
+
+def set_aside_torn_checkpoints(table_root: str) -> bool:
+    """Make a table whose newest checkpoint is torn openable again; True if anything was set aside.
+
+    A power loss can leave ``_last_checkpoint`` or a checkpoint file empty or
+    cut short (their data never reached the disk, their directory entry did).
+    Neither holds anything the JSON commits and older checkpoints do not, so an
+    unreadable one is renamed to ``.<name>.torn-<id>`` (a name Delta ignores)
+    and a pointer that does not lead to a readable checkpoint is removed.
+    Readers then fall back to the previous checkpoint or the JSON log.
+    """
+    log_dir = os.path.join(table_root, "_delta_log")
+    changed = False
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return False
+    for name in sorted(n for n in names if ".checkpoint." in n and n.endswith(".parquet")):
+        path = os.path.join(log_dir, name)
+        if not _readable_parquet(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(path, os.path.join(log_dir, f".{name}.torn-{uuid.uuid4().hex[:8]}"))
+                log.warning("set aside torn checkpoint %s", path)
+                changed = True
+    pointer = os.path.join(log_dir, "_last_checkpoint")
+    try:
+        with open(pointer, "rb") as fh:
+            version = int(orjson.loads(fh.read())["version"])
+        valid = os.path.exists(os.path.join(log_dir, f"{version:020d}.checkpoint.parquet")) or any(
+            n.startswith(f"{version:020d}.checkpoint.") and n.endswith(".parquet") for n in os.listdir(log_dir)
+        )
+    except FileNotFoundError:
+        return changed
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        valid = False
+    if not valid:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(pointer)
+            log.warning("removed %s: it does not point to a readable checkpoint", pointer)
+            changed = True
+    return changed
+
+
+def _readable_parquet(path: str) -> bool:
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowInvalid):
+        return False
+    return True
+
+
+def sync_commits(table_root: str, first: int, last: int | None = None) -> list[str]:
+    """fsync what delta-rs wrote for commits ``first``..``last`` (to the newest if None); the paths synced.
+
+    delta-rs writes its files (data files, commit JSON, checkpoint and
+    ``_last_checkpoint``) without fsync. After this returns they, and the
+    directory entries that name them, survive a power loss. Call it after a
+    delta-rs commit returns, on the committing process's thread. A checkpoint
+    written by a post-commit hook at one of these versions is synced too.
+
+    Raises:
+        OSError: a file could not be synced.
+    """
+    table_root = os.path.normpath(table_root)
+    log_dir = os.path.join(table_root, "_delta_log")
+    files: list[str] = []
+    dirs = {log_dir}
+    if first == 0:  # a new table: its directories are new entries too
+        dirs |= {table_root, os.path.dirname(table_root)}
+    v = first
+    while last is None or v <= last:
+        commit = os.path.join(log_dir, f"{v:020d}.json")
+        try:
+            with open(commit, "rb") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            break
+        files.append(commit)
+        for line in text.splitlines():
+            add = orjson.loads(line).get("add") if line.strip() else None
+            if add and "://" not in add["path"] and not add["path"].startswith("/"):
+                path = os.path.join(table_root, unquote(add["path"]))
+                files.append(path)
+                # A new partition directory is an entry of its parent, up to the table root.
+                d = os.path.dirname(path)
+                while len(d) >= len(table_root) and d not in dirs:
+                    dirs.add(d)
+                    d = os.path.dirname(d)
+        checkpoint = os.path.join(log_dir, f"{v:020d}.checkpoint.parquet")
+        if os.path.exists(checkpoint):  # a post-commit hook wrote one
+            files += [checkpoint, os.path.join(log_dir, "_last_checkpoint")]
+        v += 1
+    paths = files + sorted(dirs, key=len, reverse=True)
+    for p in paths:
+        fsync_path(p)
+    return paths
+
+
+def sync_checkpoint(table_root: str, version: int) -> list[str]:
+    """fsync checkpoint ``version``, ``_last_checkpoint`` and their directory; the paths synced.
+
+    Raises:
+        OSError: a file could not be synced.
+    """
+    log_dir = os.path.join(table_root, "_delta_log")
+    prefix = f"{version:020d}.checkpoint."
+    single = os.path.join(log_dir, prefix + "parquet")
+    parts = (
+        [single]
+        if os.path.exists(single)
+        else sorted(os.path.join(log_dir, n) for n in os.listdir(log_dir) if n.startswith(prefix))
+    )
+    paths = [*parts, os.path.join(log_dir, "_last_checkpoint"), log_dir]
+    for p in paths:
+        fsync_path(p)
+    return paths
 
 
 def _listing_retry(load: Callable[[], _T]) -> _T:

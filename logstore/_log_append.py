@@ -7,18 +7,24 @@ creates ``_delta_log/<version>.json`` atomically — ``os.link`` of a finished
 temp file fails if the version exists — which is the Delta protocol's
 "mutual exclusion on the commit file" for file systems with atomic links
 (local disks, NFS). Commit cost therefore stays flat as the log grows.
+Before linking version v it checks (one ``stat``) that v-1 exists, so a
+writer whose view predates log cleanup re-reads instead of re-creating a
+deleted version. Each commit carries a random ``logstore.commitId``; an error
+at or after the link is settled by reading the version back.
 
 What goes into a commit is plain Delta: ``commitInfo``, ``txn`` and ``add``
 actions with statistics (``numRecords``, min/max of ``offset``, ``timestamp``
 and ``timestamp_type``, null counts), readable and writable by delta-rs and
 Delta Spark alike. Checkpoints are written by delta-rs on a background thread
-every ``checkpoint.interval`` versions, off the commit path.
+every ``checkpoint.interval`` versions, off the commit path, and fsynced
+(with ``commit.fsync``) since delta-rs does not.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -34,11 +40,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from logstore._delta import file_stats, open_table, refresh
+from logstore._delta import COMMIT_ID, file_stats, open_table, refresh, sync_checkpoint
 from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
-__all__ = ["LogAppender", "VersionTaken"]
+__all__ = ["CommitInDoubt", "LogAppender", "StaleVersion", "VersionTaken"]
+
+log = logging.getLogger(__name__)
 
 _ENGINE = "logstore"
 # Keys and timestamps repeat within a batch; offsets, values and headers rarely do.
@@ -47,6 +55,16 @@ _DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
 _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
 # Writers waiting for the writer lock hold a shared lock on this file.
 _INTENT = "_logstore_writer.intent"
+_PAGE_BYTES = 1024 * 1024
+"""Target data page size (Parquet's default). A reader decodes a page whole, so a fetch bounded by bytes
+can stop only at page boundaries."""
+
+
+def _rows_per_write(chunk: pa.Table) -> int:
+    # The page size is checked only after each write batch of rows (1024 by default): with large
+    # records one page would hold the whole file, so size the batches to close a page near _PAGE_BYTES.
+    row_bytes = max(1, chunk.nbytes // max(1, len(chunk)))
+    return max(1, min(1024, _PAGE_BYTES // row_bytes))
 
 
 class VersionTaken(Exception):
@@ -55,6 +73,23 @@ class VersionTaken(Exception):
     def __init__(self, version: int) -> None:
         super().__init__(f"version {version} exists")
         self.version = version
+
+
+class StaleVersion(Exception):
+    """The version to create is not the log's next one (log cleanup removed the commits before it)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"version {version} is not the next version of the log")
+        self.version = version
+
+
+class CommitInDoubt(Exception):
+    """A commit file may or may not have been created; :meth:`LogAppender.settle` decides which."""
+
+    def __init__(self, version: int, commit_id: str, reason: str) -> None:
+        super().__init__(f"commit {version} may or may not have landed: {reason}")
+        self.version = version
+        self.commit_id = commit_id
 
 
 @dataclass(frozen=True)
@@ -75,7 +110,7 @@ class LogAppender:
         self.log_dir = os.path.join(table_root, "_delta_log")
         self._checkpoint_interval = checkpoint_interval
         self._fsync = fsync
-        self._checkpoints = _Checkpointer(table_root)
+        self._checkpoints = _Checkpointer(table_root, fsync=fsync)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
@@ -109,6 +144,7 @@ class LogAppender:
                         compression="snappy",
                         use_dictionary=_DICTIONARY_COLUMNS,
                         write_statistics=_STATISTICS_COLUMNS,
+                        write_batch_size=_rows_per_write(chunk),
                     )
                 size = os.path.getsize(path)
             except OSError as err:
@@ -172,13 +208,23 @@ class LogAppender:
         files: Sequence[_File],
         txns: Sequence[tuple[str, int]],
         info: dict[str, Any] | None = None,
-    ) -> None:
-        """Create commit ``version`` with these adds and app transactions.
+    ) -> str:
+        """Create commit ``version`` with these adds and app transactions; returns its commit id.
+
+        Durable when it returns (with ``fsync``): the data files, the commit
+        file and their directory entries are on disk. The commit id (a random
+        ``logstore.commitId`` in ``commitInfo``) is what :meth:`settle` looks
+        for when the outcome of a commit is in doubt.
 
         Raises:
             VersionTaken: the version exists (another committer won).
-            KafkaStorageError: the commit file could not be written.
+            StaleVersion: ``version`` is not the next version: log cleanup removed
+                the commits after the caller's last one. Re-read the table.
+            CommitInDoubt: an error at or after creating the commit file left its
+                outcome unknown; :meth:`settle` decides it later.
+            KafkaStorageError: the commit file could not be written; nothing was committed.
         """
+        commit_id = uuid.uuid4().hex
         now_ms = time.time_ns() // 1_000_000
         commit_info = {
             "timestamp": now_ms,
@@ -193,11 +239,12 @@ class LogAppender:
                 "numOutputBytes": str(sum(f.add["size"] for f in files)),
             },
             **(info or {}),
+            COMMIT_ID: commit_id,
         }
         lines = [orjson.dumps({"commitInfo": commit_info})]
         lines += [orjson.dumps({"txn": {"appId": a, "version": v, "lastUpdated": now_ms}}) for a, v in txns]
         lines += [orjson.dumps({"add": f.add}) for f in files]
-        final = os.path.join(self.log_dir, f"{version:020d}.json")
+        final = self._commit_path(version)
         tmp = os.path.join(self.log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
         # The commit points at the data files: they, and their directory entries, must be on
         # disk before it is. Their fsyncs run in parallel with the commit file's own.
@@ -210,25 +257,98 @@ class LogAppender:
             else []
         )
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(b"\n".join(lines) + b"\n")
-                fh.flush()
-                if self._fsync:
-                    os.fsync(fh.fileno())
-            for fut in synced:
-                fut.result()
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(b"\n".join(lines) + b"\n")
+                    fh.flush()
+                    if self._fsync:
+                        os.fsync(fh.fileno())
+                for fut in synced:
+                    fut.result()
+            except OSError as err:
+                raise KafkaStorageError(f"cannot write commit {final}: {err}") from err
+            self._check_next(version)
             try:
                 os.link(tmp, final)  # atomic, and fails if the version exists
             except FileExistsError:
                 raise VersionTaken(version) from None
-            finally:
+            except OSError as err:
+                # A link can fail after it was made (a lost reply over NFS): read back to know.
+                self._decide(version, commit_id, err)
+            else:
+                try:
+                    self._after_link()
+                except OSError as err:
+                    self._decide(version, commit_id, err)
+                else:
+                    self._committed(version)
+        finally:
+            # A leftover temp file is harmless (Delta ignores dot files); never let its removal hide the outcome.
+            with contextlib.suppress(OSError):
                 os.remove(tmp)
-            if self._fsync:
-                fsync_path(self.log_dir)
-        except OSError as err:
-            raise KafkaStorageError(f"cannot write commit {final}: {err}") from err
+        return commit_id
+
+    def _after_link(self) -> None:
+        """What must follow the link before the commit counts: its directory entry on disk."""
+        if self._fsync:
+            fsync_path(self.log_dir)
+
+    def _decide(self, version: int, commit_id: str, err: OSError) -> None:
+        """After an error at or after the link: return if the commit landed (and is durable), else raise."""
+        try:
+            landed = self.settle(version, commit_id)
+        except OSError as again:
+            raise CommitInDoubt(version, commit_id, f"{err}; reading it back: {again}") from err
+        if not landed:
+            raise KafkaStorageError(f"cannot write commit {self._commit_path(version)}: {err}") from err
+
+    def settle(self, version: int, commit_id: str) -> bool:
+        """Whether commit ``commit_id`` is version ``version`` of the log; if it is, make it durable.
+
+        Reads the version's commit file back (its ``commitInfo`` carries the id).
+
+        Raises:
+            OSError: the file could not be read, or its directory not synced.
+        """
+        try:
+            with open(self._commit_path(version), "rb") as fh:
+                first = fh.readline()
+        except FileNotFoundError:
+            return False
+        try:
+            landed = orjson.loads(first).get("commitInfo", {}).get(COMMIT_ID) == commit_id
+        except orjson.JSONDecodeError:
+            return False
+        if landed:
+            self._after_link()
+            self._committed(version)
+        return landed
+
+    def _committed(self, version: int) -> None:
         if version % self._checkpoint_interval == 0:
             self._checkpoints.request()
+
+    def _check_next(self, version: int) -> None:
+        """Raise :class:`StaleVersion` unless ``version`` follows the log's newest version.
+
+        Log cleanup deletes the commits older than a checkpoint; linking one of
+        their names again would succeed, and readers, who start at the
+        checkpoint, would never see it. One ``stat`` of the previous commit
+        settles the usual case; only when it is missing is the checkpoint
+        pointer read.
+        """
+        if version == 0 or os.path.exists(self._commit_path(version - 1)):
+            return
+        try:
+            with open(os.path.join(self.log_dir, "_last_checkpoint"), "rb") as fh:
+                checkpoint = int(orjson.loads(fh.read())["version"])
+        except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+            checkpoint = -1
+        if checkpoint != version - 1:
+            raise StaleVersion(version)
+
+    def _commit_path(self, version: int) -> str:
+        return os.path.join(self.log_dir, f"{version:020d}.json")
 
     def actions_since(self, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """(version, action) of every commit from ``version`` on, until the first missing one."""
@@ -260,8 +380,9 @@ class LogAppender:
 class _Checkpointer:
     """Writes Delta checkpoints with delta-rs on its own thread, one at a time."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, fsync: bool) -> None:
         self._root = root
+        self._fsync = fsync
         self._cond = threading.Condition()
         self._wanted = False
         self._busy = False
@@ -297,7 +418,12 @@ class _Checkpointer:
                 else:
                     refresh(table)
                 table.create_checkpoint()
+                if self._fsync:
+                    # delta-rs does not fsync: a checkpoint torn by a power loss would be the one readers trust.
+                    sync_checkpoint(self._root, table.version())
             except Exception:
+                # A checkpoint only speeds up opening; the next request tries again from a fresh handle.
+                log.warning("checkpoint of %s failed", self._root, exc_info=True)
                 table = None
             finally:
                 with self._cond:

@@ -31,12 +31,21 @@ from logstore.errors import (
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import PartitionInfo, TopicInfo
 
-__all__ = ["MAX_PARTITIONS", "MAX_TOPIC_NAME_LENGTH", "Catalog", "validate_topic_name"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "MAX_TOPIC_NAME_LENGTH",
+    "Catalog",
+    "app_log_start",
+    "high_watermark",
+    "log_start_offset",
+    "validate_topic_name",
+]
 
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 """Partitions per topic; each is a Delta partition directory, so the bound keeps the table listable."""
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline, so "abc\n" would pass.
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def validate_topic_name(name: object) -> str:
@@ -51,7 +60,7 @@ def validate_topic_name(name: object) -> str:
         raise InvalidTopicError(f"topic name cannot be '{name}'")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopicError(
             f"topic name '{name}' is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
         )
@@ -92,7 +101,7 @@ class Catalog:
         return os.path.isdir(os.path.join(self.topic_path(name), "_delta_log"))
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
-        """Create topic ``name`` with ``partitions`` partitions and config overrides.
+        """Create topic ``name`` with ``partitions`` partitions and config overrides (durable when it returns).
 
         Raises:
             InvalidTopicError: an illegal name.
@@ -122,6 +131,7 @@ class Catalog:
             if "already exists" in str(e).lower():
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists") from e
             raise KafkaStorageError(f"cannot create topic '{name}': {e}") from e
+        self._sync(path, 0, f"cannot create topic '{name}'")
         return self.describe_topic(name)
 
     def list_topics(self) -> list[str]:
@@ -144,8 +154,7 @@ class Catalog:
         for p in range(count):
             mine = [f for f in files if f.partition == p]
             hw = high_watermark(dt, p, mine)
-            start = mine[0].min_offset if mine else hw
-            parts.append(PartitionInfo(p, start, hw, sum(f.size_bytes for f in mine), len(mine)))
+            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, sum(f.size_bytes for f in mine), len(mine)))
         return TopicInfo(name, tuple(parts), config, overrides, dt.version())
 
     def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:
@@ -167,7 +176,7 @@ class Catalog:
     def alter_topic(
         self, name: str, *, config: Mapping[str, Any] | None = None, partitions: int | None = None
     ) -> TopicInfo:
-        """Set config overrides and/or raise the partition count (one Delta commit).
+        """Set config overrides and/or raise the partition count (one Delta commit, durable when it returns).
 
         A config value of ``None`` removes the override (the default applies again).
 
@@ -197,11 +206,22 @@ class Catalog:
         # A removed override is stored as an empty value: Delta has no "unset" that both engines share.
         props |= {_delta.CONFIG_PREFIX + k: "" for k in removals}
         if props:
+            before = dt.version()
             try:
                 dt.alter.set_table_properties(props, raise_if_not_exists=False)
             except DeltaError as e:
                 raise _delta.translate(e, f"cannot alter topic '{name}'") from e
+            self._sync(dt, before + 1, f"cannot alter topic '{name}'")
         return self.describe_topic(name)
+
+    def _sync(self, table: str | DeltaTable, first: int, what: str) -> None:
+        """Make the commits from ``first`` on durable (with ``commit.fsync``): create and alter return durable."""
+        if not self.config.commit_fsync:
+            return
+        try:
+            _delta.sync_commits(table if isinstance(table, str) else _delta.table_path(table), first)
+        except OSError as e:
+            raise KafkaStorageError(f"{what}: {e}") from e
 
     def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` and all its data.
@@ -232,6 +252,24 @@ def high_watermark(dt: DeltaTable, partition: int, files: list[_delta.DataFile] 
         files = [f for f in _delta.data_files(dt) if f.partition == partition]
     by_stats = max((f.max_offset + 1 for f in files), default=0)
     return max(by_stats, _delta.txn_version(dt, _delta.app_hw(partition)) or 0)
+
+
+def app_log_start(partition: int) -> str:
+    """The ``txn`` app id that holds ``partition``'s log start offset (written by retention only)."""
+    return f"logstore.lso.{partition}"
+
+
+def log_start_offset(dt: DeltaTable, partition: int, hw: int) -> int:
+    """Partition ``partition``'s log start offset in the loaded snapshot: the first offset a fetch may ask for.
+
+    It is what retention last recorded in the ``logstore.lso.<p>`` app transaction
+    (kept across checkpoints), 0 before retention ever removed anything, and never
+    above the high watermark ``hw``. As in Kafka, only deleting records by retention moves
+    it: key compaction leaves gaps but no new start, so a fetch from any offset at
+    or above it returns the next record that was kept. It is not the smallest
+    offset of the live files, which compaction changes.
+    """
+    return min(hw, _delta.txn_version(dt, app_log_start(partition)) or 0)
 
 
 def _partition_count(partitions: object) -> int:

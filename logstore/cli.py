@@ -1,4 +1,4 @@
-"""The ``logstore`` command line: topics, produce, consume, groups, maintain.
+"""The ``logstore`` command line: topics, produce, consume, groups, maintain, zookeeper.
 
 Every command works on a root directory directly (``--root``, default: the
 config's ``logstore.root``). Errors print as ``ERROR_NAME: message`` on stderr
@@ -244,14 +244,42 @@ def _groups_reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
         print(f"{args.group} {args.topic} {p} {o}")
 
 
-# -- serve ----------------------------------------------------------------------
+# -- zookeeper ------------------------------------------------------------------
+
+
+def _zookeeper(args: argparse.Namespace, config: LogstoreConfig) -> int:
+    """Run a standalone ZooKeeper server (or one ensemble member) in the foreground."""
+    import os
+
+    from logstore.cluster.zkserver import ZooKeeperServer
+
+    peers: tuple[tuple[int, str, int, int], ...] = ()
+    for i, spec in enumerate(args.peer or [], start=1):
+        host, _, ports = spec.rpartition(":")
+        host, _, quorum = host.rpartition(":")
+        if not (host and quorum.isdigit() and ports.isdigit()):
+            raise InvalidConfigError(f"--peer takes HOST:QUORUM_PORT:ELECTION_PORT, got '{spec}'")
+        peers += ((i, host, int(quorum), int(ports)),)
+    server = ZooKeeperServer(
+        args.data_dir or os.path.join(config.root, "_zookeeper"),
+        port=args.port,
+        host=args.host,
+        server_id=args.id if peers else None,
+        peers=peers,
+    )
+    print(f"ZooKeeper on {server.connect}, data in {server.data_dir}", flush=True)
+    server.exec()
+    return 0
 
 
 # -- maintain -------------------------------------------------------------------
 
 
 def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
-    """Retention, compaction, key compaction, vacuum: ``maintenance`` runs them (imported here only)."""
+    """Retention, compaction, key compaction, vacuum, ``_offsets`` compaction: ``maintenance`` runs them.
+
+    (``maintenance`` is imported here only: the core does not depend on it.)
+    """
     import logging
 
     from logstore.catalog import Catalog
@@ -397,10 +425,27 @@ def _parser(serve: Command | None) -> argparse.ArgumentParser:
         p.add_argument("--port", type=int)
         p.set_defaults(func=serve)
 
-    p = sub.add_parser(
-        "maintain", help="retention | compact (segments) | clean (keys) | vacuum | run (scheduler)", parents=[common]
+    zk = sub.add_parser("zookeeper", help="run Apache ZooKeeper, the cluster's coordinator", parents=[common])
+    zsub = zk.add_subparsers(dest="action", required=True)
+    p = zsub.add_parser("start", parents=[common], help="run a ZooKeeper server in the foreground")
+    p.add_argument("--port", type=int, default=2181, help="client port")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--data-dir", help="snapshots and logs (default: <root>/_zookeeper)")
+    p.add_argument("--id", type=int, default=1, help="this server's id in the ensemble (with --peer)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        metavar="HOST:QUORUM_PORT:ELECTION_PORT",
+        help="an ensemble member, in id order (1, 2, …), this server included; none = standalone",
     )
-    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "run"])
+    p.set_defaults(func=_zookeeper)
+
+    p = sub.add_parser(
+        "maintain",
+        help="retention | compact (segments) | clean (keys) | vacuum | offsets (compact _offsets) | run (scheduler)",
+        parents=[common],
+    )
+    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "offsets", "run"])
     p.add_argument("--topic", help="only this topic (default: every topic)")
     p.add_argument("--every", default="5m", help="run: time between cycles (30s, 5m, 1h)")
     p.add_argument("--cycles", type=int, help="run: stop after this many cycles (default: run until stopped)")

@@ -61,6 +61,13 @@ def _json_bytes(v: Any) -> bytes | None:
     return str(v).encode()
 
 
+def _json_headers(h: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[str, bytes | None]]:
+    """A fetched record's headers in order: the API sends an object, or a list of ``{key, value}`` if a key repeats."""
+    if isinstance(h, dict):
+        return [(k, _json_bytes(v)) for k, v in h.items()]
+    return [(x["key"], _json_bytes(x["value"])) for x in h]
+
+
 def _raise_for(r: httpx.Response) -> None:
     if r.status_code < 400:
         return
@@ -298,7 +305,7 @@ class RemoteStore:
             [_json_bytes(r["value"]) for r in recs],
             keys=[_json_bytes(r["key"]) for r in recs],
             timestamps_ms=[r["timestamp"] for r in recs],
-            headers=[[(k, _json_bytes(v)) for k, v in r["headers"].items()] for r in recs],
+            headers=[_json_headers(r["headers"]) for r in recs],
         )
         table = table.append_column("offset", pa.array([r["offset"] for r in recs], pa.int64()))
         return FetchResult(table, body["high_watermark"], body["log_start_offset"])

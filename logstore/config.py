@@ -149,6 +149,32 @@ class LogstoreConfig:
     max_request_size: int = field(
         default=16 * _MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
     )
+    fetch_max_bytes: int = field(
+        default=55 * _MIB,
+        metadata=_key(
+            "fetch.max.bytes",
+            "Most bytes of keys and values one fetch returns, whatever max_bytes it asks for (Kafka: 55 MiB); "
+            "the first record is returned whole regardless.",
+            minimum=1024,
+        ),
+    )
+    request_timeout_ms: int = field(
+        default=30_000,
+        metadata=_key(
+            "request.timeout.ms",
+            "How long the HTTP API waits for a request body to arrive in full, in ms; else REQUEST_TIMED_OUT.",
+            minimum=1,
+        ),
+    )
+    producer_state_max_entries: int = field(
+        default=10_000,
+        metadata=_key(
+            "producer.state.max.entries",
+            "Idempotent producers per topic whose sequence state a node keeps in memory; the least recently "
+            "used beyond this are dropped and re-read from the topic's Delta log when they send again.",
+            minimum=1,
+        ),
+    )
     num_partitions: int = field(
         default=1, metadata=_key("num.partitions", "Partitions of an auto-created topic.", minimum=1)
     )
@@ -172,6 +198,14 @@ class LogstoreConfig:
     checkpoint_interval: int = field(
         default=100,
         metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),
+    )
+    offsets_history_commits: int = field(
+        default=10,
+        metadata=_key(
+            "offsets.history.commits",
+            "Commits kept per (group, topic, partition) when maintenance compacts _offsets (the latest included).",
+            minimum=1,
+        ),
     )
     spark_jars_dir: str = field(
         default="",

@@ -33,6 +33,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
     "RecordListTooLargeError",
+    "RequestTimedOutError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "UnknownServerError",
@@ -90,6 +91,14 @@ class NotLeaderOrFollowerError(LogstoreError):
 
     code = 6
     name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class RequestTimedOutError(LogstoreError):
+    """A request did not arrive in full within ``request.timeout.ms`` (a stalled or trickling body)."""
+
+    code = 7
+    name = "REQUEST_TIMED_OUT"
     retriable = True
 
 
@@ -211,6 +220,28 @@ class GroupSubscribedToTopicError(LogstoreError):
 
     code = 86
     name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class StaleControllerEpochError(LogstoreError):
+    """A controller acted with an epoch older than ``/controller_epoch``: another node was elected since.
+
+    Its write changed nothing; it resigns and the cluster's one controller goes on.
+    """
+
+    code = 11
+    name = "STALE_CONTROLLER_EPOCH"
+    retriable = True
+
+
+class DuplicateBrokerRegistrationError(LogstoreError):
+    """A node id (``node.id``) is already registered by a live node in ZooKeeper.
+
+    Each node of a cluster needs its own ``node.id``; a restarted node can
+    register again once its old session has expired (``zookeeper.session.timeout.ms``).
+    """
+
+    code = 101
+    name = "DUPLICATE_BROKER_REGISTRATION"
 
 
 class ThrottlingQuotaExceededError(LogstoreError):

@@ -2,23 +2,32 @@
 
 Kafka's group coordinator hands each partition to one member of a group. A
 logstore group has no broker, so a reader that wants a topic for its group
-takes a lease: the file ``<root>/_groups/<group>/<topic>.lease`` holding the
-owner's id, host, pid and an expiry time. The owner renews it (a heartbeat
-thread) well before it expires and deletes it when it stops; a crashed owner
+takes a lease: a file under ``<root>/_groups/<group>/`` holding the owner's
+id, host, pid and an expiry time. The owner renews it (a heartbeat thread)
+well before it expires and marks it released when it stops; a crashed owner
 stops renewing, and after ``timeout_ms`` anyone may take the lease over — at
 once when the owner ran on the same host and its process is gone.
 
-Creation is atomic (``O_CREAT | O_EXCL``). Taking over an expired lease is a
-delete then an exclusive create; two readers racing for the same expired
-lease within that instant can both believe they won, which the next renewal
-detects: a renewal that finds another owner's lease raises
-:class:`~logstore.errors.GroupSubscribedToTopicError`.
+Leases have generations: ``<topic>.lease.<n>``, the highest ``n`` being the
+current lease. Taking a lease (new, expired or released) creates generation
+``n + 1`` with ``os.link`` from a fully written temporary file: the link fails
+when the name exists, so of any number of racing takers exactly one wins, and
+nobody ever sees a lease half written. Generations only grow (the winner then
+deletes the older ones), so a taker that judged generation ``n`` expired can
+never take over a lease created after that judgement.
+
+An owner that finds a higher generation than its own has lost the lease:
+renewal raises :class:`~logstore.errors.GroupSubscribedToTopicError`, and so
+does :meth:`GroupLease.acquire`, which a reader calls right before it commits
+the group's offsets, so a reader that lost its topic never moves the group's
+offsets back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -30,8 +39,12 @@ from logstore.errors import GroupSubscribedToTopicError, KafkaStorageError
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT_MS", "GroupLease"]
 
+log = logging.getLogger("logstore.leases")
+
 DEFAULT_LEASE_TIMEOUT_MS = 15_000
 """How long a lease outlives its owner's last renewal."""
+
+_LEASE = ".lease"
 
 
 class GroupLease:
@@ -42,7 +55,7 @@ class GroupLease:
         group: the consumer group.
         timeout_ms: how long a lease outlives its last renewal; the heartbeat
             renews it every third of that.
-        clock_ms: wall clock in ms.
+        clock_ms: wall clock in ms (expiry times are compared across processes).
 
     Thread-safe: the heartbeat thread and the caller share it.
     """
@@ -60,119 +73,202 @@ class GroupLease:
         self.dir = os.path.join(os.path.abspath(root), "_groups", _safe(group))
         self._timeout_ms = timeout_ms
         self._clock_ms = clock_ms
-        self._topics: set[str] = set()
+        self._held: dict[str, int] = {}  # topic -> the generation this reader holds
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lost: GroupSubscribedToTopicError | None = None
+        self.renewals = 0
+        """Successful heartbeat rounds (every held lease renewed)."""
+        self.renewal_failures = 0
+        """Heartbeat rounds that failed with an I/O error (retried at the next round)."""
 
     @property
     def topics(self) -> frozenset[str]:
         with self._lock:
-            return frozenset(self._topics)
+            return frozenset(self._held)
 
     def acquire(self, topics: list[str] | set[str] | frozenset[str]) -> None:
         """Hold the leases of ``topics`` (renewing those already held) and start the heartbeat.
 
+        A reader calls it right before it commits the group's offsets of ``topics``:
+        it fails when another reader took one of them over.
+
         Raises:
             GroupSubscribedToTopicError: another live reader of the group holds
                 one of the topics, or took over a lease this reader held.
+            KafkaStorageError: the lease directory cannot be written.
         """
         with self._lock:
             if self._lost is not None:
                 raise self._lost
             for topic in sorted(topics):
-                if topic in self._topics:
+                if topic in self._held:
                     self._renew(topic)
                 else:
-                    self._take(topic)
-                    self._topics.add(topic)
+                    self._held[topic] = self._take(topic)
         if self._thread is None:
             self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.group}", daemon=True)
             self._thread.start()
 
     def release(self) -> None:
-        """Stop renewing and delete the leases this reader holds."""
+        """Stop renewing and mark the leases this reader holds released (free for anyone at once)."""
         self._stop.set()
         with self._lock:
-            for topic in self._topics:
-                current = self._read(topic)
-                if current is not None and current.get("owner") == self.owner:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._path(topic))
-            self._topics.clear()
+            for topic, gen in self._held.items():
+                if self._current(topic)[0] == gen:
+                    with contextlib.suppress(OSError):
+                        self._write(topic, gen, expires_ms=0)
+            self._held.clear()
 
     # -- internals --------------------------------------------------------------
 
-    def _path(self, topic: str) -> str:
-        return os.path.join(self.dir, f"{topic}.lease")
+    def _path(self, topic: str, gen: int) -> str:
+        return os.path.join(self.dir, f"{topic}{_LEASE}.{gen}" if gen else f"{topic}{_LEASE}")
 
-    def _content(self) -> bytes:
+    def _generations(self, topic: str) -> list[int]:
+        """The generations of ``topic``'s lease on disk, ascending (a pre-generation ``<topic>.lease`` is 0)."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        prefix = f"{topic}{_LEASE}"
+        gens = []
+        for name in names:
+            if name == prefix:
+                gens.append(0)
+            elif name.startswith(prefix + ".") and name[len(prefix) + 1 :].isdigit():
+                gens.append(int(name[len(prefix) + 1 :]))
+        return sorted(gens)
+
+    def _current(self, topic: str) -> tuple[int, dict[str, object] | None]:
+        """The newest generation and its content (``(0, None)``: no lease yet; ``{}``: unreadable)."""
+        for _ in range(10):
+            gens = self._generations(topic)
+            if not gens:
+                return 0, None
+            gen = gens[-1]
+            try:
+                with open(self._path(topic, gen), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue  # a newer generation's taker deleted it: list again
+            try:
+                out = json.loads(data)
+            except ValueError:
+                return gen, {}  # written by another tool: treat as expired
+            return gen, out if isinstance(out, dict) else {}
+        raise KafkaStorageError(f"group lease of topic '{topic}' in {self.dir} keeps changing while read")
+
+    def _content(self, gen: int, expires_ms: int) -> bytes:
         return json.dumps(
-            {"owner": self.owner, "group": self.group, "expires_ms": self._clock_ms() + self._timeout_ms}
+            {"owner": self.owner, "group": self.group, "generation": gen, "expires_ms": expires_ms}
         ).encode()
 
-    def _read(self, topic: str) -> dict[str, object] | None:
-        try:
-            with open(self._path(topic), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        try:
-            out = json.loads(data)
-        except ValueError:
-            return {}  # half-written by a crashed owner: treat as expired
-        return out if isinstance(out, dict) else {}
+    def _tmp(self, topic: str) -> str:
+        return os.path.join(self.dir, f".{topic}.{uuid.uuid4().hex}.tmp")
 
-    def _take(self, topic: str) -> None:
-        os.makedirs(self.dir, exist_ok=True)
-        path = self._path(topic)
-        current = self._read(topic)
-        if current is not None:
-            expires = current.get("expires_ms")
-            owner = current.get("owner")
-            live = isinstance(expires, int) and expires > self._clock_ms() and _owner_alive(owner)
-            if live and owner != self.owner:
-                raise GroupSubscribedToTopicError(
-                    f"consumer group '{self.group}' already has a live reader of topic '{topic}' "
-                    f"({current.get('owner')}); stop that query first, or use another group. "
-                    f"A crashed reader's lease ({path}) expires {self._timeout_ms} ms after its last renewal"
-                )
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+    def _write(self, topic: str, gen: int, *, expires_ms: int) -> None:
+        """Replace the content of generation ``gen`` (this reader's own) atomically."""
+        tmp = self._tmp(topic)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError as e:
-            raise GroupSubscribedToTopicError(
-                f"consumer group '{self.group}' already has a live reader of topic '{topic}' (it just started)"
-            ) from e
+            with open(tmp, "wb") as f:
+                f.write(self._content(gen, expires_ms))
+            os.replace(tmp, self._path(topic, gen))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _take(self, topic: str) -> int:
+        """Create the next generation of ``topic``'s lease; returns it.
+
+        Raises:
+            GroupSubscribedToTopicError: the current lease is live, or another
+                taker created the next generation first.
+            KafkaStorageError: the lease directory cannot be written.
+        """
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            gen, current = self._current(topic)
+            if current is not None:
+                expires = current.get("expires_ms")
+                owner = current.get("owner")
+                live = isinstance(expires, int) and expires > self._clock_ms() and _owner_alive(owner)
+                if live and owner != self.owner:
+                    raise GroupSubscribedToTopicError(
+                        f"consumer group '{self.group}' already has a live reader of topic '{topic}' ({owner}); "
+                        f"stop that query first, or use another group. A crashed reader's lease "
+                        f"({self._path(topic, gen)}) expires {self._timeout_ms} ms after its last renewal"
+                    )
+            mine = gen + 1
+            tmp = self._tmp(topic)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(self._content(mine, self._clock_ms() + self._timeout_ms))
+                # The link is the decision: it fails when another taker created this generation first.
+                os.link(tmp, self._path(topic, mine))
+            except FileExistsError as e:
+                raise GroupSubscribedToTopicError(
+                    f"consumer group '{self.group}' already has a live reader of topic '{topic}' (it just started)"
+                ) from e
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            gens = self._generations(topic)
+            if not gens or gens[-1] > mine:
+                # A slow taker: it judged an older generation, and since then ours was taken and
+                # cleaned away and a newer one created. The newest generation is the lease.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(topic, mine))
+                raise GroupSubscribedToTopicError(
+                    f"consumer group '{self.group}' already has a live reader of topic '{topic}' (it just started)"
+                )
+            for old in gens:
+                if old < mine:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._path(topic, old))
         except OSError as e:
-            raise KafkaStorageError(f"cannot write group lease {path}: {e}") from e
-        with os.fdopen(fd, "wb") as f:
-            f.write(self._content())
+            raise KafkaStorageError(f"cannot write the lease of group '{self.group}' in {self.dir}: {e}") from e
+        return mine
 
     def _renew(self, topic: str) -> None:
-        current = self._read(topic)
-        if current is not None and current.get("owner") not in (None, self.owner):
+        """Push the expiry of a held lease forward; raises if another reader took it over."""
+        gen, current = self._current(topic)
+        mine = self._held[topic]
+        if gen != mine or current is None or current.get("owner") != self.owner:
+            owner = current.get("owner") if current else None
             self._lost = GroupSubscribedToTopicError(
-                f"consumer group '{self.group}' lost topic '{topic}' to another reader ({current.get('owner')}); "
+                f"consumer group '{self.group}' lost topic '{topic}' to another reader ({owner}); "
                 f"this reader did not renew its lease in time"
             )
             raise self._lost
-        path = self._path(topic)
-        tmp = f"{path}.{self.owner.replace(':', '_')}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(self._content())
-        os.replace(tmp, path)
+        self._write(topic, mine, expires_ms=self._clock_ms() + self._timeout_ms)
 
     def _heartbeat(self) -> None:
+        # Only losing a lease to another reader ends the heartbeat (the reader sees it at its next
+        # commit); an I/O error (a full disk, an NFS hiccup) is retried at the next round.
         while not self._stop.wait(self._timeout_ms / 3000):
             with self._lock:
-                for topic in list(self._topics):
-                    try:
+                try:
+                    for topic in list(self._held):
                         self._renew(topic)
-                    except (GroupSubscribedToTopicError, OSError):
-                        return
+                except GroupSubscribedToTopicError as e:
+                    log.error("group lease: %s", e)
+                    return
+                except (OSError, KafkaStorageError) as e:
+                    self.renewal_failures += 1
+                    log.warning(
+                        "group lease of '%s': renewal failed (%s); retrying in %d ms",
+                        self.group,
+                        e,
+                        self._timeout_ms // 3,
+                    )
+                    continue
+                except Exception:
+                    self.renewal_failures += 1
+                    log.exception("group lease of '%s': renewal failed; retrying at the next round", self.group)
+                    continue
+                self.renewals += 1
 
 
 def _owner_alive(owner: object) -> bool:

@@ -4,12 +4,22 @@ A reader sees one Delta version at a time — never beyond the high watermark
 of that version — and reads only the data files whose ``[min, max]`` offset
 statistics overlap the requested slice, and within them only row groups with
 offsets at or above the start (Parquet statistics).
+
+Files need not hold disjoint offset ranges one after the other: Delta's
+``OPTIMIZE`` bins files by size, so one file may hold offsets [0, 39] while
+[10, 19] stays in a file of its own. Whatever plans by files asks
+:func:`offset_cuts` / :func:`offset_runs` where it may split a partition.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -17,12 +27,55 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore import _delta
-from logstore.catalog import Catalog, high_watermark
+from logstore.catalog import Catalog, high_watermark, log_start_offset
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
-__all__ = ["PartitionView", "TopicReader", "offset_for_timestamp", "read_files"]
+__all__ = ["PartitionView", "TopicReader", "offset_cuts", "offset_for_timestamp", "offset_runs", "read_files"]
+
+
+class OffsetRange(Protocol):
+    """Anything with a file's offset statistics (a :class:`logstore._delta.DataFile`, a maintenance file)."""
+
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+
+
+_F = TypeVar("_F", bound=OffsetRange)
+
+
+def offset_cuts(min_offsets: Sequence[int] | np.ndarray, max_offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Where files sorted by min offset may be split by offset: ``n + 1`` booleans for ``n`` files.
+
+    ``cuts[k]`` is True when every offset of the first ``k`` files is below
+    every offset of the others (so ``cuts[0]`` and ``cuts[n]`` always are).
+    Files logstore writes make every ``k`` a cut; after a rewrite that bins
+    files by size, a file holding [0, 39] beside one holding [10, 19] allows
+    no cut between them. Splitting only at cuts is what keeps retention, the
+    compactions and the Spark source's slices from skipping or repeating a
+    record.
+    """
+    lo = np.asarray(min_offsets, np.int64)
+    hi = np.asarray(max_offsets, np.int64)
+    cuts = np.ones(len(lo) + 1, np.bool_)
+    if len(lo) > 1:
+        cuts[1:-1] = np.maximum.accumulate(hi)[:-1] < lo[1:]
+    return cuts
+
+
+def offset_runs(files: Sequence[_F]) -> list[list[_F]]:
+    """``files`` grouped into runs between :func:`offset_cuts`, in offset order.
+
+    Runs hold disjoint offset ranges, each above the one before; the files of
+    one run overlap (a run of one file is the usual case).
+    """
+    ordered = sorted(files, key=lambda f: f.min_offset)
+    cuts = offset_cuts([f.min_offset for f in ordered], [f.max_offset for f in ordered])
+    bounds = np.flatnonzero(cuts)
+    return [ordered[a:b] for a, b in itertools.pairwise(bounds.tolist())]
 
 
 @dataclass(frozen=True)
@@ -31,7 +84,9 @@ class PartitionView:
 
     partition: int
     files: tuple[_delta.DataFile, ...]
+    """The partition's live files, sorted by min offset; their offset ranges may overlap."""
     log_start_offset: int
+    """See :func:`logstore.catalog.log_start_offset`: moved only by retention."""
     high_watermark: int
 
 
@@ -76,7 +131,7 @@ class TopicReader:
             for p in range(count):
                 mine = tuple(f for f in files if f.partition == p)
                 hw = high_watermark(self._dt, p, list(mine))
-                views[p] = PartitionView(p, mine, mine[0].min_offset if mine else hw, hw)
+                views[p] = PartitionView(p, mine, log_start_offset(self._dt, p, hw), hw)
             self._views, self._view_version, self._num_partitions = views, version, count
         view = self._views.get(partition)
         if view is None:
@@ -97,9 +152,16 @@ class TopicReader:
     ) -> FetchResult:
         """Records of ``partition`` from ``offset`` on, at most ``max_records``.
 
+        Gaps key compaction left are stepped over: a fetch from any offset in
+        [log start offset, high watermark) returns the next records kept.
+
         ``max_bytes`` bounds the keys and values returned, but the first record
-        is always returned whole (as Kafka does), so a consumer never stalls.
-        ``offset == high watermark`` returns no records.
+        is always returned whole (as Kafka does), so a consumer never stalls;
+        ``max_bytes <= 0`` does not bound them. The bound also holds while
+        reading: files are decoded a batch at a time in offset order and
+        reading stops once ``max_bytes`` is reached, so a fetch holds about
+        ``max_bytes`` plus a data page per open row group, whatever
+        ``max_records`` is. ``offset == high watermark`` returns no records.
 
         Raises:
             OffsetOutOfRangeError: ``offset`` outside [log start offset, high watermark].
@@ -113,9 +175,9 @@ class TopicReader:
                 f"offset {offset} of topic '{self.topic}' partition {partition} is outside "
                 f"[{view.log_start_offset}, {view.high_watermark}]"
             )
-        end = min(view.high_watermark, offset + max(0, max_records))
+        end = _fetch_end(view, offset, max_records)
         try:
-            records = read_files(view.files, partition, offset, end)
+            records = _read_bounded(view.files, partition, offset, end, max_bytes)
         except FileNotFoundError:
             # The topic was deleted and recreated, or vacuumed past this version: start over once.
             self._dt = self._catalog.table(self.topic)
@@ -127,31 +189,64 @@ class TopicReader:
                     f"[{view.log_start_offset}, {view.high_watermark}]"
                 ) from None
             try:
-                records = read_files(view.files, partition, min(offset, view.high_watermark), end)
+                records = _read_bounded(view.files, partition, min(offset, view.high_watermark), end, max_bytes)
             except FileNotFoundError as e:
                 raise KafkaStorageError(f"topic '{self.topic}' partition {partition}: {e}") from e
-        if len(records) > 1 and max_bytes > 0:
-            sizes = pc.add(
-                pc.fill_null(pc.binary_length(records["key"]), 0), pc.fill_null(pc.binary_length(records["value"]), 0)
-            )
-            cumulative = pc.cumulative_sum(sizes)
-            keep = max(1, pc.sum(pc.less_equal(cumulative, max_bytes)).as_py())
-            records = records.slice(0, keep)
         return FetchResult(records, view.high_watermark, view.log_start_offset)
+
+
+def _fetch_end(view: PartitionView, offset: int, max_records: int) -> int:
+    """Where a fetch of at most ``max_records`` records from ``offset`` ends (exclusive, at most the HW).
+
+    ``offset + max_records`` when the files' statistics show every offset there
+    is present (files one after another, each holding its whole range); else,
+    past gaps key compaction left or files that overlap, the offset after the
+    ``max_records``-th record, found from the ``offset`` column of the files
+    from ``offset`` on, run by run until enough are seen.
+    """
+    hw = view.high_watermark
+    end = min(hw, offset + max(0, max_records))
+    if end <= offset:
+        return end
+    covered, dense = offset, True
+    for f in view.files:
+        if f.max_offset < offset:
+            continue
+        if f.min_offset >= end:
+            break
+        dense = dense and f.min_offset <= covered and f.num_records == f.max_offset - f.min_offset + 1
+        covered = max(covered, f.max_offset + 1)
+    if dense and covered >= end:
+        return end
+    seen: list[np.ndarray] = []
+    for run in offset_runs([f for f in view.files if f.max_offset >= offset]):
+        seen += [
+            pq.read_table(f.path, columns=["offset"], filters=[("offset", ">=", offset), ("offset", "<", hw)])[
+                "offset"
+            ].to_numpy()
+            for f in run
+        ]
+        if sum(len(a) for a in seen) >= max_records:
+            return int(np.sort(np.concatenate(seen))[max_records - 1]) + 1
+    return hw
 
 
 def offset_for_timestamp(view: PartitionView, timestamp_ms: int) -> int:
     """The first offset whose timestamp is at or after ``timestamp_ms``; the HW if none is.
 
     Like Kafka's ``ListOffsets`` by timestamp. Reads the ``offset`` and
-    ``timestamp`` columns of the partition's files in offset order, stopping
-    at the first file that holds a match.
+    ``timestamp`` columns of the partition's files run by run in offset order
+    (:func:`offset_runs`: files whose ranges overlap are read together),
+    stopping at the first run that holds a match.
     """
     threshold = pa.scalar(timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
-    for f in view.files:
-        t = pq.read_table(f.path, columns=["offset", "timestamp"], filters=[("timestamp", ">=", threshold)])
-        if len(t):
-            return int(pc.min(t["offset"]).as_py())
+    for run in offset_runs(view.files):
+        found = [
+            pq.read_table(f.path, columns=["offset"], filters=[("timestamp", ">=", threshold)])["offset"] for f in run
+        ]
+        hits = [pc.min(c).as_py() for c in found if len(c)]
+        if hits:
+            return int(min(hits))
     return view.high_watermark
 
 
@@ -160,7 +255,8 @@ def read_files(
 ) -> pa.Table:
     """Records of ``partition`` with ``start <= offset < end`` from ``files``, offsets ascending.
 
-    Only files whose offset range overlaps the slice are opened. Runs anywhere
+    Only files whose offset range overlaps the slice are opened; their ranges may
+    overlap one another (the records are merged by offset). Runs anywhere
     the files are reachable (a server thread, a Spark executor).
     """
     tables = []
@@ -179,6 +275,125 @@ def read_files(
 
 
 _FILE_SCHEMA = pa.schema([f for f in TOPIC_SCHEMA if f.name != "partition"])
+_NO_OFFSET = np.iinfo(np.int64).max
+"""Stands for a row outside the slice in a row group's offsets: never the next one to return."""
+_BATCH_BYTES = 256 * 1024
+"""Bytes of rows a bounded read decodes at a time (by the row group's average row size)."""
+_READ_BUFFER = 64 * 1024
+"""Read buffer of a bounded read: pages are read as decoded, not whole column chunks up front."""
+
+
+class _Piece:
+    """One row group that may hold offsets of the slice, read forward a batch at a time.
+
+    Its offset column is read first (8 bytes a row), so the smallest offset it
+    has yet to yield is known exactly, and reading stops once it has nothing
+    more of the slice.
+    """
+
+    def __init__(self, pf: pq.ParquetFile, row_group: int, start: int, end: int) -> None:
+        offsets = pf.read_row_group(row_group, columns=["offset"]).column(0).to_numpy().astype(np.int64)
+        wanted = np.where((offsets >= start) & (offsets < end), offsets, _NO_OFFSET)
+        self._suffix_min = np.minimum.accumulate(wanted[::-1])[::-1]
+        self._pos = 0
+        meta = pf.metadata.row_group(row_group)
+        row_bytes = max(1, meta.total_byte_size // max(1, meta.num_rows))
+        columns = [name for name in _FILE_SCHEMA.names if name in pf.schema_arrow.names]
+        self._batches = pf.iter_batches(
+            batch_size=max(1, min(65_536, _BATCH_BYTES // row_bytes)), row_groups=[row_group], columns=columns
+        )
+
+    @property
+    def next_offset(self) -> int:
+        """The smallest offset of the slice still unread here; ``_NO_OFFSET`` when none is left."""
+        return int(self._suffix_min[self._pos]) if self._pos < len(self._suffix_min) else _NO_OFFSET
+
+    def read(self, start: int, end: int) -> pa.Table:
+        """The next batch's rows of the slice, as ``_FILE_SCHEMA``."""
+        batch = next(self._batches)
+        self._pos += batch.num_rows
+        table = _conform(pa.Table.from_batches([batch]))
+        offsets = table["offset"]
+        inside = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
+        return table if pc.all(inside).as_py() else table.filter(inside)
+
+
+def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int, end: int, max_bytes: int) -> pa.Table:
+    """Records of ``partition`` with ``start <= offset < end`` in offset order, stopping at ``max_bytes``.
+
+    Reads the row groups that may hold the slice in offset order, merging them
+    when their ranges overlap (files that Spark's OPTIMIZE or compaction
+    rewrote). Buffered rows are returned once no unread row can come before
+    them; reading stops as soon as the keys and values returned exceed
+    ``max_bytes`` (the first record is returned whole regardless).
+    """
+    heap: list[tuple[int, int, pq.ParquetFile, int]] = []  # (smallest offset, tie-break, file, row group)
+    for f in files:
+        if f.partition != partition or f.max_offset < start or f.min_offset >= end:
+            continue
+        pf = pq.ParquetFile(f.path, pre_buffer=False, buffer_size=_READ_BUFFER)
+        for rg in range(pf.metadata.num_row_groups):
+            lo, hi = _offset_range(pf, rg, f)
+            if hi >= start and lo < end:
+                heapq.heappush(heap, (lo, len(heap), pf, rg))
+    pieces: list[_Piece] = []
+    buffered = _FILE_SCHEMA.empty_table()
+    out: list[pa.Table] = []
+    out_bytes = 0
+    while True:
+        frontier = min([p.next_offset for p in pieces] + ([heap[0][0]] if heap else [_NO_OFFSET]))
+        if len(buffered):
+            below = pc.less(buffered["offset"], frontier)
+            if pc.all(below).as_py():  # the common case, files in offset order: no copies
+                ready, buffered = buffered, _FILE_SCHEMA.empty_table()
+            else:
+                ready, buffered = buffered.filter(below), buffered.filter(pc.invert(below))
+            if _unsorted(ready["offset"]):
+                ready = ready.sort_by("offset")
+            if len(ready):
+                sizes = pc.add(
+                    pc.fill_null(pc.binary_length(ready["key"]), 0), pc.fill_null(pc.binary_length(ready["value"]), 0)
+                ).to_numpy()
+                total = out_bytes + np.cumsum(sizes, dtype=np.int64)
+                fits = len(ready) if max_bytes <= 0 else int(np.searchsorted(total, max_bytes, side="right"))
+                if fits < len(ready):
+                    out.append(ready.slice(0, fits if out or fits else 1))
+                    break
+                out.append(ready)
+                out_bytes = int(total[-1])
+        if frontier == _NO_OFFSET:
+            break
+        if heap and heap[0][0] == frontier and all(p.next_offset > frontier for p in pieces):
+            _, _, pf, rg = heapq.heappop(heap)
+            pieces = [p for p in [*pieces, _Piece(pf, rg, start, end)] if p.next_offset != _NO_OFFSET]
+            continue
+        piece = min(pieces, key=lambda p: p.next_offset)
+        buffered = pa.concat_tables([buffered, piece.read(start, end)])
+        pieces = [p for p in pieces if p.next_offset != _NO_OFFSET]
+    data = pa.concat_tables(out) if out else _FILE_SCHEMA.empty_table()
+    data = data.add_column(0, TOPIC_SCHEMA.field("partition"), pa.repeat(pa.scalar(partition, pa.int32()), len(data)))
+    return data.cast(TOPIC_SCHEMA)
+
+
+def _offset_range(pf: pq.ParquetFile, row_group: int, f: _delta.DataFile) -> tuple[int, int]:
+    """The row group's offset range from its statistics, else the file's (always a superset)."""
+    meta = pf.metadata.row_group(row_group)
+    for i in range(meta.num_columns):
+        column = meta.column(i)
+        if column.path_in_schema == "offset":
+            stats = column.statistics
+            if stats is not None and stats.has_min_max:
+                return int(stats.min), int(stats.max)
+    return f.min_offset, f.max_offset
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """A file's rows as ``_FILE_SCHEMA``: columns in order, types cast, missing ones null."""
+    columns = [
+        table[field.name].cast(field.type) if field.name in table.column_names else pa.nulls(len(table), field.type)
+        for field in _FILE_SCHEMA
+    ]
+    return pa.Table.from_arrays(columns, schema=_FILE_SCHEMA)
 
 
 def _unsorted(col: pa.ChunkedArray) -> bool:

@@ -22,6 +22,12 @@ Guarantees, per partition:
 * Idempotent producers: ``(producer_id, sequence)`` is recorded with the
   records (app transaction + ``commitInfo``), so a retried sequence — even
   after a restart — writes nothing and returns the original offsets.
+* A commit is created only at the log's next version (never at one that log
+  cleanup removed), and its outcome is always decided: each carries a commit
+  id that is read back after an I/O error at or after its creation, so a
+  retry of a batch that landed returns its results instead of a second copy.
+* Two writers opening at once never lead with one epoch: the loser of the
+  claim race claims a higher epoch, or is fenced if a coordinator chose it.
 
 A writer is not thread-safe: one thread (the ingest tier's committer task)
 drives it. The Delta table handle stays open between commits.
@@ -43,7 +49,7 @@ import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
 from logstore import _delta, promises
-from logstore._log_append import LogAppender, VersionTaken
+from logstore._log_append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.catalog import Catalog, high_watermark
 from logstore.config import TopicConfig
 from logstore.errors import (
@@ -57,6 +63,7 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
 )
+from logstore.lru import LruDict
 from logstore.schema import (
     INPUT_SCHEMA,
     MAX_TIMESTAMP_MS,
@@ -88,6 +95,16 @@ class _Planned:
     index: int
     batch: ProducerBatch
     records: pa.Table
+
+
+@dataclass
+class _Unsettled:
+    """A commit whose outcome is unknown, and the answer its batches get if it landed."""
+
+    version: int
+    commit_id: str
+    batches: list[ProducerBatch]
+    results: list[AppendResult | LogstoreError]
 
 
 class TopicWriter:
@@ -130,11 +147,12 @@ class TopicWriter:
         self._join = join
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
-        self._producers: dict[str, _Producer] = {}
+        self._producers: LruDict[str, _Producer] = LruDict(catalog.config.producer_state_max_entries)
         self._num_partitions = 0
         self._config = TopicConfig()
         self._hw: list[int] = []
         self._waiting: list[int] = []
+        self._unsettled: _Unsettled | None = None
         self._load_state()
         current = self._table_epoch()
         if join:
@@ -142,7 +160,7 @@ class TopicWriter:
         else:
             self.epoch = current + 1 if epoch is None else epoch
             with self._appender.exclusive():  # a holder of the lock commits what it promised first
-                self._claim()
+                self._claim(chosen=epoch is None)
 
     # -- public -----------------------------------------------------------------
 
@@ -171,6 +189,12 @@ class TopicWriter:
         of a committed sequence gets its original offsets with ``duplicate=True``.
         When the call returns, accepted records are durable in the table.
 
+        When a commit's outcome is unknown (an I/O error at or after creating its
+        commit file, and reading it back failed too), this raises
+        :class:`~logstore.errors.KafkaStorageError` and the next call first reads
+        that commit back: if it landed, a retry with the same batch objects gets
+        the original results and nothing is appended twice.
+
         Raises:
             FencedLeaderEpochError: a newer committer claimed the topic; nothing
                 of this call was committed.
@@ -187,6 +211,10 @@ class TopicWriter:
             return self._append(batches)
 
     def _append(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        if self._unsettled is not None:
+            answer = self._settle(batches)
+            if answer is not None:
+                return answer
         for _attempt in range(self._max_attempts):
             _moved, full = self._absorb(self._version + 1)  # catch up before writing files
             if full:
@@ -197,6 +225,16 @@ class TopicWriter:
                 return [r for r in results if r is not None]
             try:
                 version, offsets = self._commit(planned)
+            except _InDoubt as doubt:
+                for item, offs in zip(planned, doubt.offsets, strict=True):
+                    results[item.index] = AppendResult(offs, item.records["partition"].combine_chunks(), doubt.version)
+                self._fill_pending_duplicates(batches, results)
+                answer = [r for r in results if r is not None]
+                self._unsettled = _Unsettled(doubt.version, doubt.commit_id, list(batches), answer)
+                raise KafkaStorageError(
+                    f"commit {doubt.version} to topic '{self.topic}' may or may not have landed: {doubt.reason}; "
+                    "retry the same batches to learn which"
+                ) from None
             except _Replan as replan:
                 if replan.full:
                     self._refresh()
@@ -243,6 +281,25 @@ class TopicWriter:
         _moved, full = self._absorb(self._version + 1)
         if full:
             self._refresh()
+
+    def _settle(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError] | None:
+        """Decide the unsettled commit; its results if it landed and ``batches`` are its batches again."""
+        unsettled = self._unsettled
+        assert unsettled is not None
+        try:
+            landed = self._appender.settle(unsettled.version, unsettled.commit_id)
+        except OSError as e:
+            raise KafkaStorageError(f"commit {unsettled.version} to topic '{self.topic}' is still in doubt: {e}") from e
+        self._unsettled = None
+        if not landed:
+            return None
+        _moved, full = self._absorb(self._version + 1)  # the commit is in the log: fold it in like any other
+        if full:
+            self._refresh()
+        same = len(batches) == len(unsettled.batches) and all(
+            a is b for a, b in zip(batches, unsettled.batches, strict=True)
+        )
+        return unsettled.results if same else None
 
     def close(self) -> None:
         """Finish pending checkpoints and release background threads."""
@@ -343,6 +400,10 @@ class TopicWriter:
     def _producer(self, producer_id: str) -> _Producer:
         state = self._producers.get(producer_id)
         if state is None:
+            if self._dt.version() < self._version:
+                # The handle lags this writer's own commits, which may hold the producer's last
+                # sequence (it was dropped from the bounded cache): read them before trusting it.
+                _delta.refresh(self._dt)
             state = _Producer(_delta.txn_version(self._dt, _delta.app_producer(producer_id)))
             self._producers[producer_id] = state
         return state
@@ -450,7 +511,10 @@ class TopicWriter:
             for pid, seq, firsts in landed
         ]
         files = self._appender.write_files(out)
-        self._commit_files(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None)
+        try:
+            self._commit_files(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None)
+        except CommitInDoubt as e:
+            raise _InDoubt(e.version, e.commit_id, str(e), per_batch) from e
 
         self._hw = [int(h) for h in new_hw]
         for pid, seq, firsts in landed:
@@ -465,6 +529,9 @@ class TopicWriter:
         while True:
             try:
                 self._appender.commit(version, files, txns, info)
+            except StaleVersion:
+                self._appender.discard(files)
+                raise _Replan(True) from None
             except VersionTaken:
                 moved, full = self._absorb(version)
                 if moved:
@@ -542,21 +609,58 @@ class TopicWriter:
             schema=TOPIC_SCHEMA,
         )
 
-    def _claim(self) -> None:
+    def _claim(self, *, chosen: bool) -> None:
+        """Commit this writer's epoch (an empty commit carrying ``logstore.epoch``).
+
+        Losing the race to another writer's claim of this epoch or a newer one
+        means another leader holds it: a writer that chose its epoch itself
+        claims the next one up; one given its epoch by a coordinator is fenced.
+        No two leaders ever hold one epoch.
+        """
         for _attempt in range(self._max_attempts):
             current = self._table_epoch()
             if current > self.epoch:
-                raise FencedLeaderEpochError(
-                    f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
-                )
+                if not chosen:
+                    raise FencedLeaderEpochError(
+                        f"topic '{self.topic}' is held by epoch {current}; cannot claim older epoch {self.epoch}"
+                    )
+                self.epoch = current + 1
+            version = self._version + 1
             try:
                 self._commit_files([], [(_delta.APP_EPOCH, self.epoch)], {"operation": "CLAIM"})
                 return
+            except CommitInDoubt as e:
+                raise KafkaStorageError(f"cannot claim topic '{self.topic}': {e}") from e
+            except FencedLeaderEpochError:
+                if not chosen:
+                    raise
             except _Replan:
-                _delta.refresh(self._dt)
-                self._version = max(self._version, self._dt.version())
-                self._load_state()
+                pass
+            rival = self._rival_claim(version)
+            if rival >= self.epoch:
+                if not chosen:
+                    raise FencedLeaderEpochError(
+                        f"topic '{self.topic}': another writer claimed epoch {rival} first; "
+                        f"this writer's epoch {self.epoch} is taken"
+                    )
+                self.epoch = rival + 1
+            _delta.refresh(self._dt)
+            self._version = max(self._version, self._dt.version())
+            self._load_state()
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim epoch {self.epoch}")
+
+    def _rival_claim(self, version: int) -> int:
+        """The highest epoch claimed by a ``CLAIM`` commit from ``version`` on; -1 if none."""
+        commits: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        for v, action in self._appender.actions_since(version):
+            commits[v].append(action)
+        top = -1
+        for actions in commits.values():
+            if any(a.get("commitInfo", {}).get("operation") == "CLAIM" for a in actions):
+                for a in actions:
+                    if a.get("txn", {}).get("appId") == _delta.APP_EPOCH:
+                        top = max(top, int(a["txn"]["version"]))
+        return top
 
     # -- state ------------------------------------------------------------------
 
@@ -580,7 +684,8 @@ class TopicWriter:
         self._load_state()
         for state in self._producers.values():
             state.last_seq = None
-        self._producers = {pid: s for pid, s in self._producers.items() if s.recent}
+        for pid in [pid for pid, s in self._producers.items() if not s.recent]:
+            del self._producers[pid]
         for pid, state in self._producers.items():
             state.last_seq = _delta.txn_version(self._dt, _delta.app_producer(pid))
         current = self._table_epoch()
@@ -590,6 +695,17 @@ class TopicWriter:
             raise FencedLeaderEpochError(
                 f"topic '{self.topic}' was claimed by epoch {current}; this committer (epoch {self.epoch}) is fenced"
             )
+
+
+class _InDoubt(Exception):
+    """The commit of planned batches may or may not have landed at ``version``."""
+
+    def __init__(self, version: int, commit_id: str, reason: str, offsets: list[pa.Array]) -> None:
+        super().__init__(reason)
+        self.version = version
+        self.commit_id = commit_id
+        self.reason = reason
+        self.offsets = offsets
 
 
 class _Replan(Exception):

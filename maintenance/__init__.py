@@ -1,4 +1,4 @@
-"""Retention, segment compaction, key compaction and vacuum as Spark jobs.
+"""Retention, segment compaction, key compaction, vacuum and ``_offsets`` compaction.
 
 Depends on the core (`logstore`); the core never imports it (the CLI's
 ``maintain`` command imports it lazily). Entry points: :func:`run_job` (one
@@ -8,6 +8,7 @@ job over topics, with a summary), :class:`Scheduler` (``maintain run``), and
 
 from maintenance.cleaner import run_key_compaction
 from maintenance.job import JOBS, run_job
+from maintenance.offsets import run_offsets_compaction
 from maintenance.report import PartitionReport, RunReport
 from maintenance.retention import plan_retention, run_retention
 from maintenance.scheduler import Scheduler, jobs_for_policy
@@ -25,6 +26,7 @@ __all__ = [
     "plan_segments",
     "run_job",
     "run_key_compaction",
+    "run_offsets_compaction",
     "run_retention",
     "run_segment_compaction",
     "run_vacuum",

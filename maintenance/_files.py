@@ -17,6 +17,10 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 * two maintenance commits that remove the same file conflict: the second
   fails with ``CommitFailedError`` and changes nothing.
 
+Files may hold overlapping offset ranges (Delta's ``OPTIMIZE`` bins them by
+size); jobs remove or rewrite a partition's files only in whole runs between
+:func:`logstore.reader.offset_cuts`, never part of such a run.
+
 The table protocol stays (1, 2): only plain add and remove actions are
 written, never deletion vectors or other table features.
 """
@@ -28,7 +32,7 @@ import datetime as dt
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -37,10 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 from logstore import _delta
 from logstore.catalog import Catalog
+from logstore.reader import offset_cuts
 from logstore.schema import TOPIC_SCHEMA
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "discard",
     "live_files",
     "log_start_offsets",
+    "offset_prefix",
     "partition_files",
     "write_segment",
 ]
@@ -101,6 +107,7 @@ class NewFile:
 def live_files(dt_: DeltaTable) -> dict[int, list[LiveFile]]:
     """Partition → its live files in offset order, from the Delta log only.
 
+    Offset order is by min offset; ranges may overlap (see :func:`offset_prefix`).
     Files without offset statistics get them from their ``offset`` column, as
     :func:`logstore._delta.data_files` does; empty files are left out.
     """
@@ -229,6 +236,17 @@ def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
     return out
 
 
+def offset_prefix(min_offsets: np.ndarray | Sequence[int], max_offsets: np.ndarray | Sequence[int], limit: int) -> int:
+    """How many of a partition's first files (min-offset order), at most ``limit``, can go as a whole.
+
+    The largest ``k <= limit`` such that every offset of the first ``k`` files is
+    below every offset of the others, so removing or rewriting them leaves
+    no record of their range behind in a kept file (0 if none).
+    """
+    cuts = offset_cuts(min_offsets, max_offsets)
+    return int(np.flatnonzero(cuts[: max(0, limit) + 1])[-1])
+
+
 def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile:
     """Write ``records`` (one partition, any column order) as one data file sorted by offset.
 
@@ -259,11 +277,14 @@ def commit(
     *,
     data_change: bool,
     operation: str,
+    txns: Mapping[str, int] | None = None,
 ) -> int:
     """One Delta commit removing ``removes`` and adding ``adds``; returns its version.
 
     ``data_change=False`` marks a rewrite that leaves every record as it was
     (segment compaction), so streaming readers of the Delta table skip it.
+    ``txns`` are app transactions (app id → version) the commit records, such
+    as retention's ``logstore.lso.<p>``.
     ``dt_`` is left loaded at (at least) the new version.
 
     Raises:
@@ -302,10 +323,12 @@ def commit(
                     "removed": len(removes),
                     "added": len(adds),
                 }
-            }
+            },
+            app_transactions=[Transaction(app, v, now) for app, v in (txns or {}).items()] or None,
         ),
     )
     _delta.refresh(dt_)
+    _delta.sync_commits(_delta.table_path(dt_), before + 1)  # delta-rs skips fsync; the commit must survive power loss
     # delta-rs does not return the version it committed at (it may have rebased over others' commits).
     for info in dt_.history(max(1, dt_.version() - before)):
         if (info.get(_MAINTENANCE_METADATA) or {}).get("id") == run_id:

@@ -5,7 +5,10 @@ For a topic whose ``cleanup.policy`` contains ``compact``, per partition:
 * the *cleanable* region is the run of files from the log start whose records
   are all older than ``min.compaction.lag.ms`` (file ``max.timestamp``
   statistic); it stops at the first file holding a younger record, so the
-  active tail is never touched;
+  active tail is never touched, and it ends only where no kept file holds an
+  offset below its end (:func:`maintenance._files.offset_prefix`: files with
+  overlapping offset ranges, as Delta's ``OPTIMIZE`` leaves them, are
+  cleaned together or not at all);
 * a record of the cleanable region is dropped when a later record of the
   partition has the same key (a window over ``(partition, key)`` at the
   table version the job planned from), or when it is a tombstone (null value)
@@ -15,10 +18,11 @@ Kept records keep their offsets, so consumers see gaps, never renumbering.
 A partition with something to drop has its whole cleanable region rewritten
 (as Kafka's cleaner recopies the segments it cleans) into files of about
 ``segment.bytes``, sorted by offset, in one Delta commit that removes the old
-files. The commit touches no app transaction, so the high watermark and the
-writer's epoch stay as they were; it conflicts only with other maintenance
-that removed one of the same files (the partition is then left for the next
-run).
+files. The commit touches no app transaction, so the high watermark, the log
+start offset and the writer's epoch stay as they were: as in Kafka, compaction
+never moves the log start offset, and a fetch from it returns the first record
+kept. The commit conflicts only with other maintenance that removed one of the
+same files (the partition is then left for the next run).
 """
 
 from __future__ import annotations
@@ -114,11 +118,12 @@ def run_key_compaction(
     by_part = _files.live_files(table)
     dirty: dict[int, list[_files.LiveFile]] = {}
     for p, files in by_part.items():
-        region = []
+        old = 0
         for f in files:
             if f.max_timestamp_ms is None or f.max_timestamp_ms >= lag_cutoff:
                 break
-            region.append(f)
+            old += 1
+        region = files[: _files.offset_prefix([f.min_offset for f in files], [f.max_offset for f in files], old)]
         if region:
             dirty[p] = region
 
@@ -128,7 +133,7 @@ def run_key_compaction(
     if dirty:
         tombstone_cutoff = dt.datetime.fromtimestamp((now - config.delete_retention_ms) / 1000, dt.UTC)
         ends = spark.createDataFrame(
-            [(p, files[-1].max_offset) for p, files in dirty.items()], "partition int, _dirty_end long"
+            [(p, max(f.max_offset for f in files)) for p, files in dirty.items()], "partition int, _dirty_end long"
         )
         records = (
             spark.read.format("delta").option("versionAsOf", table.version()).load(catalog.topic_path(topic))

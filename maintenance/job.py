@@ -9,6 +9,8 @@ job            what                                                  runs where
 ``compact``    segment compaction towards ``segment.bytes``          Spark tasks, one per bin
 ``clean``      key compaction (``cleanup.policy`` compact)           Spark job (window on key)
 ``vacuum``     delete unreferenced files past Delta's retention      driver (delta-rs)
+``offsets``    compact ``_offsets`` to the latest commits per key,   driver (delta-rs)
+               then vacuum it (not per topic: ``topics`` ignored)
 =============  ====================================================  =========================
 
 Submit to a cluster (the store's root must be reachable by every executor,
@@ -42,6 +44,7 @@ from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import InvalidRequestError, LogstoreError
 from maintenance.cleaner import run_key_compaction
+from maintenance.offsets import OFFSETS_TABLE, run_offsets_compaction
 from maintenance.report import PartitionReport, Progress, RunReport, print_progress
 from maintenance.retention import run_retention
 from maintenance.segments import run_segment_compaction
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JOBS", "SPARK_JOBS", "main", "run_job"]
 
-JOBS = ("retention", "compact", "clean", "vacuum")
+JOBS = ("retention", "compact", "clean", "vacuum", "offsets")
 """Every job name, in the order a full pass runs them."""
 
 SPARK_JOBS = frozenset({"compact", "clean"})
@@ -74,6 +77,9 @@ def run_job(
 ) -> RunReport:
     """Run ``job`` on ``topics`` (default: every topic), one topic after another.
 
+    ``offsets`` runs once, on the store's ``_offsets`` table, keeping the
+    config's ``offsets.history.commits`` commits per key; ``topics`` does not apply.
+
     A topic that fails is recorded in :attr:`RunReport.errors` and the run goes
     on with the next one. Prints progress and ends with the run's summary line.
 
@@ -86,10 +92,18 @@ def run_job(
         raise InvalidRequestError("key compaction ('clean') is a Spark job: pass a SparkSession")
     started = time.monotonic()
     report = RunReport(job)
-    for topic in topics if topics is not None else catalog.list_topics():
+    targets = [OFFSETS_TABLE] if job == "offsets" else topics
+    for topic in targets if targets is not None else catalog.list_topics():
+        fn: JobFunction
         kwargs: dict[str, Any] = {"progress": progress}
-        if job == "retention":
-            fn: JobFunction = run_retention
+        if job == "offsets":
+            fn = _compact_offsets
+            kwargs |= {
+                "vacuum_retention_hours": vacuum_retention_hours,
+                "enforce_retention_duration": enforce_retention_duration,
+            }
+        elif job == "retention":
+            fn = run_retention
             kwargs["now_ms"] = now_ms
         elif job == "compact":
             fn = run_segment_compaction
@@ -111,6 +125,10 @@ def run_job(
     report.seconds = time.monotonic() - started
     progress(report.summary())
     return report
+
+
+def _compact_offsets(catalog: Catalog, _table: str, **kwargs: Any) -> list[PartitionReport]:
+    return run_offsets_compaction(catalog.config.root, keep=catalog.config.offsets_history_commits, **kwargs)
 
 
 def _parser() -> argparse.ArgumentParser:

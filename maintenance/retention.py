@@ -11,11 +11,18 @@ offset order from the log start:
   without it (Kafka's rule: retention never cuts below ``retention.bytes``).
 
 The newest file of a partition is never deleted (Kafka's active segment).
+When files hold overlapping offset ranges (after Delta's ``OPTIMIZE``), the
+prefix shrinks to the largest one whose every offset is below every kept
+file's (:func:`maintenance._files.offset_prefix`): a record is never deleted
+while one below it is kept.
+
 The job reads only the Delta log and commits remove actions only — no file
 is read, rewritten or added — so its cost follows the files it removes. The
-log start offset (the smallest offset of the remaining files) moves up;
-fetches below it answer ``OFFSET_OUT_OF_RANGE``. Settings come from the
-topic's ``logstore.<key>`` properties over the service defaults.
+commit records the partition's new log start offset, one past the largest
+offset removed, in the ``logstore.lso.<p>`` app transaction
+(:func:`logstore.catalog.log_start_offset`); fetches below it answer
+``OFFSET_OUT_OF_RANGE``. Settings come from the topic's ``logstore.<key>``
+properties over the service defaults.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from logstore import _delta
-from logstore.catalog import Catalog, high_watermark
+from logstore.catalog import Catalog, app_log_start, high_watermark, log_start_offset
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError
 from maintenance import _files
@@ -39,7 +47,10 @@ _ATTEMPTS = 5
 
 
 def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
-    """How many of a partition's oldest files retention deletes (a prefix; never the last file)."""
+    """How many of a partition's oldest files retention deletes (a prefix; never the last file).
+
+    ``cols`` is in min-offset order; the prefix never ends inside a run of files whose ranges overlap.
+    """
     n = len(cols)
     if "delete" not in config.cleanup_policy or n < 2:
         return 0
@@ -54,7 +65,7 @@ def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int)
         # Kafka's rule: file i goes only if the files after it still hold retention.bytes.
         fits = kept_after[1 : closed + 1] >= config.retention_bytes
         drop = max(drop, closed if fits.all() else int(np.argmin(fits)))
-    return drop
+    return _files.offset_prefix(cols.min_offset, cols.max_offset, drop)
 
 
 def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
@@ -88,26 +99,28 @@ def run_retention(
             root = _delta.table_path(dt)
             by_part = {p: _files.PartitionFiles.of(p, fs, root) for p, fs in _files.live_files(dt).items()}
         drops = {p: retained_from(cols, config, now) for p, cols in by_part.items()}
+        starts = {p: _log_start(dt, p, by_part.get(p)) for p in range(count)}
+        for p, n in drops.items():
+            if n:
+                starts[p] = max(starts[p], int(by_part[p].max_offset[:n].max()) + 1)
         removes = [by_part[p].file(i) for p, n in drops.items() for i in range(n)]
         version: int | None = None
         if removes:
+            txns = {app_log_start(p): starts[p] for p, n in drops.items() if n}
             try:
-                version = _files.commit(dt, removes, [], data_change=True, operation="retention")
+                version = _files.commit(dt, removes, [], data_change=True, operation="retention", txns=txns)
             except CommitFailedError:
                 continue  # another maintenance run removed some of these files; plan again
         reports = []
         for p in range(count):
-            cols = by_part.get(p)
-            n = drops.get(p, 0)
             gone = [f for f in removes if f.partition == p]
-            start = int(cols.min_offset[n]) if cols is not None and n < len(cols) else high_watermark(dt, p, [])
             r = PartitionReport(
                 topic,
                 p,
                 files_removed=len(gone),
                 bytes_removed=sum(f.size_bytes for f in gone),
                 records_removed=sum(f.num_records for f in gone),
-                log_start_offset=start,
+                log_start_offset=starts[p],
                 version=version if gone else None,
             )
             progress(
@@ -117,3 +130,9 @@ def run_retention(
             reports.append(r)
         return reports
     raise ConcurrentTransactionsError(f"retention of topic '{topic}': lost the commit race {_ATTEMPTS} times")
+
+
+def _log_start(dt: DeltaTable, partition: int, cols: _files.PartitionFiles | None) -> int:
+    """The partition's log start offset at the planned version (from the log only)."""
+    top = int(cols.max_offset.max()) + 1 if cols is not None and len(cols) else 0
+    return log_start_offset(dt, partition, max(top, high_watermark(dt, partition, [])))

@@ -3,7 +3,8 @@
 Each cycle runs, per topic, the jobs its policy calls for: ``retention`` when
 ``cleanup.policy`` contains ``delete``, ``clean`` (key compaction) when it
 contains ``compact``, then ``compact`` (segment compaction) and ``vacuum`` for
-every topic. A failing job is logged with its traceback and the cycle goes
+every topic; then ``offsets`` once (compaction and vacuum of the consumer-group
+offsets table). A failing job is logged with its traceback and the cycle goes
 on; the next cycle starts ``every_s`` seconds after the previous one started.
 """
 
@@ -84,7 +85,7 @@ class Scheduler:
         self._stop.set()
 
     def run_cycle(self) -> list[RunReport]:
-        """One pass over every topic; returns each job run's report."""
+        """One pass over every topic, then over ``_offsets``; returns each job run's report."""
         reports: list[RunReport] = []
         for topic in self.catalog.list_topics():
             try:
@@ -99,19 +100,27 @@ class Scheduler:
                 if job == "clean" and self.spark is None:
                     log.warning("maintenance: %s needs key compaction but no SparkSession was given", topic)
                     continue
-                try:
-                    report = self._run(job, self.catalog, topics=[topic], spark=self.spark, progress=log.info)
-                except Exception:
-                    log.exception("maintenance: %s of topic %s failed; the next cycle retries", job, topic)
-                    self.failures += 1
-                    continue
-                if report.errors:
-                    self.failures += 1
-                    log.error("maintenance: %s", report.summary())
-                else:
-                    log.info("maintenance: %s", report.summary())
-                reports.append(report)
+                self._run_one(job, topic, reports)
+        if not self._stop.is_set():
+            self._run_one("offsets", None, reports)
         return reports
+
+    def _run_one(self, job: str, topic: str | None, reports: list[RunReport]) -> None:
+        what = f"topic {topic}" if topic is not None else "the offsets table"
+        try:
+            report = self._run(
+                job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=log.info
+            )
+        except Exception:
+            log.exception("maintenance: %s of %s failed; the next cycle retries", job, what)
+            self.failures += 1
+            return
+        if report.errors:
+            self.failures += 1
+            log.error("maintenance: %s", report.summary())
+        else:
+            log.info("maintenance: %s", report.summary())
+        reports.append(report)
 
     def run_forever(self, cycles: int | None = None) -> None:
         """Run cycles until :meth:`stop` (or ``cycles`` of them), ``every_s`` apart."""

@@ -9,6 +9,12 @@ becomes one file holding the same records, sorted by offset, so a file's
 readers' offset pruning stays sharp. Files already at ``segment.bytes`` are
 left alone, and nothing changes across a bin boundary.
 
+Files whose offset ranges overlap (Delta's ``OPTIMIZE`` bins files by size,
+not offset) form a run (:func:`logstore.reader.offset_runs`) that is binned
+as one unit and always rewritten, whatever its size, into files of about
+``segment.bytes`` with disjoint ranges in offset order: compaction repairs
+such a layout.
+
 Records and offsets are unchanged, so the commit (per partition: remove the
 bin's files, add the merged file) says ``dataChange=false``. Bins are
 rewritten as Spark tasks when a SparkSession is given (each task reads its
@@ -18,6 +24,7 @@ bytes of every record are copied as they are), else in this process.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,6 +34,7 @@ from deltalake.exceptions import CommitFailedError
 
 from logstore import _delta
 from logstore.catalog import Catalog
+from logstore.reader import offset_runs
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
@@ -37,29 +45,36 @@ __all__ = ["plan_segments", "run_segment_compaction"]
 
 
 def plan_segments(files: Sequence[_files.LiveFile], segment_bytes: int) -> list[list[_files.LiveFile]]:
-    """Bins of adjacent small files (offset order) to merge; only bins of two or more files."""
+    """Bins of adjacent small files (offset order) to merge; only bins of two or more files.
+
+    A run of files with overlapping offset ranges never straddles a bin boundary,
+    and a run of two or more files is always in a bin (alone when it is at least
+    ``segment_bytes`` big).
+    """
     bins: list[list[_files.LiveFile]] = []
     current: list[_files.LiveFile] = []
     size = 0
-    for f in files:
-        if f.size_bytes >= segment_bytes:
-            bins.append(current)
+    for run in offset_runs(files):
+        run_size = sum(f.size_bytes for f in run)
+        if run_size >= segment_bytes:
+            bins += [current, run]  # a big file alone is left as it is (bins of one are dropped)
             current, size = [], 0
             continue
-        if current and size + f.size_bytes > segment_bytes:
+        if current and size + run_size > segment_bytes:
             bins.append(current)
             current, size = [], 0
-        current.append(f)
-        size += f.size_bytes
+        current += run
+        size += run_size
     bins.append(current)
     return [b for b in bins if len(b) >= 2]
 
 
-def _rewrite_bin(task: tuple[str, int, list[str]]) -> _files.NewFile:
-    """Merge one bin's files into one (runs on a Spark executor or in-process)."""
-    root, partition, paths = task
-    data = pa.concat_tables([pq.read_table(p, schema=_files.FILE_SCHEMA) for p in paths])
-    return _files.write_segment(root, partition, data)
+def _rewrite_bin(task: tuple[str, int, list[str], int]) -> list[_files.NewFile]:
+    """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process)."""
+    root, partition, paths, pieces = task
+    data = pa.concat_tables([pq.read_table(p, schema=_files.FILE_SCHEMA) for p in paths]).sort_by("offset")
+    step = max(1, math.ceil(len(data) / max(1, pieces)))
+    return [_files.write_segment(root, partition, data.slice(i, step)) for i in range(0, len(data), step)]
 
 
 def run_segment_compaction(
@@ -82,7 +97,11 @@ def run_segment_compaction(
     by_part = _files.live_files(dt)
     root = _delta.table_path(dt)
     plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
-    tasks = [(root, p, [f.path for f in b]) for p in range(count) for b in plans[p]]
+    tasks = [
+        (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)))
+        for p in range(count)
+        for b in plans[p]
+    ]
     if tasks and spark is not None:
         written = spark.sparkContext.parallelize(tasks, len(tasks)).map(_rewrite_bin).collect()
     else:
@@ -92,7 +111,7 @@ def run_segment_compaction(
     i = 0
     for p in range(count):
         bins = plans[p]
-        new = written[i : i + len(bins)]
+        new = [f for files in written[i : i + len(bins)] for f in files]
         i += len(bins)
         removes = [f for b in bins for f in b]
         version = None

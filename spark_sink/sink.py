@@ -14,7 +14,8 @@ Where it runs and why it is exactly-once:
   succeeded. It appends the batch to each topic in one Delta commit through a
   cooperative :class:`~logstore.writer.TopicWriter` (``join=True``): offsets
   come from the writer, gap-free, and a race with another committer (an ingest
-  server) is retried, never fenced. The commit is an idempotent producer
+  server) is retried, never fenced. The writer is closed after the batch (its
+  lock file, checkpoint thread and fsync pool go with it). The commit is an idempotent producer
   batch: producer id = the streaming query's id (from its checkpoint), sequence
   = the batch id. A batch replayed after a crash — same query, same batch id —
   finds its sequence already committed and writes nothing.
@@ -94,17 +95,23 @@ class _Sink:
                     continue
             else:
                 committed = None
+            # One writer per topic and batch, closed when done: a writer holds a lock-file fd, a
+            # checkpoint thread and an fsync pool, and a batch already pays for opening it (a
+            # cached one would have to be refreshed anyway, and outlive topics being re-created).
             writer = TopicWriter(catalog, topic, join=True)
-            records = _as_input(rows, topic, writer.num_partitions, producer_id, sequence)
-            batches = [ProducerBatch(records, producer_id, sequence)]
-            if committed is not None and sequence is not None and committed < sequence - 1:
-                # Batches with no rows for this topic left gaps in its sequence; close them in the same commit.
-                batches[:0] = [
-                    ProducerBatch(records.slice(0, 0), producer_id, s) for s in range(committed + 1, sequence)
-                ]
-            for result in writer.append(batches):
-                if isinstance(result, LogstoreError):
-                    raise result
+            try:
+                records = _as_input(rows, topic, writer.num_partitions, producer_id, sequence)
+                batches = [ProducerBatch(records, producer_id, sequence)]
+                if committed is not None and sequence is not None and committed < sequence - 1:
+                    # Batches with no rows for this topic left gaps in its sequence; close them in the same commit.
+                    batches[:0] = [
+                        ProducerBatch(records.slice(0, 0), producer_id, s) for s in range(committed + 1, sequence)
+                    ]
+                for result in writer.append(batches):
+                    if isinstance(result, LogstoreError):
+                        raise result
+            finally:
+                writer.close()
 
 
 class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):

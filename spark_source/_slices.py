@@ -1,10 +1,10 @@
 """Partition slices: what one Spark task reads, and how it reads it.
 
-A slice is ``[start, end)`` of one topic partition plus the data files that
-cover it at the Delta version the batch was planned on. The file list travels
-inside the slice (it is pickled to the executor), so a task never looks at the
-Delta log: compaction or retention committed after planning cannot change
-what the batch reads.
+A slice is ``[start, end)`` of one topic partition plus every data file that
+holds an offset in it at the Delta version the batch was planned on. The file
+list travels inside the slice (it is pickled to the executor), so a task never
+looks at the Delta log: compaction or retention committed after planning
+cannot change what the batch reads.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
 from logstore._delta import DataFile
+from logstore.reader import offset_runs
+from logstore.schema import TOPIC_SCHEMA
 
 __all__ = ["KAFKA_ARROW_SCHEMA", "KAFKA_SCHEMA_DDL", "TopicSlice", "plan_slices", "read_slice"]
 
@@ -44,6 +46,7 @@ _HEADERS_ARROW = pa.field(
     "headers", pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
 )
 _READ_BATCH_ROWS = 65_536
+_FILE_SCHEMA = pa.schema([f for f in TOPIC_SCHEMA if f.name != "partition"])
 
 
 @dataclass(frozen=True)
@@ -70,16 +73,22 @@ def plan_slices(
 ) -> list[TopicSlice]:
     """``[start, end)`` of a partition as slices of at most about ``max_records`` records.
 
-    Cuts fall on file boundaries where files allow, so each file is opened by
-    one task; a file larger than ``max_records`` is one slice of its own.
+    Slices are cut only where no file straddles the cut (:func:`logstore.reader.offset_cuts`),
+    and each slice carries every file that holds an offset inside it: files whose
+    ranges overlap (after Delta's ``OPTIMIZE``) land in one slice, so no record is
+    skipped or read twice. Each file is opened by one task; a run of files larger
+    than ``max_records`` is one slice of its own.
     """
-    mine = [f for f in files if f.partition == partition and f.max_offset >= start and f.min_offset < end]
+    mine = sorted(
+        (f for f in files if f.partition == partition and f.max_offset >= start and f.min_offset < end),
+        key=lambda f: f.min_offset,
+    )
     out: list[TopicSlice] = []
     lo = start
     group: list[DataFile] = []
-    for f in mine:
-        group.append(f)
-        hi = min(end, f.max_offset + 1)
+    for run in offset_runs(mine):
+        group += run
+        hi = min(end, max(f.max_offset for f in run) + 1)
         if hi - lo >= max_records:
             out.append(TopicSlice(topic, partition, lo, hi, tuple(group), include_headers))
             lo, group = hi, []
@@ -91,24 +100,29 @@ def plan_slices(
 def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
     """The slice's records as Arrow batches in the Kafka source schema, offsets ascending.
 
-    Runs on an executor. A file wholly inside the slice is streamed; a file
-    cut by the slice is read with an offset filter (Parquet statistics skip
-    row groups outside it).
+    Runs on an executor. A file wholly inside the slice, with no other file
+    overlapping its offsets, is streamed; other files are read with an offset
+    filter (Parquet statistics skip row groups outside it), and files whose
+    ranges overlap are merged by offset.
     """
     columns = ["offset", "timestamp", "timestamp_type", "key", "value"]
     if s.include_headers:
         columns.append("headers")
-    for f in sorted(s.files, key=lambda f: f.min_offset):
-        if f.min_offset >= s.start and f.max_offset < s.end:
-            pf = pq.ParquetFile(f.path)
+    for run in offset_runs(s.files):
+        if len(run) == 1 and run[0].min_offset >= s.start and run[0].max_offset < s.end:
+            pf = pq.ParquetFile(run[0].path)
             for rb in pf.iter_batches(batch_size=_READ_BATCH_ROWS, columns=columns):
                 yield _to_kafka(rb, s)
-        else:
-            t = pq.read_table(f.path, columns=columns, filters=[("offset", ">=", s.start), ("offset", "<", s.end)])
-            if len(t) > 1 and not _sorted(t["offset"]):
-                t = t.sort_by("offset")
-            for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
-                yield _to_kafka(rb, s)
+            continue
+        filters = [("offset", ">=", s.start), ("offset", "<", s.end)]
+        # One schema for every file: another engine's rewrite may store types differently.
+        t = pa.concat_tables(
+            [pq.read_table(f.path, columns=columns, filters=filters, schema=_FILE_SCHEMA) for f in run]
+        )
+        if len(t) > 1 and not _sorted(t["offset"]):
+            t = t.sort_by("offset")
+        for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
+            yield _to_kafka(rb, s)
 
 
 def _to_kafka(rb: pa.RecordBatch, s: TopicSlice) -> pa.RecordBatch:

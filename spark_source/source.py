@@ -21,7 +21,10 @@ batch of an ``availableNow`` run, which ends with a ``latestOffset`` call that
 finds nothing new. Spark's own ``commit(end)`` comes one batch later and
 commits too (a no-op when already there). The query's checkpoint, not the
 group, is where a restarted query resumes. A group's topic has one live query
-at a time (:class:`~logstore.leases.GroupLease`).
+at a time (:class:`~logstore.leases.GroupLease`); every commit of the group's
+offsets checks the lease first, so a query that lost its topic to another
+query of the group fails with ``GROUP_SUBSCRIBED_TO_TOPIC`` instead of moving
+the group's offsets back.
 """
 
 from __future__ import annotations
@@ -199,11 +202,15 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offsets
 
     def _hold(self, views: Views) -> None:
+        self._hold_topics(set(views))
+
+    def _hold_topics(self, topics: set[str]) -> None:
+        """Hold (take or renew) the group's leases of ``topics``; raises GroupSubscribedToTopicError if lost."""
         if self.options.group is None:
             return
         if self._lease is None:
             self._lease = GroupLease(self.options.root, self.options.group)
-        self._lease.acquire(set(views))
+        self._lease.acquire(topics)
 
     def _commit_group(self, offsets: dict[str, Any]) -> None:
         if self.options.group is None:
@@ -211,6 +218,9 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for t, parts in offsets.items():
             changed = {int(p): int(o) for p, o in parts.items() if self._committed.get((t, p)) != o}
             if changed:
+                # A query that lost the topic to another query of its group must not move the
+                # group's offsets back to its own (older) position: check the lease right before.
+                self._hold_topics({t})
                 self._offsets_().commit(self.options.group, t, changed, metadata="spark")
                 for p, o in changed.items():
                     self._committed[(t, str(p))] = o

@@ -58,6 +58,22 @@ def spark() -> Iterator[SparkSession]:
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real standalone ZooKeeper server for the test run; yields ``host:port`` (give each test its own chroot)."""
+    from logstore.cluster.zkserver import ZooKeeperServer
+    from tests.server import free_port
+
+    zk = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=free_port())
+    proc = zk.spawn()
+    try:
+        zk.wait_serving(proc)
+        yield zk.connect
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Callable[..., object]]:
     """Start ``logstore serve`` on a fresh root: ``server(**{"linger.ms": 5})``; stopped after the test."""

@@ -69,7 +69,7 @@ def test_alter_config_and_add_partitions(store: LogStore) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", ".", "..", "a b", "ümlaut", "x" * 250, "a/b", "semi;colon"],
+    ["", ".", "..", "a b", "ümlaut", "x" * 250, "a/b", "semi;colon", "abc\n", "abc\r", "\nabc", "a\x00b", "abc\t"],
 )
 def test_invalid_topic_names(store: LogStore, name: str) -> None:
     with pytest.raises(InvalidTopicError):

@@ -38,6 +38,28 @@ def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> 
     assert sum(len(v) for v in values.values()) == 200
 
 
+def test_repeated_header_keys_survive_a_fetch(server: Callable[..., Server]) -> None:
+    srv = server()
+    remote = RemoteStore(srv.url)
+    remote.create_topic("t", 1)
+    repeated = [
+        {"key": "trace", "value": "a"},
+        {"key": "hop", "value": {"b64": "/w=="}},
+        {"key": "trace", "value": None},
+    ]
+    records = [{"value": "dup", "headers": repeated}, {"value": "plain", "headers": {"h": "1", "g": "2"}}]
+    with srv.client() as c:
+        assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+        got = c.get("/v1/topics/t/partitions/0/records", params={"offset": 0}).json()["records"]
+    # every header in order when a key repeats; the object form when keys are unique
+    assert [r["headers"] for r in got] == [repeated, {"h": "1", "g": "2"}]
+    fetched = remote.fetch("t", 0, 0).records["headers"].to_pylist()
+    assert fetched == [
+        [{"key": "trace", "value": b"a"}, {"key": "hop", "value": b"\xff"}, {"key": "trace", "value": None}],
+        [{"key": "h", "value": b"1"}, {"key": "g", "value": b"2"}],
+    ]
+
+
 def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[..., Server]) -> None:
     srv = server()
     RemoteStore(srv.url).create_topic("t", 2)

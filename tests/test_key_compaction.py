@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from logstore import _delta
+from logstore.errors import OffsetOutOfRangeError
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
-from maintenance import run_key_compaction
+from maintenance import run_key_compaction, run_retention
+from tests.server import Server
+from tests.spark_helpers import drain, read_stream
 
 pytestmark = pytest.mark.spark
 
@@ -103,7 +107,7 @@ def test_tombstones_expire_after_delete_retention_ms(
 
     assert live(spark, store, t) == [(0, 2, b"c", b"1"), (0, 4, b"b", None)]
     assert report.records_removed == 3
-    assert report.log_start_offset == 2
+    assert report.log_start_offset == 0  # compaction leaves gaps; it never moves the log start
     (again,) = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS + 2 * HOUR_MS, progress=lambda _: None)
     assert live(spark, store, t) == [(0, 2, b"c", b"1")]
     assert again.records_removed == 1
@@ -132,3 +136,48 @@ def test_delete_only_topics_are_left_alone(
     produce(w, [(0, b"a", b"1"), (0, b"a", b"2")], NOW_MS - HOUR_MS)
     assert run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None) == []
     assert len(live(spark, store, t)) == 2
+
+
+def test_compaction_never_moves_the_log_start_offset(
+    spark: SparkSession,
+    store: LogStore,
+    make_topic: Callable[..., str],
+    server: Callable[..., Server],
+    tmp_path: Path,
+) -> None:
+    t = make_topic(partitions=1, cleanup_policy="compact,delete", delete_retention_ms=24 * HOUR_MS)
+    w = TopicWriter(store.catalog, t)
+    produce(w, [(0, b"a", b"1"), (0, b"b", b"1")], NOW_MS - 2 * HOUR_MS)  # offsets 0, 1
+    query = read_stream(spark, store, subscribe=t, startingOffsets="earliest", failOnDataLoss="true")
+    rows, _ = drain(query, tmp_path)
+    assert rows.count() == 2  # the query's position is 2
+    produce(w, [(0, b"a", b"2"), (0, b"b", b"2"), (0, b"x", b"1")], NOW_MS - 2 * HOUR_MS)  # 2, 3, 4
+    produce(w, [(0, b"a", b"3"), (0, b"b", b"3")], NOW_MS - 2 * HOUR_MS)  # 5, 6
+    produce(w, [(0, b"y", b"1")], NOW_MS)  # 7: younger than the lag, the active tail
+
+    (report,) = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None)
+
+    assert report.records_removed == 4  # 0..3 are superseded; the first record kept is 4
+    assert report.log_start_offset == 0
+    info = store.describe_topic(t).partitions[0]
+    assert (info.log_start_offset, info.high_watermark) == (0, 8)
+    # a fetch from any offset at or above the log start returns the next record kept
+    api = server(Path(store.config.root)).client()
+    fetched = api.get(f"/v1/topics/{t}/partitions/0/records", params={"offset": 0, "max_records": 2}).json()
+    assert [r["offset"] for r in fetched["records"]] == [4, 5] and fetched["log_start_offset"] == 0
+    assert store.fetch(t, 0, 2, max_records=1).records["value"].to_pylist() == [b"1"]
+    # the query resumes at 2 without seeing data loss, and reads exactly the records kept
+    rows, _ = drain(read_stream(spark, store, subscribe=t, failOnDataLoss="true"), tmp_path)
+    assert sorted(r.offset for r in rows.select("offset").collect()) == [0, 1, 4, 5, 6, 7]
+
+    # only retention moves it: keeping the newest file deletes 4..6, and the log then starts at 7
+    store.alter_topic(t, config={"retention.bytes": 0})
+    (retained,) = run_retention(store.catalog, t, progress=lambda _: None)
+    assert retained.log_start_offset == store.describe_topic(t).partitions[0].log_start_offset == 7
+    with pytest.raises(OffsetOutOfRangeError):
+        store.fetch(t, 0, 6)
+    below = api.get(f"/v1/topics/{t}/partitions/0/records", params={"offset": 6})
+    assert below.status_code == 416 and below.json()["error_code"] == "OFFSET_OUT_OF_RANGE"
+    # a later compaction leaves it where retention put it
+    run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS + 2 * HOUR_MS, progress=lambda _: None)
+    assert store.describe_topic(t).partitions[0].log_start_offset == 7

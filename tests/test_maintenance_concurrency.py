@@ -4,8 +4,10 @@ A producer thread commits keyed records through a ``TopicWriter``; a consumer
 thread fetches every partition from offset 0 with a ``TopicReader``, jumping
 to the log start on ``OFFSET_OUT_OF_RANGE`` (Kafka's ``auto.offset.reset``);
 the test thread runs retention, segment compaction, key compaction and vacuum
-in rounds, handing the producer commits to make while each job runs. The
-history is then checked:
+in rounds, handing the producer commits to make while each job runs. Before
+the threads start, ``PRELOAD`` commits are made, enough for every job to have
+work in the first round whatever the timing; rounds go on (at most
+``MAX_ROUNDS``) until each job has done some. The history is then checked:
 
 * lost — an acknowledged record the consumer never saw that neither
   retention (an offset the consumer jumped over, below the log start) nor key
@@ -37,6 +39,10 @@ pytestmark = pytest.mark.spark
 PARTITIONS = 2
 KEYS = 7
 COMMITS_PER_JOB = 25
+PRELOAD = 40
+"""Commits made before the concurrent phase: ~2 KB per partition each, twice retention.bytes, in small files."""
+MIN_ROUNDS = 2
+MAX_ROUNDS = 5
 
 
 @dataclass
@@ -62,21 +68,27 @@ def test_produce_consume_and_maintenance_lose_and_duplicate_nothing(
     producing_done = threading.Event()
     writer = TopicWriter(store.catalog, t)
 
+    def commit(i: int) -> None:
+        parts = [j % PARTITIONS for j in range(8)]
+        keys: list[bytes | None] = [f"k{(i + j) % KEYS}".encode() for j in range(8)]
+        values: list[bytes | None] = [f"{i}-{j}".encode() for j in range(8)]
+        (res,) = writer.append([ProducerBatch(input_table(parts, values, keys=keys))])
+        assert isinstance(res, AppendResult)
+        for p, o, k, v in zip(parts, res.offsets.to_pylist(), keys, values, strict=True):
+            assert k is not None and v is not None
+            h.acked[p][o] = (k, v)
+
+    for i in range(PRELOAD):
+        commit(i)
+
     def produce() -> None:
-        i = 0
+        i = PRELOAD
         try:
             while True:
                 permits.acquire()
                 if producing_done.is_set():
                     return
-                parts = [j % PARTITIONS for j in range(8)]
-                keys: list[bytes | None] = [f"k{(i + j) % KEYS}".encode() for j in range(8)]
-                values: list[bytes | None] = [f"{i}-{j}".encode() for j in range(8)]
-                (res,) = writer.append([ProducerBatch(input_table(parts, values, keys=keys))])
-                assert isinstance(res, AppendResult)
-                for p, o, k, v in zip(parts, res.offsets.to_pylist(), keys, values, strict=True):
-                    assert k is not None and v is not None
-                    h.acked[p][o] = (k, v)
+                commit(i)
                 i += 1
         except BaseException as e:
             h.errors.append(e)
@@ -124,7 +136,7 @@ def test_produce_consume_and_maintenance_lose_and_duplicate_nothing(
     removed_by_retention = 0
     compacted = cleaned = 0
     try:
-        for _round in range(2):
+        for rounds in itertools.count(1):
             for job in jobs:
                 for _ in range(COMMITS_PER_JOB):
                     permits.release()  # the producer commits while the job runs
@@ -132,6 +144,8 @@ def test_produce_consume_and_maintenance_lose_and_duplicate_nothing(
                 removed_by_retention += sum(r.files_removed for r in reports if job is jobs[0])
                 compacted += sum(r.files_removed for r in reports if job is jobs[1])
                 cleaned += sum(r.records_removed for r in reports if job is jobs[2])
+            if rounds >= MAX_ROUNDS or (rounds >= MIN_ROUNDS and removed_by_retention and compacted and cleaned):
+                break
     finally:
         producing_done.set()
         permits.release()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 from deltalake.exceptions import CommitFailedError
 
+from logstore.catalog import app_log_start
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
@@ -46,7 +47,8 @@ def test_maintenance_on_a_stale_snapshot_rebases_over_appends(store: LogStore, m
     stale = store.catalog.table(t)
     first = _files.live_files(stale)[0][0]
     w.append([ProducerBatch(input_table([0], [b"meanwhile"]))])
-    version = _files.commit(stale, [first], [], data_change=True, operation="retention")
+    txns = {app_log_start(0): first.max_offset + 1}
+    version = _files.commit(stale, [first], [], data_change=True, operation="retention", txns=txns)
     assert version == store.catalog.table(t).version()
     assert store.describe_topic(t).partitions[0].log_start_offset == 2
     assert store.describe_topic(t).partitions[0].high_watermark == 9

@@ -1,11 +1,15 @@
 """Consumer-group offsets: commit, read back the latest, lag = HW - committed."""
 
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from logstore.errors import GroupIdNotFoundError, InvalidGroupIdError, InvalidRequestError, OffsetOutOfRangeError
-from logstore.offsets import OffsetsStore
+from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
@@ -49,3 +53,53 @@ def test_reset_to_earliest_latest_offset_and_timestamp(store: LogStore, make_top
     assert {r.partition: r.committed_offset for r in store.describe_group("g")} == {0: 1, 1: 1}
     with pytest.raises(InvalidRequestError):
         store.reset_offsets("g", t, "yesterday")
+
+
+def test_a_clock_going_backwards_cannot_move_a_group_back(tmp_path: Path) -> None:
+    ahead = OffsetsStore(str(tmp_path), clock_ms=lambda: 2_000_000_000_000)
+    behind = OffsetsStore(str(tmp_path), clock_ms=lambda: 1_000_000_000_000)  # another host, its clock years behind
+    ahead.commit("g", "t", {0: 10, 1: 4})
+    behind.commit("g", "t", {0: 3})  # committed after: the group's offset of partition 0 is 3 now
+    ahead.commit("g", "t", {1: 5})
+    for reader in (ahead, behind, OffsetsStore(str(tmp_path))):
+        got = {p: o for (_, _, p), (o, _, _) in reader.committed("g", "t").items()}
+        assert got == {0: 3, 1: 5}
+
+
+def test_racing_commits_of_one_group_each_get_their_own_number(tmp_path: Path) -> None:
+    stores = [OffsetsStore(str(tmp_path)) for _ in range(4)]
+    stores[0].commit("g", "t", {0: 0})
+
+    def commit_many(store: OffsetsStore, base: int) -> None:
+        for i in range(5):
+            store.commit("g", "t", {0: base + i})
+
+    threads = [threading.Thread(target=commit_many, args=(s, 100 * k)) for k, s in enumerate(stores)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    rows = DeltaTable(str(tmp_path / "_offsets")).to_pyarrow_table().sort_by("commit_seq")
+    assert rows["commit_seq"].to_pylist() == list(range(21))
+    last = rows["offset"][-1].as_py()
+    assert OffsetsStore(str(tmp_path)).committed("g")[("g", "t", 0)][0] == last
+
+
+def test_a_table_from_before_commit_seq_still_reads(tmp_path: Path) -> None:
+    path = str(tmp_path / "_offsets")
+    old_schema = pa.schema([f for f in OFFSETS_SCHEMA if f.name != "commit_seq"])
+    old = pa.table(
+        {
+            "group": ["g", "g", "h"],
+            "topic": ["t", "t", "t"],
+            "partition": [0, 0, 0],
+            "offset": [7, 5, 9],
+            "commit_time": [3_000_000, 2_000_000, 1_000_000],
+            "metadata": [None, None, "x"],
+        }
+    ).cast(old_schema)
+    write_deltalake(path, old)
+    store = OffsetsStore(str(tmp_path), clock_ms=lambda: 1)  # a clock far behind the old rows
+    assert store.committed("g") == {("g", "t", 0): (7, 3_000, None)}
+    store.commit("g", "t", {0: 4})  # newer than every row without a number, whatever the clocks say
+    assert store.committed() == {("g", "t", 0): (4, 1, None), ("h", "t", 0): (9, 1_000, "x")}

@@ -1,14 +1,24 @@
 """Fetching slices of a partition, pruned by file statistics, bounded by the high watermark."""
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from logstore import _delta
+from logstore._delta import DataFile
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logstore.reader import _read_bounded
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
+from maintenance import _files
 
 
 def produce(store: LogStore, topic: str, partition: int, n: int, tag: str) -> None:
@@ -65,3 +75,72 @@ def test_reader_sees_new_commits(store: LogStore, make_topic: Callable[..., str]
     assert reader.fetch(0, 0).high_watermark == 0
     produce(store, t, 0, 2, "v")
     assert reader.fetch(0, 0).records["offset"].to_pylist() == [0, 1]
+
+
+def test_fetch_reads_about_max_bytes_not_max_records(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    value = 1024 * 1024 - 100
+    store.append(t, [ProducerBatch(input_table([0] * 50, [os.urandom(value) for _ in range(50)]))])
+    # A fresh process, so the memory pool's peak is this fetch's alone (writing the records set ours).
+    script = (
+        "import sys, pyarrow as pa\n"
+        "from logstore.config import load_config\n"
+        "from logstore.store import LogStore\n"
+        "store = LogStore(load_config(environ={}, path=None, overrides={'logstore.root': sys.argv[1]}))\n"
+        "r = store.fetch(sys.argv[2], 0, 0)\n"  # defaults: max_bytes 1 MiB, max_records 500
+        "print(len(r.records), pa.default_memory_pool().max_memory())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, store.config.root, t], capture_output=True, text=True, check=True
+    ).stdout.split()
+    records, peak = int(out[0]), int(out[1])
+    assert records == 1
+    assert peak < 16 * 1024 * 1024, f"one fetch of 1 record allocated {peak} bytes"  # was > 100 MiB
+
+
+def _file(path: Path, offsets: list[int]) -> DataFile:
+    """A data file holding ``offsets`` in the order given, in row groups of 4 rows, values ``v<offset>``."""
+    n = len(offsets)
+    table = pa.table(
+        {
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            "timestamp_type": pa.array([0] * n, pa.int32()),
+            "key": pa.nulls(n, pa.binary()),
+            "value": pa.array([b"v%d" % o for o in offsets], pa.binary()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=4)
+    return DataFile(str(path), 0, min(offsets), max(offsets), n, path.stat().st_size, 0)
+
+
+@pytest.mark.parametrize("max_bytes", [1, 5, 12, 40, 1000, 0])
+def test_bounded_read_merges_files_with_overlapping_offsets(tmp_path: Path, max_bytes: int) -> None:
+    # Shaped like Spark OPTIMIZE's output beside a file it left alone: one file holds [0, 39] minus
+    # [10, 19], in no particular order, the other holds [10, 19]; offsets 30-31 were compacted away.
+    big = list(range(20, 30)) + list(range(32, 40)) + list(range(10))
+    files = (_file(tmp_path / "a.parquet", big), _file(tmp_path / "b.parquet", list(range(10, 20))))
+    kept = sorted(big + list(range(10, 20)))
+    for start, end in [(0, 40), (5, 25), (12, 33), (30, 40), (39, 40)]:
+        got = _read_bounded(files, 0, start, end, max_bytes)["offset"].to_pylist()
+        want = [o for o in kept if start <= o < end]
+        sizes = np.cumsum([len(b"v%d" % o) for o in want])
+        count = len(want) if max_bytes <= 0 else max(1, int(np.sum(sizes <= max_bytes)))
+        assert got == want[:count], (start, end)
+
+
+def test_fetch_steps_over_gaps_that_compaction_left(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    for i in range(3):
+        produce(store, t, 0, 10, f"c{i}-")
+    # What key compaction commits: files [0, 9] and [10, 19] rewritten to hold only offsets 17 and 18.
+    dt = store.catalog.table(t)
+    old = _files.live_files(dt)[0][:2]
+    kept = pq.read_table(old[1].path, schema=_files.FILE_SCHEMA).slice(7, 2)
+    _files.commit(dt, old, [_files.write_segment(_delta.table_path(dt), 0, kept)], data_change=True, operation="clean")
+
+    assert store.fetch(t, 0, 0, max_records=3).records["offset"].to_pylist() == [17, 18, 20]
+    assert store.fetch(t, 0, 0, max_records=1).records["value"].to_pylist() == [b"c1-7"]
+    assert store.fetch(t, 0, 5, max_records=100).records["offset"].to_pylist() == [17, 18, *range(20, 30)]
+    assert store.fetch(t, 0, 19, max_records=2).records["offset"].to_pylist() == [20, 21]
+    assert store.fetch(t, 0, 0).log_start_offset == 0

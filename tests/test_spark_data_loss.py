@@ -6,11 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from logstore.store import LogStore
+from maintenance import run_retention
 from tests.spark_helpers import drain, read_stream
 from tests.test_spark_source import offsets_by_partition, produce
 
@@ -18,8 +18,9 @@ pytestmark = pytest.mark.spark
 
 
 def delete_below(store: LogStore, topic: str, partition: int, offset: int) -> None:
-    """What retention does: drop whole files (a remove-only commit), moving the log start offset up."""
-    DeltaTable(store.catalog.topic_path(topic)).delete(f"partition = {partition} AND offset < {offset}")
+    """Retention keeping only the newest file, which starts at ``offset``: the log start offset moves up to it."""
+    store.alter_topic(topic, config={"retention.bytes": 0})
+    run_retention(store.catalog, topic, progress=lambda _: None)
     assert store.describe_topic(topic).partitions[partition].log_start_offset == offset
 
 

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from logstore import cli
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.leases import GroupLease
+from logstore.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsStore
 from logstore.store import LogStore
+from spark_source._options import SourceOptions
+from spark_source.source import LogstoreStreamReader
 from tests.spark_helpers import batch_sizes, drain, read_stream
 from tests.test_spark_source import offsets_by_partition, produce
 
@@ -102,21 +110,48 @@ def test_a_second_live_query_of_a_group_fails_fast(
     assert committed(store, "g", t) == {0: 2}
 
 
-def test_lease_of_a_crashed_reader_expires(tmp_path: Path) -> None:
-    now = [1_000_000]
-    crashed = GroupLease(str(tmp_path), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
-    crashed._take("t")  # holds the lease but never renews it (no heartbeat), like a killed process
-    newcomer = GroupLease(str(tmp_path), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
-    with pytest.raises(GroupSubscribedToTopicError, match="already has a live reader"):
-        newcomer.acquire({"t"})
-    now[0] += 5_001
-    newcomer.acquire({"t"})
-    newcomer.release()
-    with pytest.raises(GroupSubscribedToTopicError, match="lost topic 't'"):
-        _renew_after_takeover(tmp_path, crashed, now)
+def test_a_query_that_lost_its_lease_cannot_move_the_group_back(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=1)
+    produce(store, t, [0] * 5)
+    options = {"subscribe": t, "group": "g", "startingOffsets": "earliest", "logstore.root": store.config.root}
+    stale = LogstoreStreamReader(SourceOptions.parse(options, streaming=True))
+    assert stale.initialOffset() == {t: {"0": 0}}  # holds the lease now
+    # It stalls past its lease's expiry; another query of the group takes over and reads on.
+    later = GroupLease(store.config.root, "g", clock_ms=lambda: time.time_ns() // 1_000_000 + 3_600_000)
+    later.acquire({t})
+    later.release()  # stops its heartbeat; the topic is free again, but no longer the stale query's
+    store.commit_offsets("g", t, {0: 5})
+    with pytest.raises(GroupSubscribedToTopicError, match=f"lost topic '{t}'"):
+        stale.commit({t: {"0": 2}})
+    with pytest.raises(GroupSubscribedToTopicError):
+        stale.latestOffset({t: {"0": 3}}, ReadAllAvailable())
+    assert committed(store, "g", t) == {0: 5}
+    stale.stop()
 
 
-def _renew_after_takeover(root: Path, stale: GroupLease, now: list[int]) -> None:
-    taker = GroupLease(str(root), "g", timeout_ms=5_000, clock_ms=lambda: now[0])
-    taker._take("t")
-    stale._renew("t")
+@pytest.mark.spark
+def test_the_latest_offsets_sql_follows_commit_order_not_clocks(spark: SparkSession, tmp_path: Path) -> None:
+    root = str(tmp_path)
+    path = os.path.join(root, "_offsets")
+    old_schema = pa.schema([f for f in OFFSETS_SCHEMA if f.name != "commit_seq"])
+    # A table from before commit numbers: its rows are ordered by their clocks.
+    old = pa.table(
+        {
+            "group": ["g", "g", "h"],
+            "topic": ["t"] * 3,
+            "partition": [0, 1, 0],
+            "offset": [7, 5, 9],
+            "commit_time": [3, 2, 1],
+        }
+    )
+    write_deltalake(path, old.append_column("metadata", pa.nulls(3, pa.string())).cast(old_schema))
+    ahead = OffsetsStore(root, clock_ms=lambda: 2_000_000_000_000)
+    behind = OffsetsStore(root, clock_ms=lambda: 1_000_000_000_000)
+    ahead.commit("g", "t", {0: 10})
+    behind.commit("g", "t", {0: 3})  # the latest commit, from a clock behind
+    rows = spark.sql(LATEST_OFFSETS_SQL.format(path=path)).collect()
+    got = {(r["group"], r["topic"], r["partition"]): r["committed_offset"] for r in rows}
+    assert got == {("g", "t", 0): 3, ("g", "t", 1): 5, ("h", "t", 0): 9}
+    assert got == {k: v[0] for k, v in OffsetsStore(root).committed().items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
-from spark_sink import LogstoreStreamWriter, SinkRows
+from spark_sink import LogstoreBatchWriter, LogstoreStreamWriter, SinkRows
 from tests.helpers import assert_gap_free
 from tests.spark_helpers import read_stream
 
@@ -115,3 +116,26 @@ def test_stream_sink_stays_gap_free_under_a_concurrent_ingest_writer(
     assert len(stored) == len(set(stored))
     expected = {f"spark-{i}-{k}".encode() for i in range(10) for k in range(20)} | set(ingested)
     assert set(stored) == expected
+
+
+def test_many_micro_batches_leak_no_file_descriptors_or_threads(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2)
+    schema = StructType.fromJson(
+        {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
+    )
+    # The driver-side commit of every micro-batch (the stream writer's differs only by its producer id).
+    writer = LogstoreBatchWriter({"topic": t, "logstore.root": store.config.root}, schema)
+    rows = SinkRows(pa.table({"value": pa.array([b"x", b"y"], pa.binary())}))
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    writer.commit([rows])  # first use: pools and caches that live as long as the process
+    fds_before, threads_before = fds(), threading.active_count()
+    for _ in range(499):
+        writer.commit([rows])
+    assert fds() - fds_before < 10
+    assert threading.active_count() - threads_before < 10
+    assert sum(len(v) for v in assert_gap_free(store.catalog, t).values()) == 1000

@@ -1,15 +1,23 @@
 """The partition log writer: gap-free offsets, atomic group commits, fencing, idempotence."""
 
+import os
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from logstore import _log_append
+from logstore.catalog import Catalog
+from logstore.config import load_config
 from logstore.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidTimestampError,
+    KafkaStorageError,
+    LogstoreError,
     MessageTooLargeError,
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
@@ -202,3 +210,143 @@ def test_checkpoints_are_written_in_the_background(store: LogStore, tmp_path: ob
     assert any(n.endswith(".checkpoint.parquet") for n in os.listdir(log))
     fresh = TopicWriter(catalog, "t")  # reads from the checkpoint on
     assert [fresh.high_watermark(0), fresh.high_watermark(1)] == [6, 6]
+
+
+def test_idle_writer_after_log_cleanup_commits_where_readers_look(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 2)
+    path = catalog.topic_path("t")
+    idle = TopicWriter(catalog, "t")
+    ok(idle.append([batch([0, 1], "idle-a")])[0])
+    busy = TopicWriter(catalog, "t", join=True)  # e.g. the Spark sink, committing while the leader idles
+    for i in range(6):
+        ok(busy.append([batch([i % 2], f"busy{i}-")])[0])
+    busy.close()
+    # A checkpoint, then log cleanup with no retention: the JSON commits before the checkpoint go.
+    dt = DeltaTable(path)
+    dt.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    assert not os.path.exists(os.path.join(path, "_delta_log", f"{idle.table_version + 1:020d}.json"))
+
+    late = ok(idle.append([batch([1, 0], "idle-b")])[0])
+    values = assert_gap_free(catalog, "t")
+    stored = {v: (p, o) for p, vs in values.items() for o, v in enumerate(vs)}
+    assert len(stored) == 2 + 6 + 2
+    assert [stored[b"idle-b0"], stored[b"idle-b1"]] == list(
+        zip(late.partitions.to_pylist(), late.offsets.to_pylist(), strict=True)
+    )
+
+
+def _racing_openers(catalog: Catalog, epoch: int | None) -> list[TopicWriter | BaseException]:
+    """Two writers opened at the same moment: both read the table's epoch before either claims."""
+    barrier = threading.Barrier(2)
+
+    class Opener(TopicWriter):
+        def _claim(self, **kwargs: bool) -> None:
+            barrier.wait(timeout=30)
+            super()._claim(**kwargs)
+
+    out: list[TopicWriter | BaseException] = [RuntimeError("not run")] * 2
+
+    def run(i: int) -> None:
+        try:
+            out[i] = Opener(catalog, "t", epoch=epoch)
+        except BaseException as e:  # the thread's outcome is the test's to judge
+            out[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_writers_opened_at_once_never_share_an_epoch(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    a, b = _racing_openers(catalog, None)
+    assert isinstance(a, TopicWriter) and isinstance(b, TopicWriter)
+    assert a.epoch != b.epoch
+    old, new = sorted([a, b], key=lambda w: w.epoch)
+    with pytest.raises(FencedLeaderEpochError):
+        old.append([batch([0], "old")])
+    ok(new.append([batch([0], "new")])[0])
+    assert assert_gap_free(catalog, "t") == {0: [b"new0"]}
+
+
+def test_coordinator_epoch_taken_by_a_racing_opener_is_fenced(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    outcomes = _racing_openers(catalog, 7)
+    leaders = [w for w in outcomes if isinstance(w, TopicWriter)]
+    fenced = [e for e in outcomes if isinstance(e, FencedLeaderEpochError)]
+    assert len(leaders) == 1 and len(fenced) == 1, outcomes
+    ok(leaders[0].append([batch([0])])[0])
+
+
+class _FlakyDirSync:
+    """Makes the fsync of a table's ``_delta_log`` fail ``times`` times: the step after the commit file's link."""
+
+    def __init__(self, log_dir: str, times: int) -> None:
+        self.log_dir, self.left = log_dir, times
+        self.real = _log_append.fsync_path
+
+    def __call__(self, path: str) -> None:
+        if path == self.log_dir and self.left:
+            self.left -= 1
+            raise OSError(5, "injected: I/O error syncing the log directory")
+        self.real(path)
+
+
+def test_error_after_the_link_does_not_fail_a_commit_that_landed(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    monkeypatch.setattr(
+        _log_append, "fsync_path", _FlakyDirSync(os.path.join(store.catalog.topic_path(t), "_delta_log"), 1)
+    )
+    b = batch([0, 1, 0], "once")
+    for _attempt in range(3):  # what the ingest committer does: retry on any LogstoreError
+        try:
+            (r,) = w.append([b])
+            break
+        except LogstoreError:
+            continue
+    assert ok(r).offsets.to_pylist() == [0, 0, 1]
+    assert assert_gap_free(store.catalog, t) == {0: [b"once0", b"once2"], 1: [b"once1"]}
+
+
+def test_commit_in_doubt_is_read_back_and_never_appended_twice(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    log_dir = os.path.join(store.catalog.topic_path(t), "_delta_log")
+    monkeypatch.setattr(_log_append, "fsync_path", _FlakyDirSync(log_dir, 2))  # the sync and its retry fail
+    b = batch([0, 1, 0], "once")
+    with pytest.raises(KafkaStorageError):
+        w.append([b])
+    (r,) = w.append([b])  # the retry learns the first attempt landed
+    assert ok(r).offsets.to_pylist() == [0, 0, 1]
+    ok(w.append([batch([1], "next")])[0])
+    assert assert_gap_free(store.catalog, t) == {0: [b"once0", b"once2"], 1: [b"once1", b"next0"]}
+
+
+def test_losing_the_claim_race_to_a_data_commit_is_no_fencing(tmp_path: Path) -> None:
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
+    catalog.create_topic("t", 1)
+    TopicWriter(catalog, "t", epoch=5)
+    sink = TopicWriter(catalog, "t", join=True)
+
+    class Restarted(TopicWriter):
+        def _claim(self, **kwargs: bool) -> None:
+            ok(sink.append([batch([0], "sink")])[0])  # takes the version this claim was about to create
+            super()._claim(**kwargs)
+
+    leader = Restarted(catalog, "t", epoch=5)  # the coordinator's epoch again, after a restart
+    assert leader.epoch == 5
+    ok(leader.append([batch([0], "leader")])[0])
+    assert assert_gap_free(catalog, "t") == {0: [b"sink0", b"leader0"]}

@@ -4,7 +4,8 @@ Hypothesis drives a random schedule over one topic: several writers (leaders
 that claim new epochs, cooperative writers that join the current one) append
 random batches over random partitions, each holding a snapshot that other
 writers' commits make stale. Commits fail by injection — before the write (an
-I/O error) or after it (the acknowledgement is lost) — and idempotent
+I/O error), after it (the acknowledgement is lost) or right after the commit
+file's link (the outcome is in doubt until read back) — and idempotent
 producers retry. Afterwards every partition holds exactly offsets 0..n-1, no
 record twice, and every acknowledged record where its acknowledgement said.
 """
@@ -41,10 +42,24 @@ class FaultyWriter(TopicWriter):
         fault, self.fault = self.fault, None
         if fault == "before":
             raise OSError("injected: disk went away before the commit")
+        if fault == "in-doubt":
+            self._fail_after_link(2)  # the sync after the link, and the read-back's, fail
         result = super()._commit(planned)
         if fault == "after":
             raise OSError("injected: acknowledgement lost after the commit")
         return result
+
+    def _fail_after_link(self, times: int) -> None:
+        appender = self._appender
+        left = [times]
+
+        def failing() -> None:
+            left[0] -= 1
+            if not left[0]:
+                del appender._after_link  # type: ignore[method-assign]
+            raise OSError(5, "injected: I/O error after the commit file was linked")
+
+        appender._after_link = failing  # type: ignore[method-assign]
 
 
 step = st.one_of(
@@ -52,7 +67,7 @@ step = st.one_of(
         st.just("append"),
         st.integers(0, 3),
         st.lists(st.integers(0, PARTITIONS - 1), min_size=1, max_size=6),
-        st.sampled_from([None, "before", "after"]),
+        st.sampled_from([None, "before", "after", "in-doubt"]),
     ),
     st.tuples(st.just("claim"), st.integers(0, 3)),
     st.tuples(st.just("join"), st.integers(0, 3)),

@@ -11,10 +11,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from ingest_api.broker import Broker
 from ingest_api.deps import BrokerDep
 from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import encode_bytes, parse_produce
 from logstore.catalog import validate_topic_name
+from logstore.errors import RequestTimedOutError
 from logstore.structs import AppendResult, FetchResult
 
 router = APIRouter(prefix="/v1/topics", tags=["records"])
@@ -53,12 +55,7 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
     """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits."""
     started = time.perf_counter()
     validate_topic_name(topic)
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit():
-        broker.check_request_size(int(length))
-    body = await request.body()
-    broker.check_request_size(len(body))
-    parsed = parse_produce(body)
+    parsed = parse_produce(await _read_body(request, broker))
     pipeline = broker.pipeline(topic) if topic in broker._pipelines else await run_in_threadpool(broker.pipeline, topic)
     sub = pipeline.submit(parsed, acks)
     if acks == "0":
@@ -74,6 +71,33 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
     return _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
 
 
+async def _read_body(request: Request, broker: Broker) -> bytes:
+    """The request body, read as it arrives, bounded by ``max.request.size`` and ``request.timeout.ms``.
+
+    Raises:
+        RecordListTooLargeError: the declared Content-Length, or the bytes received so far (a chunked
+            body declares none), exceed ``max.request.size``; the rest is not read.
+        RequestTimedOutError: the body did not arrive in full within ``request.timeout.ms``.
+    """
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit():
+        broker.check_request_size(int(length))
+    chunks: list[bytes] = []
+    size = 0
+    timeout_ms = broker.config.request_timeout_ms
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            async for chunk in request.stream():
+                size += len(chunk)
+                broker.check_request_size(size)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimedOutError(
+            f"the request body did not arrive within request.timeout.ms={timeout_ms} ({size} bytes received)"
+        ) from None
+    return b"".join(chunks)
+
+
 @router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
 async def fetch(
     topic: str,
@@ -81,11 +105,17 @@ async def fetch(
     broker: BrokerDep,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
-    max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
+    max_bytes: Annotated[
+        int, Query(ge=1, description="bytes of keys and values, at most fetch.max.bytes; the first record always")
+    ] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
 ) -> Response:
-    """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones."""
+    """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones.
+
+    ``max_bytes`` is capped by the node's ``fetch.max.bytes``, as Kafka's broker caps a fetch.
+    """
     validate_topic_name(topic)
+    max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     deadline = time.monotonic() + wait_ms / 1000
     while True:
         result = await run_in_threadpool(broker.fetch, topic, partition, offset, max_records, max_bytes)
@@ -118,10 +148,21 @@ def _fetch_body(result: FetchResult) -> dict[str, object]:
                 "timestamp": ts[i] // 1000,
                 "key": encode_bytes(k),
                 "value": encode_bytes(v),
-                "headers": {x["key"]: encode_bytes(x["value"]) for x in (h or [])},
+                "headers": _headers_json(h or []),
             }
         )
     return {"records": records, "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset}
+
+
+def _headers_json(headers: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """An object when the keys are unique (the common case); a list of ``{key, value}`` in order when one repeats.
+
+    Kafka allows a header key more than once; an object would keep only the last.
+    """
+    pairs = {h["key"]: encode_bytes(h["value"]) for h in headers}
+    if len(pairs) == len(headers):
+        return pairs
+    return [{"key": h["key"], "value": encode_bytes(h["value"])} for h in headers]
 
 
 def _json(body: Any) -> Response:

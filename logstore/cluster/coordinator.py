@@ -1,0 +1,442 @@
+"""Cluster coordination through ZooKeeper: node registry, controller election, partition leaders.
+
+Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
+(default ``/logstore``):
+
+* ``/brokers/ids/<node.id>`` — ephemeral ``{"node_id", "url"}``: the node is
+  alive while its ZooKeeper session is.
+* ``/controller`` — ephemeral ``{"node_id", "epoch"}``: the one controller.
+* ``/controller_epoch`` — the controller epoch, bumped by every election in
+  the same transaction that creates ``/controller``, so exactly one node wins
+  each epoch.
+* ``/brokers/topics/<t>`` — ``{"partitions": n}``, written by whoever creates
+  or first serves the topic; ``/brokers/topics/<t>/partitions/<p>/state`` —
+  ``{"leader", "leader_epoch"}``, written only by the controller, only in a
+  transaction that checks ``/controller_epoch`` is still the one it was
+  elected with: a deposed controller's writes fail and change nothing.
+
+Every node runs a :class:`ZooKeeperCoordinator`. Its worker thread takes part
+in elections and, while it is the controller, places a leader on every
+partition that has none alive (:func:`~logstore.cluster.placement.place_leaders`)
+whenever the live nodes or the topics change. Every node keeps a cached view
+of the whole tree (kazoo's ``TreeCache``) for :meth:`ZooKeeperCoordinator.metadata`.
+
+Where code runs: kazoo's own threads deliver events and only wake the worker;
+ZooKeeper calls that wait are made on the worker or the caller's thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.recipe.cache import TreeCache
+
+from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, place_leaders
+from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, StaleControllerEpochError
+
+__all__ = [
+    "DEFAULT_CHROOT",
+    "ClusterMetadata",
+    "NodeInfo",
+    "SessionEvent",
+    "ZooKeeperCoordinator",
+    "split_connect",
+]
+
+log = logging.getLogger("logstore.cluster")
+
+DEFAULT_CHROOT = "/logstore"
+BROKERS = "/brokers"
+IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+_TXN_OPS = 200  # operations per ZooKeeper multi (its requests are bounded by jute.maxbuffer)
+
+SessionEvent = str
+"""``"suspended"`` (connection lost, session may live on), ``"lost"`` (session expired), ``"connected"``."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node of the cluster, as ``/brokers/ids/<node.id>`` holds it."""
+
+    node_id: int
+    url: str
+    """Base URL of the node's HTTP API, where other nodes forward to it."""
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    """The cluster as this node's cache last saw it (``GET /v1/metadata``)."""
+
+    controller: int | None
+    """The controller's node id; None while an election is under way."""
+    controller_epoch: int
+    nodes: tuple[NodeInfo, ...]
+    """Live nodes, by id."""
+    partitions: dict[TopicPartitionKey, PartitionState] = field(default_factory=dict)
+    """Every partition that has been given a leader."""
+
+    def leader(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get((topic, partition))
+
+    def node(self, node_id: int) -> NodeInfo | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``host:port[,host:port…][/chroot]`` → (hosts, chroot), the chroot defaulting to ``/logstore``.
+
+    Raises:
+        InvalidConfigError: no host.
+    """
+    hosts, slash, chroot = connect.partition("/")
+    if not hosts.strip():
+        raise InvalidConfigError(f"zookeeper.connect needs host:port[,host:port][/chroot], got '{connect}'")
+    chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else DEFAULT_CHROOT
+    return hosts.strip(), chroot
+
+
+def _state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class ZooKeeperCoordinator:
+    """This node's membership of a cluster (see the module docstring).
+
+    Args:
+        connect: ``zookeeper.connect``.
+        node: this node's id and URL.
+        session_timeout_ms: ``zookeeper.session.timeout.ms``; a node silent
+            this long is dead and its partitions move.
+        placement: ``leader.placement`` (``partition`` or ``topic``).
+        on_session: called with a :data:`SessionEvent` from kazoo's thread;
+            on ``"suspended"`` and ``"lost"`` a leader must stop committing at
+            once (its epoch may already belong to another node).
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        node: NodeInfo,
+        *,
+        session_timeout_ms: int = 18_000,
+        placement: Placement = "partition",
+        on_session: Callable[[SessionEvent], None] | None = None,
+    ) -> None:
+        self.node = node
+        self._hosts, self._chroot = split_connect(connect)
+        self._timeout_s = session_timeout_ms / 1000
+        self._placement = placement
+        self._on_session = on_session
+        self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s)
+        self._cache: TreeCache | None = None
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"controller-{node.node_id}", daemon=True)
+        self._lock = threading.Lock()
+        # Controller state, only while this node is the controller (worker thread only).
+        self._epoch: int | None = None
+        self._epoch_version = -1
+        self._states: dict[TopicPartitionKey, PartitionState] = {}
+        self._reregister = False
+        self._resigning = False
+        self._controller: tuple[int | None, int] = (None, 0)
+        """(node id, epoch) of the current controller, as the ``/controller`` watch last saw it."""
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, register this node and join the controller election.
+
+        Raises:
+            DuplicateBrokerRegistrationError: a live node holds this ``node.id``.
+            KafkaStorageError: ZooKeeper could not be reached within the session timeout.
+        """
+        self._ensure_chroot()
+        self._zk.add_listener(self._session_changed)
+        self._zk.start(timeout=self._timeout_s)
+        for path in (IDS, TOPICS):
+            self._zk.ensure_path(path)
+        with contextlib.suppress(NodeExistsError):
+            self._zk.create(CONTROLLER_EPOCH, b"0")
+        self._register()
+        self._cache = TreeCache(self._zk, BROKERS)
+        self._cache.listen(lambda _event: self._wake.set())
+        self._cache.start()
+        self._zk.DataWatch(CONTROLLER, self._controller_changed)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Controlled shutdown: hand this node's partitions (and the controller role) to others, then leave.
+
+        Returns once no partition names this node as leader (or after
+        ``timeout_s``), so a SIGTERM'd node is unavailable for about one
+        controller round trip, not a session timeout.
+        """
+        with self._lock:
+            self._resigning = True
+        with contextlib.suppress(NoNodeError, KazooException):
+            self._zk.delete(f"{IDS}/{self.node.node_id}")
+        self._wake.set()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._leads_any():
+            time.sleep(0.01)
+        self.close()
+
+    def close(self) -> None:
+        """Leave at once: the session ends, so this node's ephemeral znodes go now, not after a timeout."""
+        self._closed.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        if self._cache is not None:
+            self._cache.close()
+        self._zk.stop()
+        self._zk.close()
+
+    # -- what other parts of the node ask ---------------------------------------
+
+    def metadata(self) -> ClusterMetadata:
+        """Controller, live nodes and partition leaders, from this node's cache (no ZooKeeper round trip)."""
+        cache = self._cache
+        if cache is None:
+            return ClusterMetadata(None, 0, ())
+        nodes = []
+        for child in cache.get_children(IDS) or ():
+            data = cache.get_data(f"{IDS}/{child}")
+            if data is not None and data.data:
+                doc = json.loads(data.data)
+                nodes.append(NodeInfo(int(doc["node_id"]), str(doc["url"])))
+        partitions: dict[TopicPartitionKey, PartitionState] = {}
+        for topic in cache.get_children(TOPICS) or ():
+            for p in cache.get_children(f"{TOPICS}/{topic}/partitions") or ():
+                data = cache.get_data(_state_path(topic, int(p)))
+                if data is not None and data.data:
+                    doc = json.loads(data.data)
+                    partitions[(topic, int(p))] = PartitionState(int(doc["leader"]), int(doc["leader_epoch"]))
+        controller, epoch = self._controller
+        return ClusterMetadata(controller, epoch, tuple(sorted(nodes, key=lambda n: n.node_id)), partitions)
+
+    def register_topic(self, topic: str, partitions: int) -> None:
+        """Make ``topic`` known to the controller (idempotent; a larger count adds partitions)."""
+        path = f"{TOPICS}/{topic}"
+        try:
+            self._zk.create(path, _dumps({"partitions": partitions}), makepath=True)
+        except NodeExistsError:
+            data, stat = self._zk.get(path)
+            known = json.loads(data).get("partitions", 0) if data else 0
+            if partitions > known:
+                try:
+                    self._zk.set(path, _dumps({"partitions": partitions}), version=stat.version)
+                except BadVersionError:
+                    self.register_topic(topic, partitions)
+
+    def unregister_topic(self, topic: str) -> None:
+        """Forget a deleted topic and its partition states."""
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+
+    @property
+    def is_controller(self) -> bool:
+        return self._epoch is not None
+
+    # -- worker -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if self._closed.is_set():
+                return
+            try:
+                self._step()
+            except StaleControllerEpochError as e:
+                log.warning("node %d: %s", self.node.node_id, e.message)
+                self._resign()
+            except KazooException as e:  # connection trouble: the session listener says what it means
+                log.warning("node %d: coordination step failed, retrying: %s", self.node.node_id, e)
+                time.sleep(0.1)
+                self._wake.set()
+            except Exception:  # the coordinator must outlive any one failure
+                log.exception("node %d: coordination step failed, retrying", self.node.node_id)
+                time.sleep(0.5)
+                self._wake.set()
+
+    def _step(self) -> None:
+        if self._zk.state != KazooState.CONNECTED:
+            return
+        with self._lock:
+            reregister, self._reregister = self._reregister, False
+            resigning = self._resigning
+        if reregister and not resigning:
+            self._register()
+        if self._epoch is None and not resigning:
+            self._elect()
+        if self._epoch is not None:
+            self._reconcile()
+            if resigning and not self._leads_any_in(self._states):
+                self._resign()
+
+    def _elect(self) -> None:
+        try:
+            data, stat = self._zk.get(CONTROLLER_EPOCH)
+        except NoNodeError:
+            return
+        epoch = int(data or b"0") + 1
+        txn = self._zk.transaction()
+        txn.create(CONTROLLER, _dumps({"node_id": self.node.node_id, "epoch": epoch}), ephemeral=True)
+        txn.set_data(CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        results = txn.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return  # another node won this epoch
+        self._epoch, self._epoch_version = epoch, stat.version + 1
+        self._states = self._read_states()
+        log.info("node %d is the controller (epoch %d)", self.node.node_id, epoch)
+
+    def _reconcile(self) -> None:
+        live = sorted(int(c) for c in self._zk.get_children(IDS))
+        if self._resigning:
+            live = [n for n in live if n != self.node.node_id]
+        wanted: list[TopicPartitionKey] = []
+        for topic in self._zk.get_children(TOPICS):
+            try:
+                data, _ = self._zk.get(f"{TOPICS}/{topic}")
+            except NoNodeError:
+                continue
+            count = int(json.loads(data).get("partitions", 0)) if data else 0
+            wanted += [(topic, p) for p in range(count)]
+        known = set(wanted)
+        self._states = {tp: s for tp, s in self._states.items() if tp[0] in {t for t, _ in known}}
+        changes = place_leaders(wanted, self._states, live, self._placement)
+        if changes:
+            self._write_states(changes)
+
+    def _write_states(self, changes: dict[TopicPartitionKey, PartitionState]) -> None:
+        items = sorted(changes.items())
+        for tp, _ in items:
+            self._zk.ensure_path(f"{TOPICS}/{tp[0]}/partitions/{tp[1]}")
+        for start in range(0, len(items), _TXN_OPS):
+            chunk = items[start : start + _TXN_OPS]
+            txn = self._zk.transaction()
+            txn.check(CONTROLLER_EPOCH, self._epoch_version)
+            for tp, state in chunk:
+                data = _dumps({"leader": state.leader, "leader_epoch": state.leader_epoch})
+                if tp in self._states or self._zk.exists(_state_path(*tp)):
+                    txn.set_data(_state_path(*tp), data)
+                else:
+                    txn.create(_state_path(*tp), data)
+            results = txn.commit()
+            if isinstance(results[0], Exception):
+                raise StaleControllerEpochError(
+                    f"controller epoch {self._epoch} is stale (another controller was elected); "
+                    f"{len(chunk)} leader changes were not written"
+                )
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                self._states = self._read_states()  # someone else's view of a state differed: re-read, retry
+                self._wake.set()
+                return
+            for tp, state in chunk:
+                self._states[tp] = state
+                log.info("partition %s-%d: leader %d, epoch %d", tp[0], tp[1], state.leader, state.leader_epoch)
+
+    def _resign(self) -> None:
+        epoch, self._epoch, self._states = self._epoch, None, {}
+        try:
+            data, _ = self._zk.get(CONTROLLER)
+            if json.loads(data).get("node_id") == self.node.node_id:
+                self._zk.delete(CONTROLLER)
+        except (NoNodeError, KazooException, ValueError):
+            pass
+        log.info("node %d resigned as controller (epoch %s)", self.node.node_id, epoch)
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _ensure_chroot(self) -> None:
+        plain = KazooClient(hosts=self._hosts, timeout=self._timeout_s)
+        plain.start(timeout=self._timeout_s)
+        try:
+            plain.ensure_path(self._chroot)
+        finally:
+            plain.stop()
+            plain.close()
+
+    def _register(self) -> None:
+        path = f"{IDS}/{self.node.node_id}"
+        try:
+            self._zk.create(path, _dumps({"node_id": self.node.node_id, "url": self.node.url}), ephemeral=True)
+        except NodeExistsError:
+            data, stat = self._zk.get(path)
+            if stat.ephemeralOwner == self._zk.client_id[0]:
+                return  # our own, from before a reconnect
+            raise DuplicateBrokerRegistrationError(
+                f"node.id {self.node.node_id} is registered by a live node ({data.decode(errors='replace')}); "
+                "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
+            ) from None
+
+    def _read_states(self) -> dict[TopicPartitionKey, PartitionState]:
+        out: dict[TopicPartitionKey, PartitionState] = {}
+        for topic in self._zk.get_children(TOPICS):
+            try:
+                parts = self._zk.get_children(f"{TOPICS}/{topic}/partitions")
+            except NoNodeError:
+                continue
+            for p in parts:
+                try:
+                    data, _ = self._zk.get(_state_path(topic, int(p)))
+                except NoNodeError:
+                    continue
+                doc = json.loads(data)
+                out[(topic, int(p))] = PartitionState(int(doc["leader"]), int(doc["leader_epoch"]))
+        return out
+
+    def _leads_any(self) -> bool:
+        return self._leads_any_in(self.metadata().partitions)
+
+    def _leads_any_in(self, states: dict[TopicPartitionKey, PartitionState]) -> bool:
+        return any(s.leader == self.node.node_id for s in states.values())
+
+    def _controller_changed(self, data: bytes | None, _stat: Any) -> None:
+        if data is None:
+            self._controller = (None, self._controller[1])
+            self._wake.set()  # no controller: run an election
+            return
+        try:
+            doc = json.loads(data)
+            self._controller = (int(doc["node_id"]), int(doc["epoch"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("node %d: unreadable %s: %r", self.node.node_id, CONTROLLER, data)
+
+    def _session_changed(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._epoch = None  # /controller was ephemeral: it is gone with the session
+            with self._lock:
+                self._reregister = True
+            self._notify("lost")
+        elif state == KazooState.SUSPENDED:
+            self._notify("suspended")
+        else:
+            self._wake.set()
+            self._notify("connected")
+
+    def _notify(self, event: SessionEvent) -> None:
+        if self._on_session is not None:
+            try:
+                self._on_session(event)
+            except Exception:  # a listener's failure must not break kazoo's event thread
+                log.exception("node %d: session listener failed on %s", self.node.node_id, event)

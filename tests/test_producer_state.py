@@ -1,0 +1,91 @@
+"""Idempotent producer state in memory is bounded, and stays correct for a producer dropped from it.
+
+A node keeps each producer's last sequence and its last few batches in memory
+to answer retries; that state is derivable from the topic's Delta log, so it is
+an LRU of ``producer.state.max.entries`` entries per topic, and a producer that
+was dropped is re-read from the log when it sends again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from logstore.config import load_config
+from logstore.errors import OutOfOrderSequenceNumberError
+from logstore.lru import LruDict
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.writer import TopicWriter
+from tests.helpers import assert_gap_free, read_topic
+from tests.server import Server
+
+LIMIT = 3
+
+
+def batch(pid: str, seq: int, parts: tuple[int, ...] = (0, 1)) -> ProducerBatch:
+    values = [f"{pid}-{seq}-{i}".encode() for i in range(len(parts))]
+    return ProducerBatch(input_table(list(parts), values), pid, seq)
+
+
+def ok(result: object) -> AppendResult:
+    assert isinstance(result, AppendResult), result
+    return result
+
+
+def test_lru_dict_drops_the_least_recently_used() -> None:
+    d: LruDict[str, int] = LruDict(2)
+    d["a"], d["b"] = 1, 2
+    assert d.get("a") == 1  # a read makes "a" the most recent
+    d["c"] = 3
+    assert dict(d.items()) == {"a": 1, "c": 3}
+    for key in list(d):
+        del d[key]
+    assert len(d) == 0
+
+
+def test_writer_keeps_at_most_the_configured_producers(tmp_path: Path) -> None:
+    store = LogStore(
+        load_config(
+            environ={},
+            path=None,
+            overrides={"logstore.root": str(tmp_path / "data"), "producer.state.max.entries": LIMIT},
+        )
+    )
+    store.create_topic("t", 2)
+    w = TopicWriter(store.catalog, "t")
+    first = {pid: ok(w.append([batch(pid, 0)])[0]) for pid in (f"p{i}" for i in range(50))}
+    assert len(w._producers) <= LIMIT  # the bound itself: nothing public shows the cache's size
+
+    # p0 was dropped long ago: its retry still gets its original offsets, nothing is appended twice
+    again = ok(w.append([batch("p0", 0)])[0])
+    assert again.duplicate and again.offsets.equals(first["p0"].offsets)
+    with pytest.raises(OutOfOrderSequenceNumberError, match="next expected is 1"):
+        raise w.append([batch("p1", 2)])[0]  # type: ignore[misc]
+    assert not ok(w.append([batch("p1", 1)])[0]).duplicate
+    assert len(w._producers) <= LIMIT
+    assert len(read_topic(store.catalog, "t")) == 2 * 50 + 2
+    assert_gap_free(store.catalog, "t")
+
+
+def test_retry_of_an_evicted_producer_over_http(server: Callable[..., Server]) -> None:
+    api = server(**{"producer.state.max.entries": LIMIT}).client()
+    assert api.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+
+    def produce(pid: str, seq: int) -> httpx.Response:
+        body = {"records": [{"value": f"{pid}-{seq}-a"}, {"key": "k", "value": f"{pid}-{seq}-b"}]}
+        return api.post("/v1/topics/t/records", json={**body, "producer_id": pid, "sequence": seq})
+
+    first = {f"p{i}": produce(f"p{i}", 0) for i in range(4 * LIMIT)}
+    assert all(r.status_code == 200 for r in first.values())
+    again = produce("p0", 0)
+    assert again.status_code == 200 and again.json() == first["p0"].json()
+    skip = produce("p0", 2)
+    assert skip.status_code == 409 and skip.json()["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    assert produce("p0", 1).status_code == 200
+    total = sum(p["high_watermark"] for p in api.get("/v1/topics/t").json()["partitions"])
+    assert total == 2 * (4 * LIMIT + 1)
