@@ -159,8 +159,7 @@ class TopicWriter:
             self.epoch = current
         else:
             self.epoch = current + 1 if epoch is None else epoch
-            with self._appender.exclusive():  # a holder of the lock commits what it promised first
-                self._claim(chosen=epoch is None)
+            self._claim(chosen=epoch is None)
 
     # -- public -----------------------------------------------------------------
 
@@ -610,6 +609,11 @@ class TopicWriter:
         )
 
     def _claim(self, *, chosen: bool) -> None:
+        """:meth:`_claim_locked` under the writer lock: a holder (the ingest node) first commits what it promised."""
+        with self._appender.exclusive():
+            self._claim_locked(chosen=chosen)
+
+    def _claim_locked(self, *, chosen: bool) -> None:
         """Commit this writer's epoch (an empty commit carrying ``logstore.epoch``).
 
         Losing the race to another writer's claim of this epoch or a newer one
