@@ -323,14 +323,17 @@ class TopicPipeline:
                     return []
             if not self._pending:
                 return None
-            deadline = time.monotonic() + linger
+            now = time.monotonic()
+            deadline, probe = now + linger, now + _IDLE_TICK_S
             while self._pending_bytes < self._config.batch_size and not self._closing:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
-                self._cond.wait(min(left, _IDLE_TICK_S))
-                if self._held and self.writer.others_waiting():
-                    break  # a writer waits for its turn: commit now, then hand over
+                if now >= probe:  # every tick, not on every submit's wake-up
+                    probe = now + _IDLE_TICK_S
+                    if self._held and self.writer.others_waiting():
+                        break  # a writer waits for its turn: commit now, then hand over
+                self._cond.wait(min(deadline, probe) - now)
             items, self._pending = self._pending, []
             self._pending_bytes = 0
             return items
