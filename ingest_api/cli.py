@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import ssl
 import sys
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     Raises:
         InvalidConfigError: ``server.host`` is not a loopback address while ``security.enabled``
             is false and ``--insecure`` was not given; or TLS settings are incomplete.
+        KafkaStorageError: another live process holds this node's WAL directory.
     """
     overrides: dict[str, Any] = {}
     if args.host:
@@ -44,6 +46,14 @@ def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     import uvicorn
 
     from ingest_api.app import create_app
+    from ingest_api.broker import wal_dir_of
+    from logstore.wal import DirectoryLock
+
+    # Refuse early, with the holder's name, when another node runs on this WAL directory
+    # (the node takes the lock for good when it starts; this only makes the message plain).
+    wal_dir = wal_dir_of(config)
+    os.makedirs(wal_dir, exist_ok=True)
+    DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
     log_audit_to_stderr()
     scheme = "https" if tls else "http"

@@ -44,4 +44,16 @@ class Metrics:
             "logstore_group_lag", "Consumer group lag per partition", ["group", "topic", "partition"], registry=r
         )
         self.buffer_bytes = Gauge("logstore_buffer_bytes", "Accepted, uncommitted bytes", registry=r)
+        self.acks1_batches = Counter(
+            "logstore_acks1_batches",
+            "acks=1 batches per topic by how their offsets were answered: promised once logged, or after the commit",
+            ["topic", "offsets"],
+            registry=r,
+        )
+        self.wal_frames_skipped = Counter(
+            "logstore_wal_frames_skipped",
+            "Write-ahead log frames that could not be committed at replay and were skipped, per topic",
+            ["topic"],
+            registry=r,
+        )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)

@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 
 from logstore.errors import InvalidRequestError, InvalidTimestampError
-from logstore.schema import HEADERS_TYPE
+from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
 
 __all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "decode_bytes", "encode_bytes", "parse_produce"]
 
@@ -75,7 +75,7 @@ def parse_produce(body: bytes) -> ParsedRecords:
 
     Raises:
         InvalidRequestError: bad JSON, missing or mistyped fields.
-        InvalidTimestampError: a negative or non-integer timestamp.
+        InvalidTimestampError: a non-integer timestamp, or one outside 0..MAX_TIMESTAMP_MS (year 9999).
     """
     try:
         doc = orjson.loads(body)
@@ -125,8 +125,11 @@ def parse_produce(body: bytes) -> ParsedRecords:
         if ts is not None:
             if not isinstance(ts, int) or isinstance(ts, bool):
                 raise InvalidTimestampError(f"records[{i}].timestamp must be integer milliseconds since the epoch")
-            if not 0 <= ts <= _INT64_MAX // 1000:
-                raise InvalidTimestampError(f"records[{i}].timestamp must be in 0..2^63/1000 ms")
+            if not 0 <= ts <= MAX_TIMESTAMP_MS:
+                # A Delta TIMESTAMP (and its ISO-8601 statistics) ends with year 9999.
+                raise InvalidTimestampError(
+                    f"records[{i}].timestamp must be in 0..{MAX_TIMESTAMP_MS} ms (year 9999), got {ts}"
+                )
             if timestamps is None:
                 timestamps = [None] * n
             timestamps[i] = ts

@@ -53,6 +53,8 @@ _ENGINE = "logstore"
 _DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
 # Row-group statistics serve offset and time pruning; min/max of values would only cost.
 _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
+# Writers waiting for the writer lock hold a shared lock on this file.
+_INTENT = "_logstore_writer.intent"
 _PAGE_BYTES = 1024 * 1024
 """Target data page size (Parquet's default). A reader decodes a page whole, so a fetch bounded by bytes
 can stop only at page boundaries."""
@@ -112,6 +114,8 @@ class LogAppender:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
+        self._intent_fd: int | None = None
+        self._probe_fd: int | None = None
 
     # -- data files -------------------------------------------------------------
 
@@ -158,15 +162,37 @@ class LogAppender:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold this table's writer lock (``<table>/_logstore_writer.lock``, ignored by Delta and vacuum)."""
+        """Hold this table's writer lock (``<table>/_logstore_writer.lock``, ignored by Delta and vacuum).
+
+        While it waits for the lock, a writer announces itself with a shared lock on
+        ``<table>/_logstore_writer.intent``, so a holder that keeps the lock across
+        commits (the ingest node, see :meth:`others_waiting`) hands it over.
+        """
         with self._lock:  # threads of this process
             if self._lock_fd is None:
                 self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # other processes on this host
+            if self._intent_fd is None:
+                self._intent_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._intent_fd, fcntl.LOCK_SH)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # other processes on this host
+            finally:
+                fcntl.flock(self._intent_fd, fcntl.LOCK_UN)
             try:
                 yield
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def others_waiting(self) -> bool:
+        """Whether another writer waits for this table's writer lock (call while holding it)."""
+        if self._probe_fd is None:
+            self._probe_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._probe_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._probe_fd, fcntl.LOCK_UN)
+        return False
 
     def discard(self, files: Sequence[_File]) -> None:
         """Delete data files that no commit references (after a lost race)."""
@@ -345,9 +371,10 @@ class LogAppender:
     def close(self) -> None:
         self._checkpoints.close()
         self._pool.shutdown(wait=False)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        for fd in (self._lock_fd, self._intent_fd, self._probe_fd):
+            if fd is not None:
+                os.close(fd)
+        self._lock_fd = self._intent_fd = self._probe_fd = None
 
 
 class _Checkpointer:

@@ -22,12 +22,20 @@ import pyarrow as pa
 __all__ = [
     "HEADERS_TYPE",
     "INPUT_SCHEMA",
+    "MAX_TIMESTAMP_MS",
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TOPIC_SCHEMA",
     "input_table",
     "record_sizes",
 ]
+
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+"""The latest record timestamp, in ms since the epoch: 9999-12-31T23:59:59.999Z.
+
+A Parquet/Delta TIMESTAMP holds microseconds in an int64, and Delta's file
+statistics write it as an ISO-8601 date whose year has four digits; a later
+timestamp cannot be stored (its statistics cannot be built)."""
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1

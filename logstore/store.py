@@ -1,8 +1,10 @@
 """`LogStore`: the embedded store under one root — topics, writers, readers, groups.
 
 This is what the CLI (``--root``) and the ingest tier build on. It holds one
-:class:`~logstore.writer.TopicWriter` per topic it has written to (claiming
-that topic's next epoch on first write) and one reader per topic.
+:class:`~logstore.writer.TopicWriter` per topic it has written to and one
+reader per topic. Its writers are cooperative (``join=True``): they take turns
+with the topic's leader — a running ``logstore serve`` — through the table's
+writer lock and never fence it.
 """
 
 from __future__ import annotations
@@ -71,11 +73,11 @@ class LogStore:
 
     # records
     def writer(self, topic: str) -> TopicWriter:
-        """This process's committer for ``topic`` (claims the topic on first use)."""
+        """This process's cooperative committer for ``topic`` (commits beside a leader, fences no one)."""
         with self._guard:
             w = self._writers.get(topic)
             if w is None:
-                w = TopicWriter(self.catalog, topic)
+                w = TopicWriter(self.catalog, topic, join=True)
                 self._writers[topic] = w
             return w
 

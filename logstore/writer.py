@@ -36,6 +36,7 @@ drives it. The Delta table handle stays open between commits.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from logstore import _delta
+from logstore import _delta, promises
 from logstore._log_append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.catalog import Catalog, high_watermark
 from logstore.config import TopicConfig
@@ -65,6 +66,7 @@ from logstore.errors import (
 from logstore.lru import LruDict
 from logstore.schema import (
     INPUT_SCHEMA,
+    MAX_TIMESTAMP_MS,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     TOPIC_SCHEMA,
@@ -197,11 +199,14 @@ class TopicWriter:
                 of this call was committed.
             ConcurrentTransactionsError: the commit race was lost ``max_attempts`` times.
             KafkaStorageError: the table could not be written; the outcome may be
-                unknown, so retry idempotently.
+                unknown, so retry idempotently. Also when a stopped ingest node's
+                acks=1 records (:mod:`logstore.promises`) cannot be replayed first.
         """
         # Writers of this table on this host take turns (a file lock), so a cooperative
         # writer is not starved by a busy leader; across hosts the commit race decides.
         with self._appender.exclusive():
+            # A node that died holding acks=1 promises on this topic: its records go first.
+            promises.settle(self, self._appender.root)
             return self._append(batches)
 
     def _append(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
@@ -247,6 +252,34 @@ class TopicWriter:
         raise ConcurrentTransactionsError(
             f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
         )
+
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the table's writer lock across several :meth:`append_held` calls (one thread only).
+
+        While it is held no writer on this host that takes turns through it
+        (:meth:`append`, cooperative or not) commits; :meth:`others_waiting`
+        tells the holder that one waits for its turn.
+        """
+        return self._appender.exclusive()
+
+    def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """:meth:`append` for a caller inside :meth:`hold` (which settles stopped nodes' promises itself)."""
+        return self._append(batches)
+
+    def others_waiting(self) -> bool:
+        """Whether another writer on this host waits for the writer lock this writer holds."""
+        return self._appender.others_waiting()
+
+    def catch_up(self) -> None:
+        """Step over commits made by others since this writer last looked (new offsets, partitions, config).
+
+        Raises:
+            FencedLeaderEpochError: a newer committer claimed the topic.
+            KafkaStorageError: the table could not be re-read.
+        """
+        _moved, full = self._absorb(self._version + 1)
+        if full:
+            self._refresh()
 
     def _settle(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError] | None:
         """Decide the unsettled commit; its results if it landed and ``batches`` are its batches again."""
@@ -329,7 +362,8 @@ class TopicWriter:
 
         Raises:
             MessageTooLargeError: a record over the topic's ``message.max.bytes``.
-            InvalidTimestampError: a negative timestamp.
+            InvalidTimestampError: a negative timestamp, or one past year 9999
+                (:data:`~logstore.schema.MAX_TIMESTAMP_MS`), which a Delta TIMESTAMP cannot hold.
         """
         if not len(records):
             return 0
@@ -341,8 +375,14 @@ class TopicWriter:
                 f"a record of {biggest} bytes exceeds message.max.bytes={limit} of topic '{self.topic}'"
             )
         ts = records["timestamp"]
-        if ts.null_count < len(ts) and pc.min(ts.cast(pa.int64())).as_py() < 0:
-            raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+        if ts.null_count < len(ts):
+            bounds = pc.min_max(ts.cast(pa.int64()))
+            if bounds["min"].as_py() < 0:
+                raise InvalidTimestampError("record timestamps must be milliseconds since the epoch, not negative")
+            if bounds["max"].as_py() > MAX_TIMESTAMP_MS * 1000:  # statistics round the maximum up to a ms
+                raise InvalidTimestampError(
+                    f"record timestamps must be at most {MAX_TIMESTAMP_MS} ms since the epoch (year 9999)"
+                )
         return int(pc.sum(sizes).as_py())
 
     def _check_partitions(self, records: pa.Table) -> None:
@@ -569,6 +609,11 @@ class TopicWriter:
         )
 
     def _claim(self, *, chosen: bool) -> None:
+        """:meth:`_claim_locked` under the writer lock: a holder (the ingest node) first commits what it promised."""
+        with self._appender.exclusive():
+            self._claim_locked(chosen=chosen)
+
+    def _claim_locked(self, *, chosen: bool) -> None:
         """Commit this writer's epoch (an empty commit carrying ``logstore.epoch``).
 
         Losing the race to another writer's claim of this epoch or a newer one

@@ -1,5 +1,9 @@
 """The ingest node's write-ahead log, behind ``acks=1``.
 
+It lives in the core because not only the node reads it: a writer that finds
+a stopped node's acks=1 promises on its topic replays that node's frames
+before it commits (:mod:`logstore.promises`).
+
 A produce request with ``acks=1`` is answered once its records are in this
 log and fsynced — before the Delta commit. Concurrent requests share one fsync
 (group fsync): a writer thread takes every frame queued since its last fsync,
@@ -10,19 +14,34 @@ Layout: ``<wal.dir>/<topic>/<first-frame>.wal`` segments of frames
 the tail (a crash mid-write) is cut off on open. Once every frame of a segment
 is committed to Delta, the segment is deleted. After a restart the remaining
 frames are replayed through the idempotent writer, so each lands exactly once.
+
+A group write that fails midway (a full disk, an I/O error) fails every frame
+of the group and leaves no torn bytes behind: the segment is cut back to its
+last good frame, or — when even that fails — later frames go to a new
+segment. Recovery therefore never stops at a torn frame with acknowledged
+frames behind it. Frames queued after a failed one are failed too until the
+failed frames are reported committed (:meth:`WriteAheadLog.committed_through`):
+an acknowledged frame never has an unlogged, uncommitted batch ahead of it.
+
+One process at a time owns a WAL directory (:class:`DirectoryLock`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import fcntl
+import io
+import logging
 import os
+import socket
 import struct
 import threading
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -30,7 +49,9 @@ import pyarrow as pa
 from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
 
-__all__ = ["Frame", "WriteAheadLog"]
+__all__ = ["DirectoryLock", "Frame", "WriteAheadLog"]
+
+log = logging.getLogger("logstore.ingest.wal")
 
 _HEAD = struct.Struct("<II")
 _SEGMENT_BYTES = 64 * 1024 * 1024
@@ -58,9 +79,11 @@ class WriteAheadLog:
         self._segments: list[tuple[int, str]] = []  # (first frame, path), ascending
         self._recovered = list(self._read_all())
         self._next = self._recovered[-1].number + 1 if self._recovered else 0
-        self._file: BinaryIO | None = None
+        self._file: io.FileIO | None = None
         self._file_bytes = 0
         self._last_in_segment: dict[str, int] = {}
+        self._unlogged: int | None = None
+        """Highest frame number that failed to be logged and is not yet known to be committed."""
         self._closing = False
         self._thread = threading.Thread(target=self._run, name=f"wal-{os.path.basename(directory)}", daemon=True)
         self._thread.start()
@@ -86,6 +109,8 @@ class WriteAheadLog:
     def committed_through(self, frame: int) -> None:
         """Every frame up to ``frame`` is in Delta: drop segments that hold nothing newer."""
         with self._lock:
+            if self._unlogged is not None and frame >= self._unlogged:
+                self._unlogged = None  # the frames that failed are in Delta now
             current = self._segments[-1][1] if self._segments else None
             keep = []
             for first, path in self._segments:
@@ -125,28 +150,76 @@ class WriteAheadLog:
                     return
                 batch, self._queue = self._queue, []
                 first_number = self._next - len(batch)
-            try:
-                f = self._segment_for(first_number)
-                for data, _ in batch:
-                    f.write(data)
-                    self._file_bytes += len(data)
-                f.flush()
-                os.fsync(f.fileno())
-                with self._lock:
-                    self._last_in_segment[f.name] = first_number + len(batch) - 1
+                last_number = first_number + len(batch) - 1
+                behind = self._unlogged
+                if behind is not None:
+                    self._unlogged = last_number
+            if behind is not None:
+                # Acknowledging these would promise offsets behind a batch that is neither
+                # logged nor committed yet; they fail (retriably) until it is committed.
+                err = KafkaStorageError(
+                    f"write-ahead log {self.dir}: frame {behind} ahead of these failed to be logged "
+                    "and is not committed yet; retry shortly"
+                )
                 for _, fut in batch:
-                    fut.set_result(None)
-            except OSError as e:
+                    fut.set_exception(err)
+                continue
+            try:
+                self._write_group(first_number, [data for data, _ in batch])
+            except Exception as e:  # any failure goes to the waiters; the writer thread lives on
+                log.error("write-ahead log %s: frames %d..%d failed: %r", self.dir, first_number, last_number, e)
+                with self._lock:
+                    self._unlogged = last_number
                 err = KafkaStorageError(f"write-ahead log {self.dir} failed: {e}")
                 for _, fut in batch:
                     fut.set_exception(err)
+                continue
+            for _, fut in batch:
+                fut.set_result(None)
 
-    def _segment_for(self, first_number: int) -> Any:
+    def _write_group(self, first_number: int, frames: list[bytes]) -> None:
+        """Append and fsync ``frames``; on failure leave the segment as it was before (or retire it)."""
+        f = self._segment_for(first_number)
+        start = self._file_bytes
+        try:
+            for data in frames:
+                self._write(f, data)
+                self._file_bytes += len(data)
+            os.fsync(f.fileno())
+        except BaseException:
+            self._cut_back(f, start)
+            raise
+        with self._lock:
+            self._last_in_segment[f.name] = first_number + len(frames) - 1
+
+    def _write(self, f: io.FileIO, data: bytes) -> None:
+        """Write all of ``data`` (unbuffered: nothing is left in memory to land after a cut-back)."""
+        view = memoryview(data)
+        while view:
+            n = f.write(view)
+            if not n:
+                raise OSError(f"short write to {f.name}")
+            view = view[n:]
+
+    def _cut_back(self, f: io.FileIO, good: int) -> None:
+        """Drop a failed group's bytes so no torn frame sits before later, acknowledged ones."""
+        try:
+            os.ftruncate(f.fileno(), good)  # the file is in append mode: later writes go to the new end
+            os.fsync(f.fileno())
+            self._file_bytes = good
+        except (OSError, ValueError):
+            # The segment cannot be repaired: retire it (recovery cuts it at its torn frame,
+            # behind which nothing was acknowledged) and put later frames in a new one.
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
+            self._file = None
+
+    def _segment_for(self, first_number: int) -> io.FileIO:
         if self._file is None or self._file_bytes >= _SEGMENT_BYTES:
             if self._file is not None:
                 self._file.close()
             path = os.path.join(self.dir, f"{first_number:020d}.wal")
-            self._file = open(path, "ab")  # noqa: SIM115 - kept open across writes
+            self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open across writes
             self._file_bytes = 0
             with self._lock:
                 self._segments.append((first_number, path))
@@ -176,3 +249,49 @@ class WriteAheadLog:
             if pos < len(data):
                 with open(path, "r+b") as f:
                     f.truncate(pos)
+
+
+class DirectoryLock:
+    """Exclusive ownership of a directory by one process (``flock`` on ``<dir>/node.lock``).
+
+    The kernel releases the lock when the process dies — also on kill -9 — so a
+    restart after a crash takes it again at once. The file names the holder
+    (pid, host, since) for the error a second process gets.
+
+    Raises:
+        KafkaStorageError: another live process holds the directory.
+    """
+
+    def __init__(self, directory: str, what: str = "directory") -> None:
+        self.path = os.path.join(directory, "node.lock")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise KafkaStorageError(
+                f"{what} {directory} is in use by another process ({holder}); "
+                "stop it first, or give this one its own logstore.root / wal.dir"
+            ) from None
+        since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        info = orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info + b"\n", 0)
+        os.fsync(fd)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        info = orjson.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, orjson.JSONDecodeError):
+        info = {}
+    if not isinstance(info, dict) or "pid" not in info:
+        return "holder unknown"
+    return f"pid {info.get('pid')} on host {info.get('host')} since {info.get('since')}"

@@ -1,0 +1,149 @@
+"""acks=1 promises that outlive their node: markers in the table, replay by the next writer.
+
+An ingest node answers acks=1 requests with offsets before the records are in
+Delta (they are in its write-ahead log, WAL). It makes such promises only
+while it holds the table's writer lock (see ``ingest_api.broker``), and for
+that time it leaves a marker, ``<table>/_logstore_promises/<node id>.json``,
+naming its WAL directory. It deletes the marker when it lets go of the lock,
+after committing everything it promised.
+
+A marker found by a writer that has just taken the writer lock therefore
+belongs to a node that died holding promises (kill -9, power loss). Before
+that writer commits anything, :func:`settle` takes the dead node's WAL
+directory (its :class:`~logstore.wal.DirectoryLock`, free once the node is
+gone) and replays the node's frames of this topic in frame order through the
+writer's idempotent path — exactly what the node itself does on restart — so
+the promised records land at their promised offsets. The frames stay in the
+node's WAL: when it restarts, its own replay finds them committed and writes
+nothing twice.
+
+Runs in the writer's process, under the writer lock; a marker whose node is
+alive (its WAL directory lock is held) is left to that node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING
+
+import orjson
+
+from logstore._fs import fsync_path
+from logstore.errors import KafkaStorageError
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.wal import DirectoryLock, WriteAheadLog
+
+if TYPE_CHECKING:
+    from logstore.writer import TopicWriter
+
+__all__ = ["remove_marker", "settle", "wal_producer_id", "write_marker"]
+
+log = logging.getLogger("logstore.promises")
+
+_MARKERS = "_logstore_promises"
+_REPLAY_CHUNK = 1000
+
+
+def wal_producer_id(node_id: str) -> str:
+    """The producer id a node's WAL gives batches that came without one (replay dedupes by it)."""
+    return f"__wal.{node_id}"
+
+
+def write_marker(table_root: str, node_id: str, wal_dir: str) -> None:
+    """Record (durably) that ``node_id`` may hold acks=1 promises on this table, logged in ``wal_dir``."""
+    directory = os.path.join(table_root, _MARKERS)
+    os.makedirs(directory, exist_ok=True)
+    info = {"node_id": node_id, "wal_dir": os.path.abspath(wal_dir), "pid": os.getpid(), "host": socket.gethostname()}
+    final = os.path.join(directory, f"{node_id}.json")
+    tmp = f"{final}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(info))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    fsync_path(directory)
+
+
+def remove_marker(table_root: str, node_id: str) -> None:
+    """``node_id`` holds no promises on this table any more (all of them are committed)."""
+    directory = os.path.join(table_root, _MARKERS)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, f"{node_id}.json"))
+        fsync_path(directory)
+
+
+def settle(writer: TopicWriter, table_root: str, *, own_node: str | None = None) -> None:
+    """Replay the promised records of every dead node with a marker on this table (caller holds the writer lock).
+
+    Raises:
+        KafkaStorageError: a dead node's WAL could not be read or replayed; nothing may be
+            committed before it is (retry once the storage is back).
+    """
+    directory = os.path.join(table_root, _MARKERS)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        return
+    for name in names:
+        node_id = name.removesuffix(".json")
+        if node_id == own_node:
+            continue
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                info = orjson.loads(f.read())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            continue  # removed meanwhile, or a torn write of a marker that never guarded anything
+        wal_dir = str(info["wal_dir"])
+        if not os.path.isdir(wal_dir):
+            remove_marker(table_root, node_id)  # its WAL is gone: nothing to replay
+            continue
+        try:
+            lock = DirectoryLock(wal_dir, "the write-ahead log directory")
+        except KafkaStorageError:
+            continue  # its node is alive: it commits what it promised itself
+        try:
+            _replay(writer, os.path.join(wal_dir, writer.topic), node_id)
+            remove_marker(table_root, node_id)
+        finally:
+            lock.release()
+
+
+def _replay(writer: TopicWriter, topic_wal: str, node_id: str) -> None:
+    if not os.path.isdir(topic_wal):
+        return
+    wal = WriteAheadLog(topic_wal)
+    try:
+        frames = wal.recovered()
+        wal_pid = wal_producer_id(node_id)
+        committed = writer.producer_sequence(wal_pid)
+        batches = [
+            ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])
+            for f in frames
+            if not (f.header["producer_id"] == wal_pid and committed is not None and f.header["sequence"] <= committed)
+        ]
+        replayed = 0
+        for start in range(0, len(batches), _REPLAY_CHUNK):
+            for batch, result in zip(
+                batches[start : start + _REPLAY_CHUNK],
+                writer.append_held(batches[start : start + _REPLAY_CHUNK]),
+                strict=True,
+            ):
+                if isinstance(result, AppendResult):
+                    replayed += 0 if result.duplicate else len(result.offsets)
+                else:
+                    log.error(
+                        "topic %s: a frame of node %s (producer %s, sequence %s) cannot be replayed: %s",
+                        writer.topic,
+                        node_id,
+                        batch.producer_id,
+                        batch.sequence,
+                        result,
+                    )
+        if replayed:
+            log.warning("topic %s: replayed %d acks=1 records of stopped node %s", writer.topic, replayed, node_id)
+    finally:
+        wal.close()
