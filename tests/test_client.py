@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from logstore.catalog import Catalog
 from logstore.client import Producer, RecordMetadata, RemoteStore
@@ -14,7 +12,7 @@ from logstore.config import load_config
 from logstore.errors import LogstoreError, MessageTooLargeError
 from logstore.partitioner import murmur2, to_positive
 from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.server import LOGSTORE, Server
 
 
 def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> None:
@@ -85,9 +83,8 @@ def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[.
 
 
 def cli(srv: Server, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "logstore"
     return subprocess.run(
-        [str(exe), "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
+        [*LOGSTORE, "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
     )
 
 
