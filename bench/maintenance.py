@@ -43,7 +43,7 @@ import pyarrow as pa  # noqa: E402
 from deltalake import CommitProperties, Transaction  # noqa: E402
 from deltalake.transaction import AddAction  # noqa: E402
 
-from logstore import _delta  # noqa: E402
+from logstore import tables  # noqa: E402
 from logstore.catalog import Catalog  # noqa: E402
 from logstore.config import load_config  # noqa: E402
 from logstore.reader import TopicReader  # noqa: E402
@@ -66,7 +66,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
     """A one-partition topic of ``files`` one-record files; the first ``old`` are two hours old."""
     catalog.create_topic(name, 1, {"retention.ms": HOUR_MS})
     dt = catalog.table(name)
-    root = _delta.table_path(dt)
+    root = tables.table_path(dt)
     chunk: list[AddAction] = []
     for i in range(files):
         ts = now_ms - 2 * HOUR_MS if i < old else now_ms
@@ -84,7 +84,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
         f = write_segment(root, 0, t)
         chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
         if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), i + 1)])
+            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), i + 1)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
             dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []
@@ -95,7 +95,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
 def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.random.Generator) -> None:
     """``files`` files of ``per_file`` records each on partition 0 of ``name``, added 1,000 files a commit."""
     dt = catalog.table(name)
-    root = _delta.table_path(dt)
+    root = tables.table_path(dt)
     now_us = time.time_ns() // 1000
     chunk: list[AddAction] = []
     for i in range(files):
@@ -113,7 +113,7 @@ def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.r
         f = write_segment(root, 0, t)
         chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
         if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), (i + 1) * per_file)])
+            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), (i + 1) * per_file)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
             dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []
