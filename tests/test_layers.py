@@ -44,5 +44,5 @@ def test_session_registers_the_data_sources_of_the_entry_point_group() -> None:
 
 def test_no_registered_data_source_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spark, "DATA_SOURCES_GROUP", "logstore.no_such_group")
-    with pytest.raises(InvalidConfigError, match="logstore.no_such_group"):
+    with pytest.raises(InvalidConfigError, match=r"logstore\.no_such_group"):
         spark.data_sources()
