@@ -22,36 +22,31 @@ Prints one JSON document with three parts:
 
 Segment compaction runs in-process here (``--spark`` runs it as Spark tasks).
 
-Run: ``.venv/bin/python bench/maintenance.py`` (``--quick`` for a smoke run).
+Run: ``.venv/bin/python bench/maintenance_jobs.py`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 
-# This file's folder comes first on sys.path and its name would shadow the `maintenance` package.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction
+from deltalake.transaction import AddAction
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from deltalake import CommitProperties, Transaction  # noqa: E402
-from deltalake.transaction import AddAction  # noqa: E402
-
-from logstore import tables  # noqa: E402
-from logstore.catalog import Catalog  # noqa: E402
-from logstore.config import load_config  # noqa: E402
-from logstore.reader import TopicReader  # noqa: E402
-from logstore.schema import TOPIC_SCHEMA, input_table  # noqa: E402
-from logstore.structs import ProducerBatch  # noqa: E402
-from logstore.writer import TopicWriter  # noqa: E402
-from maintenance import run_retention, run_segment_compaction  # noqa: E402
-from maintenance._files import write_segment  # noqa: E402
+from logstore import tables
+from logstore.catalog import Catalog
+from logstore.config import load_config
+from logstore.reader import TopicReader
+from logstore.schema import TOPIC_SCHEMA, input_table
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+from maintenance import run_retention, run_segment_compaction
+from maintenance._files import write_segment
 
 VALUE_BYTES = 100
 HOUR_MS = 3600 * 1000
