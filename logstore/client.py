@@ -42,7 +42,15 @@ from logstore.errors import (
     UnknownServerError,
 )
 from logstore.schema import input_table
-from logstore.structs import FetchResult, GroupOffset, PartitionInfo, TopicInfo, TopicPartition
+from logstore.structs import (
+    FetchResult,
+    GroupOffset,
+    GroupTopicPartition,
+    OffsetCommit,
+    PartitionInfo,
+    TopicInfo,
+    TopicPartition,
+)
 
 __all__ = [
     "TIMESTAMP_CREATE_TIME",
@@ -338,20 +346,28 @@ class RemoteStore:
         table = table.append_column("offset", pa.array([r["offset"] for r in recs], pa.int64()))
         return FetchResult(table, body["high_watermark"], body["log_start_offset"])
 
-    def committed(self, group: str, topic: str) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
+    def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
+        """``group``'s latest commits on ``topic``; the API reports neither commit time (0) nor metadata (None)."""
         try:
             rows = self.describe_group(group)
         except LogstoreError as e:
             if e.name == "GROUP_ID_NOT_FOUND":
                 return {}
             raise
-        return {(r.group, r.topic, r.partition): (r.committed_offset, 0, None) for r in rows if r.topic == topic}
+        return {
+            GroupTopicPartition(r.group, r.topic, r.partition): OffsetCommit(r.committed_offset, 0, None)
+            for r in rows
+            if r.topic == topic
+        }
 
-    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+    def commit_offsets(
+        self, group: str, topic: str, offsets: Mapping[int, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit ``offsets`` (partition → next offset to read) for ``group``, with ``metadata`` if given."""
         self._call(
             "POST",
             f"/v1/groups/{group}/offsets",
-            json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}},
+            json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}, "metadata": metadata},
         )
 
     def list_groups(self) -> list[str]:

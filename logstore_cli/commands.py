@@ -24,6 +24,7 @@ from logstore.client import Consumer, Producer, RemoteStore
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
+from logstore.protocols import Store
 from logstore.schema import input_table
 from logstore.security import (
     AclBinding,
@@ -40,7 +41,7 @@ from logstore.security import (
 )
 from logstore.security.acl import CLUSTER_NAME
 from logstore.store import LogStore
-from logstore.structs import AppendResult, ProducerBatch
+from logstore.structs import AppendResult, GroupTopicPartition, ProducerBatch
 
 __all__ = ["main"]
 
@@ -67,7 +68,7 @@ def _config(args: argparse.Namespace) -> LogstoreConfig:
     return load_config(getattr(args, "config_file", None), overrides=overrides)
 
 
-def _backend(args: argparse.Namespace, config: LogstoreConfig) -> LogStore | RemoteStore:
+def _backend(args: argparse.Namespace, config: LogstoreConfig) -> Store:
     """The store itself (``--root``, embedded) or a running server (``--server URL``)."""
     server = getattr(args, "server", None)
     return RemoteStore(server, **_client_options(args)) if server else LogStore(config)
@@ -193,9 +194,9 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
     for p in info.partitions:
         if args.partition is not None and p.partition != args.partition:
             continue
-        c = committed.get((args.group, args.topic, p.partition))
+        c = committed.get(GroupTopicPartition(args.group, args.topic, p.partition))
         if c is not None:
-            positions[p.partition] = max(c[0], p.log_start_offset)
+            positions[p.partition] = max(c.offset, p.log_start_offset)
         else:
             positions[p.partition] = p.log_start_offset if args.from_beginning else p.high_watermark
     remaining = args.max_records if args.max_records is not None else -1
