@@ -28,7 +28,6 @@ written, never deletion vectors or other table features.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import time
 import uuid
@@ -69,8 +68,6 @@ ROW_GROUP_BYTES = 1 << 20
 """Uncompressed bytes per Parquet row group in files maintenance writes (about a fetch's worth)."""
 
 _MAINTENANCE_METADATA = "logstore.maintenance"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MS = dt.timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
