@@ -77,4 +77,4 @@ bench: setup kafka
 	$(BIN)/python bench/vs_kafka.py
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis .schemathesis .import_linter_cache .grimp_cache
