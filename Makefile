@@ -72,9 +72,11 @@ kafka: $(KAFKA)/.done $(SPARK_KAFKA)/.done
 run: setup
 	$(BIN)/logstore --root $(ROOT) serve
 
+# lint-imports checks the layers of README "Layout" (contracts in pyproject.toml, [tool.importlinter]).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy
@@ -90,4 +92,4 @@ bench: setup kafka
 	$(BIN)/python bench/vs_kafka.py
 
 clean:
-	rm -rf $(VENV) .cache node_modules $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .cache node_modules $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis .schemathesis .import_linter_cache .grimp_cache .artifacts

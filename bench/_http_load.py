@@ -34,7 +34,7 @@ RECORDS = 1000
 VALUE_BYTES = 100
 """Bytes per record value (keys are null)."""
 
-_EXE = str(Path(sys.executable).parent / "logstore")
+_LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 
 
 def body() -> bytes:
@@ -70,7 +70,7 @@ class LogstoreServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
         self.proc = subprocess.Popen(
-            [_EXE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*_LOGSTORE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

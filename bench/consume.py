@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from typing import Any
@@ -63,11 +62,9 @@ def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[s
     from pathlib import Path
 
     import httpx
+    from _http_load import LogstoreServer
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.server import Server
-
-    srv = Server(Path(root), **{"linger.ms": 2}).start()
+    srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
     seen: list[float] = []
     try:
         httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()

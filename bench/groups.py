@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -33,14 +32,12 @@ from typing import Any
 
 import httpx
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _http_load import LogstoreServer
 
 from logstore.config import load_config
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from tests.server import Server
 
 PARTITIONS = 8
 
@@ -198,7 +195,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "data"
         fill(root, args.records)
-        srv = Server(root).start()
+        srv = LogstoreServer(root).start()
         try:
             tp = {str(n): round(throughput(srv.url, n, args.records, args.fetch)) for n in (1, 2, 4)}
             rb = rebalances(srv.url, args.trials, args.session_ms)

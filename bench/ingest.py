@@ -26,7 +26,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,10 +33,8 @@ from pathlib import Path
 import httpx
 import orjson
 import pyarrow as pa
+from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop
 from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.schema import input_table

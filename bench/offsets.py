@@ -23,19 +23,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-# This file's folder comes first on sys.path and its name would shadow the project's packages.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake  # noqa: E402
-
-from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets  # noqa: E402
-from maintenance.offsets import run_offsets_compaction  # noqa: E402
+from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets
+from maintenance.offsets import run_offsets_compaction
 
 TOPIC = "orders"
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,11 +25,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _http_load import LogstoreServer
 
 from logstore.security import AclBinding, FileSecurityStore, Operation, PatternType, Permission, ResourceType, new_key
-from tests.server import Server
 
 RECORDS = 1000
 VALUE_BYTES = 100
@@ -86,9 +83,9 @@ def run(secure: bool, seconds: float, concurrency: int) -> dict[str, float]:
             ]
             store.add_acls(acls)
             config = {"security.enabled": "true"}
-        srv = Server(root, **config).start()
+        srv = LogstoreServer(root, **config).start()
         try:
-            with srv.client(api_key=key) as c:
+            with httpx.Client(base_url=srv.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as c:
                 c.post("/v1/topics", json={"name": "bench-events", "partitions": PARTITIONS}).raise_for_status()
             return asyncio.run(closed_loop(srv.url, key, seconds, concurrency))
         finally:

@@ -68,15 +68,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# This file's folder would come first on sys.path, and bench/maintenance.py would shadow the `maintenance` package.
+from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
+
+from logstore.catalog import Catalog
+from logstore.config import load_config
+
 _ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != str(_ROOT / "bench")]
-sys.path.insert(0, str(_ROOT))
-
-from bench._http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop  # noqa: E402
-from logstore.catalog import Catalog  # noqa: E402
-from logstore.config import load_config  # noqa: E402
-
 KAFKA_VERSION = "3.9.0"
 KAFKA_JARS = _ROOT / ".cache" / "kafka"
 SPARK_KAFKA_JARS = _ROOT / ".cache" / "spark-kafka"

@@ -146,14 +146,6 @@ class ResetOffsets(BaseModel):
     to: Literal["earliest", "latest"] | dict[Literal["timestamp"], TimestampMs] | dict[Literal["offset"], Offset]
 
 
-class Error(BaseModel):
-    error_code: str
-    message: str
-
-
-Acks = Literal["0", "1", "all"]
-
-
 # -- consumer groups with members (DESIGN §9) ------------------------------------
 
 

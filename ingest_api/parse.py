@@ -7,8 +7,6 @@ string arrays (a zero-copy cast makes them binary), and only records that use
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +14,11 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from logstore.codec import decode_bytes
 from logstore.errors import InvalidRequestError, InvalidTimestampError
 from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
 
-__all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "decode_bytes", "encode_bytes", "parse_produce"]
+__all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "parse_produce"]
 
 _INT64_MAX = 2**63 - 1
 MAX_PRODUCER_ID_LENGTH = 256
@@ -44,30 +43,6 @@ class ParsedRecords:
 
     def __len__(self) -> int:
         return len(self.values)
-
-
-def decode_bytes(field: str, v: Any) -> bytes | None:
-    """A key, value or header value from JSON: a UTF-8 string, ``{"b64": …}`` or null."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v.encode()
-    if isinstance(v, dict) and set(v) == {"b64"} and isinstance(v["b64"], str):
-        try:
-            return base64.b64decode(v["b64"], validate=True)
-        except binascii.Error:
-            raise InvalidRequestError(f"{field} is not valid base64") from None
-    raise InvalidRequestError(f'{field} must be a string, {{"b64": "…"}} or null')
-
-
-def encode_bytes(b: bytes | None) -> str | dict[str, str] | None:
-    """Bytes for a JSON response: a string when valid UTF-8, else ``{"b64": …}``."""
-    if b is None:
-        return None
-    try:
-        return b.decode()
-    except UnicodeDecodeError:
-        return {"b64": base64.b64encode(b).decode()}
 
 
 def parse_produce(body: bytes) -> ParsedRecords:

@@ -1,8 +1,11 @@
 """logstore's core: Kafka's log model on Delta tables.
 
 Topics, partitions, offsets, idempotent producers, fencing and consumer-group
-offsets, with no knowledge of HTTP or of a live Spark session. The ingest API,
-the Spark source and sink, and the maintenance jobs build on this package.
+offsets. The core imports none of its callers: the ingest API, the Spark source
+and sink, and the maintenance jobs build on this package, and the ``logstore``
+CLI (``logstore_cli``) on all of them (README "Layout", checked by ``make lint``).
+It serves no HTTP (:mod:`logstore.client` is a client of a server) and starts
+Spark only when :func:`logstore.spark.session` is called.
 
 Main entry points: :class:`LogStore` (the embedded store under one root),
 :class:`TopicWriter` (a topic's committer), :class:`TopicReader`,

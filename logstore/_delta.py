@@ -19,26 +19,29 @@ Every logstore commit to a topic carries Delta *application transactions*
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import json
 import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import unquote
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from logstore._fs import fsync_path
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
+
+# The data-file model lives in the public logstore.files (maintenance and spark_source use it too); the core's
+# modules keep reaching it as _delta.DataFile etc.
+from logstore.files import DataFile as DataFile
+from logstore.files import data_files as data_files
+from logstore.files import file_stats as file_stats
+from logstore.files import table_path as table_path
+from logstore.fs import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -60,72 +63,6 @@ def app_hw(partition: int) -> str:
 def app_producer(producer_id: str) -> str:
     """The ``txn`` app id that holds a producer's last committed sequence."""
     return f"logstore.producer.{producer_id}"
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """One data file of a partition, with the offset range its statistics give."""
-
-    path: str
-    """Absolute local path."""
-    partition: int
-    min_offset: int
-    max_offset: int
-    num_records: int
-    size_bytes: int
-    modification_time_ms: int
-
-
-def data_files(dt: DeltaTable) -> list[DataFile]:
-    """The table's live data files, ordered by (partition, min offset).
-
-    Reads only the Delta log (add actions and their statistics). A file without
-    offset statistics (written by an engine that skipped them) has its offset
-    column read once, from that file alone.
-    """
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return []
-    root = table_path(dt)
-    cols = actions.column_names
-    mins = actions["min.offset"].to_pylist() if "min.offset" in cols else [None] * actions.num_rows
-    maxs = actions["max.offset"].to_pylist() if "max.offset" in cols else [None] * actions.num_rows
-    nums = actions["num_records"].to_pylist() if "num_records" in cols else [None] * actions.num_rows
-    out = []
-    for path, part, lo, hi, n, size, mtime in zip(
-        actions["path"].to_pylist(),
-        actions["partition.partition"].to_pylist(),
-        mins,
-        maxs,
-        nums,
-        actions["size_bytes"].to_pylist(),
-        actions["modification_time"].to_pylist(),
-        strict=True,
-    ):
-        full = os.path.join(root, unquote(path))
-        if lo is None or hi is None or n is None:
-            lo, hi, n = _offset_range(full)
-        if n == 0:
-            continue
-        out.append(DataFile(full, int(part), int(lo), int(hi), int(n), int(size), int(mtime)))
-    out.sort(key=lambda f: (f.partition, f.min_offset))
-    return out
-
-
-def _offset_range(path: str) -> tuple[int, int, int]:
-    import pyarrow.parquet as pq
-
-    col = pq.read_table(path, columns=["offset"])["offset"]
-    if len(col) == 0:
-        return 0, -1, 0
-    mm = pc.min_max(col)
-    return mm["min"].as_py(), mm["max"].as_py(), len(col)
-
-
-def table_path(dt: DeltaTable) -> str:
-    """The table's root as a local path."""
-    uri = dt.table_uri
-    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def txn_version(dt: DeltaTable, app_id: str) -> int | None:
@@ -300,42 +237,3 @@ def translate(e: Exception, what: str) -> LogstoreError:
     if isinstance(e, CommitFailedError):
         return ConcurrentTransactionsError(f"{what}: another committer won the commit race ({e})")
     return KafkaStorageError(f"{what}: {e}")
-
-
-def file_stats(data: pa.Table) -> str:
-    """The Delta ``stats`` JSON of a topic data file (its columns, without ``partition``).
-
-    ``numRecords``; min/max of ``offset``, ``timestamp`` (ISO-8601, ms — the
-    maximum rounded up so it is never below a record's timestamp) and
-    ``timestamp_type``; null counts. Both engines prune with these.
-    """
-    ts = pc.min_max(data["timestamp"])
-    tt = pc.min_max(data["timestamp_type"])
-    off = pc.min_max(data["offset"])
-    stats = {
-        "numRecords": len(data),
-        "minValues": {
-            "offset": off["min"].as_py(),
-            "timestamp": _iso_ms(ts["min"].as_py()),
-            "timestamp_type": tt["min"].as_py(),
-        },
-        "maxValues": {
-            "offset": off["max"].as_py(),
-            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
-            "timestamp_type": tt["max"].as_py(),
-        },
-        "nullCount": {
-            "offset": 0,
-            "timestamp": 0,
-            "timestamp_type": 0,
-            "key": data["key"].null_count,
-            "value": data["value"].null_count,
-        },
-    }
-    return json.dumps(stats)
-
-
-def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
-    if ceil and ts.microsecond % 1000:
-        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
-    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

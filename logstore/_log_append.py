@@ -41,8 +41,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from logstore._delta import COMMIT_ID, file_stats, open_table, refresh, sync_checkpoint
-from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
+from logstore.fs import fsync_path
 
 __all__ = ["CommitInDoubt", "LogAppender", "StaleVersion", "VersionTaken"]
 

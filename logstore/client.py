@@ -12,7 +12,6 @@ record twice. Delivery callbacks run on the sender thread.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from logstore.codec import decode_bytes, encode_bytes
 from logstore.config import TopicConfig
 from logstore.coordinator import MemberState
 from logstore.errors import (
@@ -42,7 +42,15 @@ from logstore.errors import (
     UnknownServerError,
 )
 from logstore.schema import input_table
-from logstore.structs import FetchResult, GroupOffset, PartitionInfo, TopicInfo, TopicPartition
+from logstore.structs import (
+    FetchResult,
+    GroupOffset,
+    GroupTopicPartition,
+    OffsetCommit,
+    PartitionInfo,
+    TopicInfo,
+    TopicPartition,
+)
 
 __all__ = [
     "TIMESTAMP_CREATE_TIME",
@@ -71,28 +79,11 @@ DeliveryCallback = Callable[[LogstoreError | None, RecordMetadata | None], None]
 """``on_delivery(error, metadata)``: exactly one of them is None."""
 
 
-def _bytes_json(b: bytes | str | None) -> Any:
-    if b is None or isinstance(b, str):
-        return b
-    try:
-        return b.decode()
-    except UnicodeDecodeError:
-        return {"b64": base64.b64encode(b).decode()}
-
-
-def _json_bytes(v: Any) -> bytes | None:
-    if v is None:
-        return None
-    if isinstance(v, dict):
-        return base64.b64decode(v["b64"])
-    return str(v).encode()
-
-
 def _json_headers(h: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[str, bytes | None]]:
     """A fetched record's headers in order: the API sends an object, or a list of ``{key, value}`` if a key repeats."""
     if isinstance(h, dict):
-        return [(k, _json_bytes(v)) for k, v in h.items()]
-    return [(x["key"], _json_bytes(x["value"])) for x in h]
+        return [(k, decode_bytes(f"header {k}", v)) for k, v in h.items()]
+    return [(x["key"], decode_bytes(f"header {x['key']}", x["value"])) for x in h]
 
 
 def _http_client(url: str, *, timeout_s: float, api_key: str | None, ca_file: str | None) -> httpx.Client:
@@ -177,11 +168,11 @@ class Producer:
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Buffer one record for ``topic``; it is sent by the sender thread."""
-        record: dict[str, Any] = {"value": _bytes_json(value)}
+        record: dict[str, Any] = {"value": encode_bytes(value)}
         if key is not None:
-            record["key"] = _bytes_json(key)
+            record["key"] = encode_bytes(key)
         if headers:
-            record["headers"] = {k: _bytes_json(v) for k, v in headers.items()}
+            record["headers"] = {k: encode_bytes(v) for k, v in headers.items()}
         if partition is not None:
             record["partition"] = partition
         if timestamp_ms is not None:
@@ -347,28 +338,36 @@ class RemoteStore:
         recs = body["records"]
         table = input_table(
             [r["partition"] for r in recs],
-            [_json_bytes(r["value"]) for r in recs],
-            keys=[_json_bytes(r["key"]) for r in recs],
+            [decode_bytes("value", r["value"]) for r in recs],
+            keys=[decode_bytes("key", r["key"]) for r in recs],
             timestamps_ms=[r["timestamp"] for r in recs],
             headers=[_json_headers(r["headers"]) for r in recs],
         )
         table = table.append_column("offset", pa.array([r["offset"] for r in recs], pa.int64()))
         return FetchResult(table, body["high_watermark"], body["log_start_offset"])
 
-    def committed(self, group: str, topic: str) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
+    def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
+        """``group``'s latest commits on ``topic``; the API reports neither commit time (0) nor metadata (None)."""
         try:
             rows = self.describe_group(group)
         except LogstoreError as e:
             if e.name == "GROUP_ID_NOT_FOUND":
                 return {}
             raise
-        return {(r.group, r.topic, r.partition): (r.committed_offset, 0, None) for r in rows if r.topic == topic}
+        return {
+            GroupTopicPartition(r.group, r.topic, r.partition): OffsetCommit(r.committed_offset, 0, None)
+            for r in rows
+            if r.topic == topic
+        }
 
-    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+    def commit_offsets(
+        self, group: str, topic: str, offsets: Mapping[int, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit ``offsets`` (partition → next offset to read) for ``group``, with ``metadata`` if given."""
         self._call(
             "POST",
             f"/v1/groups/{group}/offsets",
-            json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}},
+            json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}, "metadata": metadata},
         )
 
     def list_groups(self) -> list[str]:
@@ -414,11 +413,6 @@ def _topic(body: dict[str, Any]) -> TopicInfo:
     defaults = TopicConfig().to_dict()
     overrides = {k: str(v) for k, v in config.to_dict().items() if v != defaults[k]}
     return TopicInfo(body["name"], parts, config, overrides)
-
-
-def decode_value(v: Any) -> bytes | None:
-    """A fetched key or value (string or ``{"b64": …}``) as bytes."""
-    return _json_bytes(v)
 
 
 class Message:
@@ -819,8 +813,8 @@ class Consumer:
                     r["topic"],
                     r["partition"],
                     r["offset"],
-                    _json_bytes(r["key"]),
-                    _json_bytes(r["value"]),
+                    decode_bytes("key", r["key"]),
+                    decode_bytes("value", r["value"]),
                     _json_headers(r["headers"]),
                     r["timestamp"],
                 )

@@ -59,7 +59,7 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.leases import GroupLease
-from logstore.structs import FetchResult, TopicPartition
+from logstore.structs import FetchResult, GroupTopicPartition, TopicPartition
 
 if TYPE_CHECKING:
     from logstore.store import LogStore
@@ -561,9 +561,9 @@ class GroupCoordinator:
                 if tp.topic != topic or tp.partition >= len(info):
                     continue
                 p = info[tp.partition]
-                c = committed.get((group, topic, tp.partition))
+                c = committed.get(GroupTopicPartition(group, topic, tp.partition))
                 if c is not None:
-                    out[tp] = min(max(c[0], p.log_start_offset), p.high_watermark)
+                    out[tp] = min(max(c.offset, p.log_start_offset), p.high_watermark)
                 else:
                     out[tp] = p.log_start_offset if reset == "earliest" else p.high_watermark
         return out

@@ -22,6 +22,7 @@ __all__ = [
     "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
     "InvalidConfigError",

@@ -41,6 +41,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from logstore import _delta
 from logstore.errors import InvalidGroupIdError, InvalidRequestError, KafkaStorageError
+from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
 
@@ -90,7 +91,7 @@ class OffsetsStore:
         self._clock_ms = clock_ms
         self._dt: DeltaTable | None = None
         self._cache_version = -1
-        self._cache: dict[tuple[str, str, int], tuple[int, int, str | None]] = {}
+        self._cache: dict[GroupTopicPartition, OffsetCommit] = {}
         self._files: dict[str, pa.Table] = {}
 
     def commit(
@@ -147,10 +148,8 @@ class OffsetsStore:
                 self._table()
             return
 
-    def committed(
-        self, group: str | None = None, topic: str | None = None
-    ) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
-        """Latest commits: (group, topic, partition) → (offset, commit time in ms, metadata)."""
+    def committed(self, group: str | None = None, topic: str | None = None) -> dict[GroupTopicPartition, OffsetCommit]:
+        """Latest commits, of ``group`` and on ``topic`` when given."""
         latest = self._latest()
         return {
             k: v for k, v in latest.items() if (group is None or k[0] == group) and (topic is None or k[1] == topic)
@@ -168,7 +167,7 @@ class OffsetsStore:
                 return None
         return self._dt
 
-    def _latest(self) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
+    def _latest(self) -> dict[GroupTopicPartition, OffsetCommit]:
         dt = self._table()
         if dt is None:
             return {}
@@ -178,11 +177,11 @@ class OffsetsStore:
         files = [os.path.join(_delta.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
         self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
-        latest: dict[tuple[str, str, int], tuple[int, int, str | None]] = {}
+        latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
             for row in latest_rows(pa.concat_tables(list(self._files.values()))).to_pylist():
-                key = (row["group"], row["topic"], row["partition"])
-                latest[key] = (row["offset"], row["commit_time"] // 1000, row["metadata"])
+                key = GroupTopicPartition(row["group"], row["topic"], row["partition"])
+                latest[key] = OffsetCommit(row["offset"], row["commit_time"] // 1000, row["metadata"])
         self._cache, self._cache_version = latest, dt.version()
         return latest
 

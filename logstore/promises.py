@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
+from logstore.fs import fsync_path
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wal import DirectoryLock, WriteAheadLog
 

@@ -29,6 +29,7 @@ from deltalake.exceptions import DeltaError
 from logstore import _delta
 from logstore.catalog import Catalog, high_watermark, log_start_offset
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logstore.files import offsets_sorted
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
@@ -269,7 +270,7 @@ def read_files(
         return TOPIC_SCHEMA.empty_table()
     data = pa.concat_tables(tables)
     data = data.add_column(0, TOPIC_SCHEMA.field("partition"), pa.repeat(pa.scalar(partition, pa.int32()), len(data)))
-    if len(tables) > 1 or _unsorted(data["offset"]):
+    if len(tables) > 1 or not offsets_sorted(data["offset"]):
         data = data.sort_by("offset")
     return data.cast(TOPIC_SCHEMA)
 
@@ -348,7 +349,7 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
                 ready, buffered = buffered, _FILE_SCHEMA.empty_table()
             else:
                 ready, buffered = buffered.filter(below), buffered.filter(pc.invert(below))
-            if _unsorted(ready["offset"]):
+            if not offsets_sorted(ready["offset"]):
                 ready = ready.sort_by("offset")
             if len(ready):
                 sizes = pc.add(
@@ -394,8 +395,3 @@ def _conform(table: pa.Table) -> pa.Table:
         for field in _FILE_SCHEMA
     ]
     return pa.Table.from_arrays(columns, schema=_FILE_SCHEMA)
-
-
-def _unsorted(col: pa.ChunkedArray) -> bool:
-    arr = col.combine_chunks()
-    return len(arr) > 1 and pc.any(pc.less(arr[1:], arr[:-1])).as_py()

@@ -17,11 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logstore.config import load_config
+from logstore.errors import InvalidConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSource
 
-__all__ = ["DELTA_ARTIFACT", "delta_jars", "session"]
+__all__ = ["DATA_SOURCES_GROUP", "DELTA_ARTIFACT", "data_sources", "delta_jars", "session"]
+
+DATA_SOURCES_GROUP = "logstore.spark_datasources"
+"""Entry-point group naming the Python data sources :func:`session` registers (``format("logstore")``)."""
 
 SCALA_VERSION = "2.13"
 
@@ -100,8 +105,25 @@ def session(**overrides: str) -> SparkSession:
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    # Imported here, not at the top: the core never imports the Spark packages at import time.
-    from spark_source import LogstoreDataSource
-
-    spark.dataSource.register(LogstoreDataSource)
+    for source in data_sources():
+        spark.dataSource.register(source)
     return spark
+
+
+def data_sources() -> list[type[DataSource]]:
+    """The Python data sources registered under the ``logstore.spark_datasources`` entry-point group.
+
+    The core does not import ``spark_source`` (it sits above the core): the
+    package declares ``logstore = "spark_source:LogstoreDataSource"`` in that
+    group (``pyproject.toml``) and :func:`session` registers what it finds.
+
+    Raises:
+        InvalidConfigError: nothing is registered in the group (the package is not installed).
+    """
+    found = metadata.entry_points(group=DATA_SOURCES_GROUP)
+    if not found:
+        raise InvalidConfigError(
+            f"no Spark data source registered under the entry-point group '{DATA_SOURCES_GROUP}': "
+            "install the logstore distribution (pip install -e .) so that format('logstore') exists"
+        )
+    return [entry.load() for entry in sorted(found, key=lambda e: e.name)]

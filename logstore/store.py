@@ -24,7 +24,15 @@ from logstore.errors import (
 )
 from logstore.offsets import OffsetsStore
 from logstore.reader import TopicReader, offset_for_timestamp
-from logstore.structs import AppendResult, FetchResult, GroupOffset, ProducerBatch, TopicInfo
+from logstore.structs import (
+    AppendResult,
+    FetchResult,
+    GroupOffset,
+    GroupTopicPartition,
+    OffsetCommit,
+    ProducerBatch,
+    TopicInfo,
+)
 from logstore.writer import TopicWriter
 
 __all__ = ["LogStore"]
@@ -101,8 +109,8 @@ class LogStore:
         with self._lock(f"read:{topic}"):
             return reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
 
-    def committed(self, group: str, topic: str) -> dict[tuple[str, str, int], tuple[int, int, str | None]]:
-        """``group``'s latest commits on ``topic``: (group, topic, partition) → (offset, time ms, metadata)."""
+    def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
+        """``group``'s latest commits on ``topic``."""
         return self.offsets.committed(group, topic)
 
     # groups

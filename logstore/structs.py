@@ -13,6 +13,8 @@ __all__ = [
     "AppendResult",
     "FetchResult",
     "GroupOffset",
+    "GroupTopicPartition",
+    "OffsetCommit",
     "PartitionInfo",
     "ProducerBatch",
     "TopicInfo",
@@ -25,6 +27,24 @@ class TopicPartition(NamedTuple):
 
     topic: str
     partition: int
+
+
+class GroupTopicPartition(NamedTuple):
+    """One partition of one topic, as one consumer group's committed offsets are keyed."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+class OffsetCommit(NamedTuple):
+    """A group's latest commit on one partition."""
+
+    offset: int
+    """The next offset to read."""
+    commit_time_ms: int
+    """When it was committed, ms since the epoch (0 when the remote store does not say)."""
+    metadata: str | None
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from logstore._fs import fsync_path
 from logstore.errors import KafkaStorageError
+from logstore.fs import fsync_path
 
 __all__ = ["DirectoryLock", "Frame", "WriteAheadLog"]
 

@@ -28,7 +28,6 @@ written, never deletion vectors or other table features.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import time
 import uuid
@@ -43,14 +42,14 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from logstore import _delta
+from logstore import tables
 from logstore.catalog import Catalog
+from logstore.files import DataFile, data_files, file_stats, offsets_sorted
 from logstore.reader import offset_cuts
 from logstore.schema import TOPIC_SCHEMA
 
 __all__ = [
     "FILE_SCHEMA",
-    "LiveFile",
     "NewFile",
     "PartitionFiles",
     "commit",
@@ -69,25 +68,6 @@ ROW_GROUP_BYTES = 1 << 20
 """Uncompressed bytes per Parquet row group in files maintenance writes (about a fetch's worth)."""
 
 _MAINTENANCE_METADATA = "logstore.maintenance"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MS = dt.timedelta(milliseconds=1)
-
-
-@dataclass(frozen=True)
-class LiveFile:
-    """A live data file of a topic, as its add action and statistics describe it."""
-
-    log_path: str
-    """The path exactly as the add action spells it (relative, URL-encoded); removes must match it."""
-    path: str
-    """Absolute local path."""
-    partition: int
-    min_offset: int
-    max_offset: int
-    num_records: int
-    size_bytes: int
-    max_timestamp_ms: int | None
-    """Newest record timestamp in ms (statistics keep ms), or None without statistics."""
 
 
 @dataclass(frozen=True)
@@ -104,46 +84,15 @@ class NewFile:
     modification_time_ms: int
 
 
-def live_files(dt_: DeltaTable) -> dict[int, list[LiveFile]]:
-    """Partition → its live files in offset order, from the Delta log only.
+def live_files(dt_: DeltaTable) -> dict[int, list[DataFile]]:
+    """Partition → its live files in offset order, from the Delta log only (:func:`logstore.files.data_files`).
 
     Offset order is by min offset; ranges may overlap (see :func:`offset_prefix`).
-    Files without offset statistics get them from their ``offset`` column, as
-    :func:`logstore._delta.data_files` does; empty files are left out.
+    Empty files are left out.
     """
-    actions = pa.table(dt_.get_add_actions(flatten=True))
-    out: dict[int, list[LiveFile]] = {}
-    if actions.num_rows == 0:
-        return out
-    root = _delta.table_path(dt_)
-    cols = actions.column_names
-    n = actions.num_rows
-
-    def col(name: str) -> list[object]:
-        return actions[name].to_pylist() if name in cols else [None] * n
-
-    for log_path, part, lo, hi, num, size, ts in zip(
-        col("path"),
-        col("partition.partition"),
-        col("min.offset"),
-        col("max.offset"),
-        col("num_records"),
-        col("size_bytes"),
-        col("max.timestamp"),
-        strict=True,
-    ):
-        assert isinstance(log_path, str)
-        full = os.path.join(root, unquote(log_path))
-        if lo is None or hi is None or num is None:
-            lo, hi, num = _delta._offset_range(full)
-        if num == 0:
-            continue
-        ts_ms = (ts - _EPOCH) // _MS if isinstance(ts, dt.datetime) else None
-        out.setdefault(int(part), []).append(
-            LiveFile(log_path, full, int(part), int(lo), int(hi), int(num), int(size), ts_ms)
-        )
-    for files in out.values():
-        files.sort(key=lambda f: f.min_offset)
+    out: dict[int, list[DataFile]] = {}
+    for f in data_files(dt_):
+        out.setdefault(f.partition, []).append(f)
     return out
 
 
@@ -157,6 +106,7 @@ class PartitionFiles:
     max_offset: np.ndarray
     num_records: np.ndarray
     size_bytes: np.ndarray
+    modification_time_ms: np.ndarray
     max_timestamp_ms: np.ndarray
     """float64 ms; NaN where a file has no timestamp statistic."""
     root: str
@@ -165,8 +115,8 @@ class PartitionFiles:
         return len(self.min_offset)
 
     @classmethod
-    def of(cls, partition: int, files: Sequence[LiveFile], root: str) -> PartitionFiles:
-        """Columns from :class:`LiveFile` objects (offset order)."""
+    def of(cls, partition: int, files: Sequence[DataFile], root: str) -> PartitionFiles:
+        """Columns from :class:`~logstore.files.DataFile` objects (offset order)."""
         return cls(
             partition,
             pa.array([f.log_path for f in files], pa.string()),
@@ -174,23 +124,25 @@ class PartitionFiles:
             np.array([f.max_offset for f in files], np.int64),
             np.array([f.num_records for f in files], np.int64),
             np.array([f.size_bytes for f in files], np.int64),
+            np.array([f.modification_time_ms for f in files], np.int64),
             np.array([np.nan if f.max_timestamp_ms is None else f.max_timestamp_ms for f in files], np.float64),
             root,
         )
 
-    def file(self, i: int) -> LiveFile:
-        """File ``i`` as a :class:`LiveFile`."""
+    def file(self, i: int) -> DataFile:
+        """File ``i`` as a :class:`~logstore.files.DataFile`."""
         log_path = self.log_paths[i].as_py()
         ts = self.max_timestamp_ms[i]
-        return LiveFile(
-            log_path,
-            os.path.join(self.root, unquote(log_path)),
-            self.partition,
-            int(self.min_offset[i]),
-            int(self.max_offset[i]),
-            int(self.num_records[i]),
-            int(self.size_bytes[i]),
-            None if np.isnan(ts) else int(ts),
+        return DataFile(
+            path=os.path.join(self.root, unquote(log_path)),
+            partition=self.partition,
+            min_offset=int(self.min_offset[i]),
+            max_offset=int(self.max_offset[i]),
+            num_records=int(self.num_records[i]),
+            size_bytes=int(self.size_bytes[i]),
+            modification_time_ms=int(self.modification_time_ms[i]),
+            log_path=log_path,
+            max_timestamp_ms=None if np.isnan(ts) else int(ts),
         )
 
 
@@ -218,7 +170,7 @@ def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
         max_ts = ts.to_numpy(zero_copy_only=False).astype(np.float64)
     else:
         max_ts = np.full(actions.num_rows, np.nan)
-    root = _delta.table_path(dt_)
+    root = tables.table_path(dt_)
     bounds = np.flatnonzero(np.diff(parts)) + 1
     for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(parts)]]), strict=True):
         if hi <= lo:
@@ -230,6 +182,7 @@ def partition_files(dt_: DeltaTable) -> dict[int, PartitionFiles] | None:
             actions["max.offset"].slice(lo, hi - lo).to_numpy(),
             actions["num_records"].slice(lo, hi - lo).to_numpy(),
             actions["size_bytes"].slice(lo, hi - lo).to_numpy(),
+            actions["modification_time"].slice(lo, hi - lo).to_numpy(),
             max_ts[lo:hi],
             root,
         )
@@ -254,8 +207,7 @@ def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile
     Runs wherever the table directory is reachable (driver or Spark executor).
     """
     data = records.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    offsets = data["offset"]
-    if len(data) > 1 and pc.any(pc.less(offsets.combine_chunks()[1:], offsets.combine_chunks()[:-1])).as_py():
+    if not offsets_sorted(data["offset"]):
         data = data.sort_by("offset")
     rel = f"partition={partition}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     full = os.path.join(table_root, rel)
@@ -267,12 +219,12 @@ def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile
     st = os.stat(full)
     off = pc.min_max(data["offset"])
     lo, hi = off["min"].as_py(), off["max"].as_py()
-    return NewFile(rel, partition, st.st_size, len(data), lo, hi, _delta.file_stats(data), int(st.st_mtime * 1000))
+    return NewFile(rel, partition, st.st_size, len(data), lo, hi, file_stats(data), int(st.st_mtime * 1000))
 
 
 def commit(
     dt_: DeltaTable,
-    removes: Sequence[LiveFile],
+    removes: Sequence[DataFile],
     adds: Sequence[NewFile],
     *,
     data_change: bool,
@@ -327,8 +279,8 @@ def commit(
             app_transactions=[Transaction(app, v, now) for app, v in (txns or {}).items()] or None,
         ),
     )
-    _delta.refresh(dt_)
-    _delta.sync_commits(_delta.table_path(dt_), before + 1)  # delta-rs skips fsync; the commit must survive power loss
+    tables.refresh(dt_)
+    tables.sync_commits(tables.table_path(dt_), before + 1)  # delta-rs skips fsync; the commit must survive power loss
     # delta-rs does not return the version it committed at (it may have rebased over others' commits).
     for info in dt_.history(max(1, dt_.version() - before)):
         if (info.get(_MAINTENANCE_METADATA) or {}).get("id") == run_id:

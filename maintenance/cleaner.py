@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from logstore import _delta
+from logstore import tables
 from logstore.catalog import Catalog
+from logstore.files import DataFile
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
@@ -116,7 +117,7 @@ def run_key_compaction(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     lag_cutoff = now - config.min_compaction_lag_ms
     by_part = _files.live_files(table)
-    dirty: dict[int, list[_files.LiveFile]] = {}
+    dirty: dict[int, list[DataFile]] = {}
     for p, files in by_part.items():
         old = 0
         for f in files:
@@ -129,7 +130,7 @@ def run_key_compaction(
 
     dropped: dict[int, int] = {}
     written: dict[int, list[_files.NewFile]] = {}
-    root = _delta.table_path(table)
+    root = tables.table_path(table)
     if dirty:
         tombstone_cutoff = dt.datetime.fromtimestamp((now - config.delete_retention_ms) / 1000, dt.UTC)
         ends = spark.createDataFrame(

@@ -43,7 +43,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from logstore import _delta
+from logstore import tables
 from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, latest_rows
 from maintenance.report import PartitionReport, Progress, print_progress
 from maintenance.vacuum import DEFAULT_RETENTION_HOURS
@@ -83,7 +83,7 @@ def plan_offsets_compaction(table: DeltaTable, *, keep: int) -> OffsetsCompactio
     actions = pa.table(table.get_add_actions(flatten=True))
     paths = actions["path"].to_pylist()
     sizes = actions["size_bytes"].to_pylist()
-    root = _delta.table_path(table)
+    root = tables.table_path(table)
     names = [f.name for f in table.schema().fields]
     schema = pa.schema([OFFSETS_SCHEMA.field(n) for n in names])
     data = pa.concat_tables([pq.read_table(os.path.join(root, unquote(p)), schema=OFFSETS_SCHEMA) for p in paths])
@@ -93,7 +93,7 @@ def plan_offsets_compaction(table: DeltaTable, *, keep: int) -> OffsetsCompactio
         "commit_time",
         kept["commit_time"].cast(pa.int64()).cast(OFFSETS_SCHEMA.field("commit_time").type),
     )
-    last = _delta.txn_version(table, _APP_COMPACTION)
+    last = tables.txn_version(table, _APP_COMPACTION)
     removes = list(zip(paths, sizes, strict=True))
     return OffsetsCompaction(
         table, removes, kept.select(names).cast(schema), len(data), 0 if last is None else last + 1
@@ -110,7 +110,7 @@ def commit_offsets_compaction(plan: OffsetsCompaction) -> tuple[int, int]:
             nothing changed.
         KafkaStorageError: the file or the commit could not be written.
     """
-    root = _delta.table_path(plan.table)
+    root = tables.table_path(plan.table)
     rel = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     full = os.path.join(root, rel)
     try:
@@ -139,12 +139,12 @@ def commit_offsets_compaction(plan: OffsetsCompaction) -> tuple[int, int]:
         )
     except CommitFailedError as e:
         _remove_quietly(full)  # certainly not in the log: another commit won
-        raise _delta.translate(e, "compaction of _offsets") from e
+        raise tables.translate(e, "compaction of _offsets") from e
     except (DeltaError, OSError) as e:
         # The outcome may be unknown: the file stays (vacuum deletes it if no version refers to it).
-        raise _delta.translate(e, "compaction of _offsets") from e
-    _delta.refresh(plan.table)
-    _delta.sync_commits(root, before + 1)  # delta-rs does not fsync its commit file
+        raise tables.translate(e, "compaction of _offsets") from e
+    tables.refresh(plan.table)
+    tables.sync_commits(root, before + 1)  # delta-rs does not fsync its commit file
     return size, plan.table.version()
 
 
@@ -167,7 +167,7 @@ def run_offsets_compaction(
     """
     path = OffsetsStore(root).path
     try:
-        table = _delta.open_table(path)
+        table = tables.open_table(path)
     except TableNotFoundError:
         progress(f"offsets {OFFSETS_TABLE}: no offsets committed yet")
         return []
@@ -192,7 +192,7 @@ def run_offsets_compaction(
             enforce_retention_duration=enforce_retention_duration,
         )
     except DeltaError as e:
-        raise _delta.translate(e, "vacuum of _offsets") from e
+        raise tables.translate(e, "vacuum of _offsets") from e
     progress(
         f"offsets {OFFSETS_TABLE}: {report.files_removed} files ({report.records_removed} old commits) compacted "
         f"into {report.files_added}; vacuum deleted {len(deleted)} unreferenced files"

@@ -34,19 +34,20 @@ import numpy as np
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from logstore import _delta
+from logstore import tables
 from logstore.catalog import Catalog, app_log_start, high_watermark, log_start_offset
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError
+from logstore.files import DataFile
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
-__all__ = ["plan_retention", "retained_from", "run_retention"]
+__all__ = ["num_files_to_delete", "plan_retention", "run_retention"]
 
 _ATTEMPTS = 5
 
 
-def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
+def num_files_to_delete(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int) -> int:
     """How many of a partition's oldest files retention deletes (a prefix; never the last file).
 
     ``cols`` is in min-offset order; the prefix never ends inside a run of files whose ranges overlap.
@@ -68,9 +69,9 @@ def retained_from(cols: _files.PartitionFiles, config: TopicConfig, now_ms: int)
     return _files.offset_prefix(cols.min_offset, cols.max_offset, drop)
 
 
-def plan_retention(files: Sequence[_files.LiveFile], config: TopicConfig, now_ms: int) -> list[_files.LiveFile]:
+def plan_retention(files: Sequence[DataFile], config: TopicConfig, now_ms: int) -> list[DataFile]:
     """The files of one partition (offset order) that retention deletes: a prefix, never the last."""
-    return list(files[: retained_from(_files.PartitionFiles.of(0, files, ""), config, now_ms)])
+    return list(files[: num_files_to_delete(_files.PartitionFiles.of(0, files, ""), config, now_ms)])
 
 
 def run_retention(
@@ -96,9 +97,9 @@ def run_retention(
         now = int(time.time() * 1000) if now_ms is None else now_ms
         by_part = _files.partition_files(dt)
         if by_part is None:  # some file has no offset statistics: read them the slow way
-            root = _delta.table_path(dt)
+            root = tables.table_path(dt)
             by_part = {p: _files.PartitionFiles.of(p, fs, root) for p, fs in _files.live_files(dt).items()}
-        drops = {p: retained_from(cols, config, now) for p, cols in by_part.items()}
+        drops = {p: num_files_to_delete(cols, config, now) for p, cols in by_part.items()}
         starts = {p: _log_start(dt, p, by_part.get(p)) for p in range(count)}
         for p, n in drops.items():
             if n:

@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 
-from logstore import _delta
+from logstore import tables
 from logstore.catalog import Catalog
+from logstore.files import DataFile
 from logstore.reader import offset_runs
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
@@ -44,15 +45,15 @@ if TYPE_CHECKING:
 __all__ = ["plan_segments", "run_segment_compaction"]
 
 
-def plan_segments(files: Sequence[_files.LiveFile], segment_bytes: int) -> list[list[_files.LiveFile]]:
+def plan_segments(files: Sequence[DataFile], segment_bytes: int) -> list[list[DataFile]]:
     """Bins of adjacent small files (offset order) to merge; only bins of two or more files.
 
     A run of files with overlapping offset ranges never straddles a bin boundary,
     and a run of two or more files is always in a bin (alone when it is at least
     ``segment_bytes`` big).
     """
-    bins: list[list[_files.LiveFile]] = []
-    current: list[_files.LiveFile] = []
+    bins: list[list[DataFile]] = []
+    current: list[DataFile] = []
     size = 0
     for run in offset_runs(files):
         run_size = sum(f.size_bytes for f in run)
@@ -95,7 +96,7 @@ def run_segment_compaction(
     count, config = catalog.topic_config(topic, dt)
     target = segment_bytes if segment_bytes is not None else config.segment_bytes
     by_part = _files.live_files(dt)
-    root = _delta.table_path(dt)
+    root = tables.table_path(dt)
     plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
     tasks = [
         (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)))

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from deltalake.exceptions import DeltaError
 
-from logstore import _delta
+from logstore import tables
 from logstore.catalog import Catalog
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
@@ -41,7 +41,7 @@ def run_vacuum(
             ``delta.deletedFileRetentionDuration`` while it is enforced).
     """
     table = catalog.table(topic)
-    root = _delta.table_path(table)
+    root = tables.table_path(table)
     try:
         # A dry run first, to know the sizes of what is about to go.
         candidates = table.vacuum(
@@ -54,7 +54,7 @@ def run_vacuum(
             enforce_retention_duration=enforce_retention_duration,
         )
     except DeltaError as e:
-        raise _delta.translate(e, f"vacuum of topic '{topic}'") from e
+        raise tables.translate(e, f"vacuum of topic '{topic}'") from e
     by_part: dict[int, tuple[int, int]] = {}
     for rel in deleted:
         part = _partition_of(rel)

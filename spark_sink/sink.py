@@ -34,13 +34,13 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from logstore import _delta
 from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
 from logstore.schema import HEADERS_TYPE, INPUT_SCHEMA
 from logstore.structs import ProducerBatch
+from logstore.tables import app_producer, txn_version
 from logstore.writer import TopicWriter
 
 __all__ = ["LogstoreBatchWriter", "LogstoreStreamWriter", "SinkRows"]
@@ -89,7 +89,7 @@ class _Sink:
             groups = {str(t): data.filter(pc.equal(data["topic"], t)) for t in pc.unique(data["topic"]).to_pylist()}
         for topic, rows in sorted(groups.items()):
             if producer_id is not None and sequence is not None:
-                committed = _delta.txn_version(catalog.table(topic), _delta.app_producer(producer_id))
+                committed = txn_version(catalog.table(topic), app_producer(producer_id))
                 if committed is not None and committed >= sequence:
                     log.info("batch %d of %s is already in topic '%s'; skipped", sequence, producer_id, topic)
                     continue

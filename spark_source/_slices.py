@@ -13,11 +13,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
-from logstore._delta import DataFile
+from logstore.files import DataFile, offsets_sorted
 from logstore.reader import offset_runs
 from logstore.schema import TOPIC_SCHEMA
 
@@ -119,7 +118,7 @@ def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
         t = pa.concat_tables(
             [pq.read_table(f.path, columns=columns, filters=filters, schema=_FILE_SCHEMA) for f in run]
         )
-        if len(t) > 1 and not _sorted(t["offset"]):
+        if not offsets_sorted(t["offset"]):
             t = t.sort_by("offset")
         for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
             yield _to_kafka(rb, s)
@@ -141,8 +140,3 @@ def _to_kafka(rb: pa.RecordBatch, s: TopicSlice) -> pa.RecordBatch:
         arrays.append(rb.column("headers").cast(_HEADERS_ARROW.type))
         schema = schema.append(_HEADERS_ARROW)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _sorted(col: pa.ChunkedArray) -> bool:
-    arr = col.combine_chunks()
-    return len(arr) < 2 or not pc.any(pc.less(arr[1:], arr[:-1])).as_py()

@@ -81,12 +81,12 @@ class LogstoreDataSource(DataSource):
         return LogstoreStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from spark_sink.sink import LogstoreBatchWriter
+        from spark_sink import LogstoreBatchWriter
 
         return LogstoreBatchWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from spark_sink.sink import LogstoreStreamWriter
+        from spark_sink import LogstoreStreamWriter
 
         return LogstoreStreamWriter(dict(self.options), schema)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logstore import _delta
 from logstore.catalog import Catalog
+from logstore.files import data_files
 
 
 def read_topic(catalog: Catalog, topic: str) -> pa.Table:
     """Every live record of ``topic`` at its newest version, sorted by (partition, offset)."""
     dt = catalog.table(topic)
     tables = []
-    for f in _delta.data_files(dt):
+    for f in data_files(dt):
         t = pq.read_table(f.path, columns=["offset", "value"])
         t = t.append_column("partition", pa.repeat(pa.scalar(f.partition, pa.int32()), len(t)))
         tables.append(t.select(["partition", "offset", "value"]))

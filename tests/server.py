@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 
-_EXE = str(Path(sys.executable).parent / "logstore")
+LOGSTORE = [sys.executable, "-m", "logstore_cli"]
+"""The ``logstore`` command, run from the code under test (not the console script installed once)."""
 
 
 def free_port() -> int:
@@ -66,7 +67,7 @@ class Server:
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [_EXE, "--root", str(self.root), "serve", "--port", str(self.port)],
+                [*LOGSTORE, "--root", str(self.root), "serve", "--port", str(self.port)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,17 +14,16 @@ from logstore.client import RemoteStore
 from logstore.errors import SaslAuthenticationFailedError
 from logstore.security import FileSecurityStore, new_key
 from logstore.security.keys import KeyVerifier, split_key
-from tests.server import Server
+from tests.server import LOGSTORE, Server
 
 StartServer = Callable[..., Server]
 SECURE = {"security.enabled": "true", "super.users": "User:admin"}
 
 
 def cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "logstore"
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
     return subprocess.run(
-        [str(exe), "--root", str(root), *args], capture_output=True, text=True, env=base | env, timeout=120
+        [*LOGSTORE, "--root", str(root), *args], capture_output=True, text=True, env=base | env, timeout=120
     )
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.server import Server
+from tests.server import LOGSTORE, Server
 
 
 def run(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "logstore"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
     return subprocess.run(
-        [str(exe), "--root", str(root), *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
+        [*LOGSTORE, "--root", str(root), *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
     )
 
 
@@ -93,10 +91,9 @@ def test_consume_as_a_group_member_through_a_server_and_describe_members(server:
     assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
     records = [{"partition": i % 2, "value": f"v{i}"} for i in range(6)]
     assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
-    exe = Path(sys.executable).parent / "logstore"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
     r = subprocess.run(
-        [str(exe), "consume", "t", "--group", "g", "--server", srv.url, "--from-beginning"],
+        [*LOGSTORE, "consume", "t", "--group", "g", "--server", srv.url, "--from-beginning"],
         capture_output=True,
         text=True,
         env=env,
@@ -107,7 +104,7 @@ def test_consume_as_a_group_member_through_a_server_and_describe_members(server:
     # the member left on exit; its commits stay
     member = c.post("/v1/groups/g/members", json={"topics": ["t"]}).json()
     d = subprocess.run(
-        [str(exe), "groups", "describe", "g", "--server", srv.url], capture_output=True, text=True, env=env, timeout=60
+        [*LOGSTORE, "groups", "describe", "g", "--server", srv.url], capture_output=True, text=True, env=env, timeout=60
     ).stdout.splitlines()
     assert d[0].split()[-2:] == ["CONSUMER-ID", "GENERATION"]
     rows = [line.split() for line in d[1:]]

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 from logstore.catalog import Catalog
 from logstore.client import Producer, RecordMetadata, RemoteStore
 from logstore.config import load_config
 from logstore.errors import LogstoreError, MessageTooLargeError
+from logstore.offsets import OffsetsStore
 from logstore.partitioner import murmur2, to_positive
 from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.server import LOGSTORE, Server
 
 
 def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> None:
@@ -85,9 +84,8 @@ def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[.
 
 
 def cli(srv: Server, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "logstore"
     return subprocess.run(
-        [str(exe), "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
+        [*LOGSTORE, "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
     )
 
 
@@ -107,3 +105,13 @@ def test_cli_server_mode(server: Callable[..., Server]) -> None:
     assert r.returncode == 1 and "TOPIC_ALREADY_EXISTS" in r.stderr
     assert cli(srv, "groups", "reset", "g", "--topic", "t", "--to", "earliest").returncode == 0
     assert sorted(cli(srv, "consume", "t", "--group", "g").stdout.split()) == ["1", "2", "3"]
+
+
+def test_remote_store_commits_offsets_with_metadata(server: Callable[..., Server]) -> None:
+    """``RemoteStore.commit_offsets`` takes ``metadata`` as ``LogStore``'s does (the ``Store`` protocol)."""
+    srv = server()
+    remote = RemoteStore(srv.url)
+    remote.create_topic("t", 1)
+    remote.commit_offsets("g", "t", {0: 0}, metadata="checkpoint 7")
+    (commit,) = OffsetsStore(str(srv.root)).committed("g", "t").values()
+    assert (commit.offset, commit.metadata) == (0, "checkpoint 7")

@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from logstore import _delta
+from logstore import tables
 from logstore.errors import OffsetOutOfRangeError
 from logstore.schema import input_table
 from logstore.store import LogStore
@@ -72,7 +72,7 @@ def test_keeps_exactly_the_latest_record_per_key(
         written += produce(w, batch, NOW_MS - 2 * HOUR_MS)
     written += produce(w, [(1, b"k1", None)], NOW_MS - 2 * HOUR_MS)  # a young tombstone: kept
     hw = [store.describe_topic(t).partitions[p].high_watermark for p in (0, 1)]
-    epoch = _delta.txn_version(store.catalog.table(t), _delta.APP_EPOCH)
+    epoch = tables.txn_version(store.catalog.table(t), tables.APP_EPOCH)
 
     reports = run_key_compaction(store.catalog, t, spark=spark, now_ms=NOW_MS, progress=lambda _: None)
 
@@ -85,7 +85,7 @@ def test_keeps_exactly_the_latest_record_per_key(
     assert [p.high_watermark for p in info.partitions] == hw
     assert [p.num_files for p in info.partitions] == [1, 1]
     dt = store.catalog.table(t)
-    assert _delta.txn_version(dt, _delta.APP_EPOCH) == epoch
+    assert tables.txn_version(dt, tables.APP_EPOCH) == epoch
     assert dt.protocol().min_writer_version == 2
     # consumers see gaps, not renumbering; the writer keeps counting from the high watermark
     fetched = store.fetch(t, 1, info.partitions[1].log_start_offset, max_records=100).records

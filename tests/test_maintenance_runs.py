@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from logstore.cli import main
 from logstore.config import LogstoreConfig
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
+from logstore_cli import main
 from maintenance import Scheduler, run_retention, run_vacuum
 from maintenance._files import live_files
 

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from logstore.cli import main
 from logstore.config import LogstoreConfig
 from logstore.errors import ConcurrentTransactionsError
 from logstore.offsets import OffsetsStore
 from logstore.store import LogStore
+from logstore_cli import main
 from maintenance import Scheduler
 from maintenance.offsets import commit_offsets_compaction, plan_offsets_compaction, run_offsets_compaction
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from logstore import _delta
+from logstore import tables
 from logstore.errors import OffsetOutOfRangeError
 from logstore.reader import offset_for_timestamp
 from logstore.schema import input_table
@@ -72,7 +72,7 @@ def optimize_like(store: LogStore, topic: str, picks: list[int]) -> None:
     files = _files.live_files(dt)[0]
     chosen = [files[i] for i in picks]
     data = pa.concat_tables([pq.read_table(f.path, schema=_files.FILE_SCHEMA) for f in chosen])
-    merged = _files.write_segment(_delta.table_path(dt), 0, data)
+    merged = _files.write_segment(tables.table_path(dt), 0, data)
     _files.commit(dt, chosen, [merged], data_change=False, operation="OPTIMIZE")
     assert_interleaved(store, topic)
 

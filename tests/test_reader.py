@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logstore import _delta
-from logstore._delta import DataFile
+from logstore import tables
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logstore.files import DataFile
 from logstore.reader import _read_bounded
 from logstore.schema import input_table
 from logstore.store import LogStore
@@ -111,7 +111,17 @@ def _file(path: Path, offsets: list[int]) -> DataFile:
         }
     )
     pq.write_table(table, path, row_group_size=4)
-    return DataFile(str(path), 0, min(offsets), max(offsets), n, path.stat().st_size, 0)
+    return DataFile(
+        path=str(path),
+        partition=0,
+        min_offset=min(offsets),
+        max_offset=max(offsets),
+        num_records=n,
+        size_bytes=path.stat().st_size,
+        modification_time_ms=0,
+        log_path=path.name,
+        max_timestamp_ms=None,
+    )
 
 
 @pytest.mark.parametrize("max_bytes", [1, 5, 12, 40, 1000, 0])
@@ -137,7 +147,7 @@ def test_fetch_steps_over_gaps_that_compaction_left(store: LogStore, make_topic:
     dt = store.catalog.table(t)
     old = _files.live_files(dt)[0][:2]
     kept = pq.read_table(old[1].path, schema=_files.FILE_SCHEMA).slice(7, 2)
-    _files.commit(dt, old, [_files.write_segment(_delta.table_path(dt), 0, kept)], data_change=True, operation="clean")
+    _files.commit(dt, old, [_files.write_segment(tables.table_path(dt), 0, kept)], data_change=True, operation="clean")
 
     assert store.fetch(t, 0, 0, max_records=3).records["offset"].to_pylist() == [17, 18, 20]
     assert store.fetch(t, 0, 0, max_records=1).records["value"].to_pylist() == [b"c1-7"]

@@ -14,7 +14,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from logstore import cli
+import logstore_cli
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.leases import GroupLease
 from logstore.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsStore
@@ -50,7 +50,7 @@ def test_group_offsets_reach_the_high_watermark_after_available_now(
     assert lag == {(0, 7, 7, 0), (1, 5, 5, 0), (2, 2, 2, 0)}
     # `logstore groups describe` shows the query's position.
     produce(store, t, [1, 1])
-    assert cli.main(["groups", "describe", "billing", "--root", store.config.root]) == 0
+    assert logstore_cli.main(["groups", "describe", "billing", "--root", store.config.root]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [r[2:] for r in rows] == [["0", "7", "7", "0"], ["1", "5", "7", "2"], ["2", "2", "2", "0"]]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from logstore.client import Producer, RemoteStore
 from logstore.security import FileSecurityStore, new_key
-from tests.server import Server
+from tests.server import LOGSTORE, Server
 
 StartServer = Callable[..., Server]
 
@@ -118,11 +117,10 @@ def test_client_certificates_are_required_with_client_auth(
 
 
 def serve(root: Path, *args: str, **config: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "logstore"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
     env |= {"LOGSTORE_" + k.upper().replace(".", "_"): v for k, v in config.items()}
     return subprocess.run(
-        [str(exe), "--root", str(root), "serve", *args], capture_output=True, text=True, env=env, timeout=60
+        [*LOGSTORE, "--root", str(root), "serve", *args], capture_output=True, text=True, env=env, timeout=60
     )
 
 
@@ -140,7 +138,7 @@ def test_serve_refuses_incomplete_tls_settings(tmp_path: Path) -> None:
 
 
 def test_exposure_check_allows_loopback_security_or_insecure() -> None:
-    from ingest_api.cli import check_exposure, is_loopback
+    from ingest_api.serve import check_exposure, is_loopback
     from logstore.config import load_config
     from logstore.errors import InvalidConfigError
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +16,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster.zkserver import ZooKeeperServer, ensemble, zookeeper_ok
-from tests.server import free_port
+from tests.server import LOGSTORE, free_port
 
 pytestmark = pytest.mark.zookeeper
-
-_EXE = str(Path(sys.executable).parent / "logstore")
 
 
 def _client(connect: str) -> KazooClient:
@@ -33,7 +30,17 @@ def _client(connect: str) -> KazooClient:
 def test_cli_starts_a_standalone_server_that_serves_kazoo(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [_EXE, "--root", str(tmp_path), "zookeeper", "start", "--port", str(port), "--data-dir", str(tmp_path / "zk")],
+        [
+            *LOGSTORE,
+            "--root",
+            str(tmp_path),
+            "zookeeper",
+            "start",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "zk"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

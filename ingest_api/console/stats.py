@@ -33,7 +33,7 @@ from deltalake.exceptions import DeltaError
 from fastapi.concurrency import run_in_threadpool
 
 from logstore.errors import GroupIdNotFoundError, LogstoreError
-from logstore.structs import GroupOffset, TopicInfo
+from logstore.structs import GroupOffset, GroupTopicPartition, OffsetCommit, TopicInfo
 
 __all__ = ["WINDOW_S", "GroupSample", "StatsSampler", "TopicSample"]
 
@@ -85,7 +85,7 @@ class StatsSampler:
         topics: Callable[[], list[str]],
         table: Callable[[str], DeltaTable],
         describe_topic: Callable[[str, DeltaTable], TopicInfo],
-        committed: Callable[[], Mapping[tuple[str, str, int], tuple[int, int, str | None]]],
+        committed: Callable[[], Mapping[GroupTopicPartition, OffsetCommit]],
     ) -> None:
         self.interval_ms = interval_ms
         self.capacity = max(2, math.ceil(WINDOW_S * 1000 / interval_ms))
@@ -147,9 +147,7 @@ class StatsSampler:
                     self.ensure_topic(topic)
             self._add_group(name, self._by_group(self._committed())[name], int(time.time() * 1000))
 
-    def _by_group(
-        self, committed: Mapping[tuple[str, str, int], tuple[int, int, str | None]]
-    ) -> dict[str, list[GroupOffset]]:
+    def _by_group(self, committed: Mapping[GroupTopicPartition, OffsetCommit]) -> dict[str, list[GroupOffset]]:
         out: dict[str, list[GroupOffset]] = {}
         for (group, topic, partition), (offset, time_ms, metadata) in sorted(committed.items()):
             hws = self._hws.get(topic, ())

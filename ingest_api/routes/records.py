@@ -13,11 +13,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.broker import Broker
+from ingest_api.broker import Acks, Broker
 from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
-from ingest_api.models import Acks, FetchResponse, ProduceRequest, ProduceResponse
-from ingest_api.parse import encode_bytes, parse_produce
+from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
+from ingest_api.parse import parse_produce
 from logstore.catalog import validate_topic_name
+from logstore.codec import encode_bytes
 from logstore.errors import RequestTimedOutError
 from logstore.security import Operation, ResourceType
 from logstore.structs import AppendResult, FetchResult

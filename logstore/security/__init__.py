@@ -1,7 +1,7 @@
 """Security of embedded mode: API keys, Kafka's ACLs, client quotas, audit lines.
 
 No HTTP here: ``ingest_api`` turns these decisions into statuses and headers,
-and ``logstore.cli`` manages keys, ACLs and quotas on a root directly.
+and the ``logstore`` CLI (``logstore_cli``) manages keys, ACLs and quotas on a root directly.
 """
 
 from logstore.security.acl import (

@@ -1,47 +1,28 @@
-"""The ``logstore`` console script: the core's CLI plus ``logstore serve``.
-
-``serve`` lives here because it runs the HTTP tier; ``logstore.cli`` stays
-free of the web framework and takes the command as a parameter.
-"""
+"""Running the HTTP API under uvicorn (``logstore serve``): exposure guard, TLS options, the server loop."""
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import ssl
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-from logstore import cli
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError
 from logstore.security import log_audit_to_stderr
 
-__all__ = ["main"]
+__all__ = ["check_exposure", "is_loopback", "serve", "tls_options"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``logstore`` console script; returns the exit status."""
-    return cli.main(argv, serve=serve)
-
-
-def serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    """Run the HTTP API until SIGTERM/SIGINT; shutdown commits everything pending first.
+def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
+    """Run the HTTP API on ``server.host``:``server.port`` until SIGTERM/SIGINT; shutdown commits everything pending.
 
     Raises:
         InvalidConfigError: ``server.host`` is not a loopback address while ``security.enabled``
-            is false and ``--insecure`` was not given; or TLS settings are incomplete.
+            is false and ``insecure`` is not set; or TLS settings are incomplete.
         KafkaStorageError: another live process holds this node's WAL directory.
     """
-    overrides: dict[str, Any] = {}
-    if args.host:
-        overrides["server.host"] = args.host
-    if args.port is not None:
-        overrides["server.port"] = args.port
-    config = config.with_overrides(overrides)
-    check_exposure(config, insecure=args.insecure)
+    check_exposure(config, insecure=insecure)
     tls = tls_options(config)
     import uvicorn
 
@@ -108,7 +89,3 @@ def tls_options(config: LogstoreConfig) -> dict[str, Any]:
             raise InvalidConfigError("server.ssl.client.auth=required needs server.ssl.cafile to verify clients with")
         options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
     return options
-
-
-if __name__ == "__main__":
-    sys.exit(main())

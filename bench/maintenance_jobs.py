@@ -22,36 +22,31 @@ Prints one JSON document with three parts:
 
 Segment compaction runs in-process here (``--spark`` runs it as Spark tasks).
 
-Run: ``.venv/bin/python bench/maintenance.py`` (``--quick`` for a smoke run).
+Run: ``.venv/bin/python bench/maintenance_jobs.py`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 
-# This file's folder comes first on sys.path and its name would shadow the `maintenance` package.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction
+from deltalake.transaction import AddAction
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from deltalake import CommitProperties, Transaction  # noqa: E402
-from deltalake.transaction import AddAction  # noqa: E402
-
-from logstore import _delta  # noqa: E402
-from logstore.catalog import Catalog  # noqa: E402
-from logstore.config import load_config  # noqa: E402
-from logstore.reader import TopicReader  # noqa: E402
-from logstore.schema import TOPIC_SCHEMA, input_table  # noqa: E402
-from logstore.structs import ProducerBatch  # noqa: E402
-from logstore.writer import TopicWriter  # noqa: E402
-from maintenance import run_retention, run_segment_compaction  # noqa: E402
-from maintenance._files import write_segment  # noqa: E402
+from logstore import tables
+from logstore.catalog import Catalog
+from logstore.config import load_config
+from logstore.reader import TopicReader
+from logstore.schema import TOPIC_SCHEMA, input_table
+from logstore.structs import ProducerBatch
+from logstore.writer import TopicWriter
+from maintenance import run_retention, run_segment_compaction
+from maintenance._files import write_segment
 
 VALUE_BYTES = 100
 HOUR_MS = 3600 * 1000
@@ -66,7 +61,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
     """A one-partition topic of ``files`` one-record files; the first ``old`` are two hours old."""
     catalog.create_topic(name, 1, {"retention.ms": HOUR_MS})
     dt = catalog.table(name)
-    root = _delta.table_path(dt)
+    root = tables.table_path(dt)
     chunk: list[AddAction] = []
     for i in range(files):
         ts = now_ms - 2 * HOUR_MS if i < old else now_ms
@@ -84,7 +79,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
         f = write_segment(root, 0, t)
         chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
         if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), i + 1)])
+            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), i + 1)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
             dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []
@@ -95,7 +90,7 @@ def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -
 def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.random.Generator) -> None:
     """``files`` files of ``per_file`` records each on partition 0 of ``name``, added 1,000 files a commit."""
     dt = catalog.table(name)
-    root = _delta.table_path(dt)
+    root = tables.table_path(dt)
     now_us = time.time_ns() // 1000
     chunk: list[AddAction] = []
     for i in range(files):
@@ -113,7 +108,7 @@ def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.r
         f = write_segment(root, 0, t)
         chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
         if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(_delta.app_hw(0), (i + 1) * per_file)])
+            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), (i + 1) * per_file)])
             dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
             dt.update_incremental()  # the next chunk's hw app transaction must see this one's
             chunk = []

@@ -1,4 +1,4 @@
-"""The ``logstore`` command line: topics, produce, consume, groups, keys, acls, quotas, maintain, zookeeper.
+"""The ``logstore`` command line: topics, produce, consume, groups, keys, acls, quotas, serve, maintain, zookeeper.
 
 Every command works on a root directory directly (``--root``, default: the
 config's ``logstore.root``); topics, produce, consume and groups can go through
@@ -17,13 +17,14 @@ import getpass
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from logstore.client import Consumer, Producer, RemoteStore
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.partitioner import Partitioner
+from logstore.protocols import Store
 from logstore.schema import input_table
 from logstore.security import (
     AclBinding,
@@ -40,24 +41,16 @@ from logstore.security import (
 )
 from logstore.security.acl import CLUSTER_NAME
 from logstore.store import LogStore
-from logstore.structs import AppendResult, ProducerBatch
+from logstore.structs import AppendResult, GroupTopicPartition, ProducerBatch
 
 __all__ = ["main"]
 
 _PRODUCE_BATCH = 10_000
 
 
-Command = Callable[[argparse.Namespace, LogstoreConfig], object]
-
-
-def main(argv: Sequence[str] | None = None, *, serve: Command | None = None) -> int:
-    """Run the CLI; returns the exit status.
-
-    ``serve`` is the ``logstore serve`` command, supplied by the HTTP tier
-    (the console script's entry point in the HTTP package): the core itself
-    never imports the web framework.
-    """
-    args = _parser(serve).parse_args(argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI (the ``logstore`` console script, ``python -m logstore_cli``); returns the exit status."""
+    args = _parser().parse_args(argv)
     try:
         config = _config(args)
         return int(args.func(args, config) or 0)
@@ -75,7 +68,7 @@ def _config(args: argparse.Namespace) -> LogstoreConfig:
     return load_config(getattr(args, "config_file", None), overrides=overrides)
 
 
-def _backend(args: argparse.Namespace, config: LogstoreConfig) -> LogStore | RemoteStore:
+def _backend(args: argparse.Namespace, config: LogstoreConfig) -> Store:
     """The store itself (``--root``, embedded) or a running server (``--server URL``)."""
     server = getattr(args, "server", None)
     return RemoteStore(server, **_client_options(args)) if server else LogStore(config)
@@ -201,9 +194,9 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
     for p in info.partitions:
         if args.partition is not None and p.partition != args.partition:
             continue
-        c = committed.get((args.group, args.topic, p.partition))
+        c = committed.get(GroupTopicPartition(args.group, args.topic, p.partition))
         if c is not None:
-            positions[p.partition] = max(c[0], p.log_start_offset)
+            positions[p.partition] = max(c.offset, p.log_start_offset)
         else:
             positions[p.partition] = p.log_start_offset if args.from_beginning else p.high_watermark
     remaining = args.max_records if args.max_records is not None else -1
@@ -473,14 +466,26 @@ def _zookeeper(args: argparse.Namespace, config: LogstoreConfig) -> int:
     return 0
 
 
+# -- serve ----------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    """Run the HTTP API (``ingest_api``) until SIGTERM/SIGINT, with ``--host``/``--port``/``--insecure`` applied."""
+    from ingest_api.serve import serve
+
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["server.host"] = args.host
+    if args.port is not None:
+        overrides["server.port"] = args.port
+    serve(config.with_overrides(overrides), insecure=args.insecure)
+
+
 # -- maintain -------------------------------------------------------------------
 
 
 def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
-    """Retention, compaction, key compaction, vacuum, ``_offsets`` compaction: ``maintenance`` runs them.
-
-    (``maintenance`` is imported here only: the core does not depend on it.)
-    """
+    """Retention, compaction, key compaction, vacuum, ``_offsets`` compaction: ``maintenance`` runs them."""
     import logging
 
     from logstore.catalog import Catalog
@@ -549,7 +554,7 @@ def _demo(args: argparse.Namespace, config: LogstoreConfig) -> None:
 # -- parser ---------------------------------------------------------------------
 
 
-def _parser(serve: Command | None) -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
@@ -626,16 +631,15 @@ def _parser(serve: Command | None) -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, help="earliest | latest | OFFSET | DATETIME (ISO 8601, UTC if no zone)")
     p.set_defaults(func=_groups_reset)
 
-    if serve is not None:
-        p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
-        p.add_argument("--host")
-        p.add_argument("--port", type=int)
-        p.add_argument(
-            "--insecure",
-            action="store_true",
-            help="serve on a non-loopback address with security.enabled=false (anyone reachable gets full access)",
-        )
-        p.set_defaults(func=serve)
+    p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on a non-loopback address with security.enabled=false (anyone reachable gets full access)",
+    )
+    p.set_defaults(func=_serve)
 
     keys = sub.add_parser("keys", help="API keys: create, list, revoke (on the root)", parents=[common])
     ksub = keys.add_subparsers(dest="action", required=True)

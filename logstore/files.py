@@ -1,0 +1,159 @@
+"""A topic table's data files as the Delta log describes them: the one data-file model of logstore.
+
+The core's reader and writer, ``maintenance`` and ``spark_source`` all plan from
+this: :func:`data_files` reads only the Delta log (add actions and their
+statistics); :func:`file_stats` builds the statistics every data file logstore
+writes carries, so both engines can prune by offset and timestamp. Runs
+wherever the table directory is reachable (driver, Spark executor, server).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+__all__ = ["DataFile", "data_files", "file_stats", "offset_range", "offsets_sorted", "table_path"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MS = dt.timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One live data file of a partition, with the offset range its statistics give."""
+
+    path: str
+    """Absolute local path."""
+    partition: int
+    min_offset: int
+    max_offset: int
+    num_records: int
+    size_bytes: int
+    modification_time_ms: int
+    """When the file was written, ms since the epoch (the add action's ``modificationTime``)."""
+    log_path: str
+    """The path exactly as the add action spells it (relative, URL-encoded); a remove action must match it."""
+    max_timestamp_ms: int | None
+    """Newest record timestamp in ms (statistics keep ms), or None without a timestamp statistic."""
+
+
+def table_path(table: DeltaTable) -> str:
+    """The table's root as a local path."""
+    uri = table.table_uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
+
+
+def data_files(table: DeltaTable) -> list[DataFile]:
+    """The table's live data files, ordered by (partition, min offset); empty files are left out.
+
+    Reads only the Delta log (add actions and their statistics). A file without
+    offset statistics (written by an engine that skipped them) has its offset
+    column read once, from that file alone. Offset ranges of one partition's
+    files may overlap (Delta's ``OPTIMIZE`` bins files by size).
+    """
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    root = table_path(table)
+    n = actions.num_rows
+
+    def col(name: str) -> list[object]:
+        return actions[name].to_pylist() if name in actions.column_names else [None] * n
+
+    out = []
+    for log_path, part, lo, hi, num, size, mtime, ts in zip(
+        col("path"),
+        col("partition.partition"),
+        col("min.offset"),
+        col("max.offset"),
+        col("num_records"),
+        col("size_bytes"),
+        col("modification_time"),
+        col("max.timestamp"),
+        strict=True,
+    ):
+        assert isinstance(log_path, str)
+        full = os.path.join(root, unquote(log_path))
+        if lo is None or hi is None or num is None:
+            lo, hi, num = offset_range(full)
+        if num == 0:
+            continue
+        ts_ms = (ts - _EPOCH) // _MS if isinstance(ts, dt.datetime) else None
+        out.append(
+            DataFile(
+                path=full,
+                partition=int(part),
+                min_offset=int(lo),
+                max_offset=int(hi),
+                num_records=int(num),
+                size_bytes=int(size),
+                modification_time_ms=int(mtime),
+                log_path=log_path,
+                max_timestamp_ms=ts_ms,
+            )
+        )
+    out.sort(key=lambda f: (f.partition, f.min_offset))
+    return out
+
+
+def offset_range(path: str) -> tuple[int, int, int]:
+    """(min offset, max offset, record count) of one data file, read from its ``offset`` column; (0, -1, 0) if empty."""
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(path, columns=["offset"])["offset"]
+    if len(column) == 0:
+        return 0, -1, 0
+    mm = pc.min_max(column)
+    return mm["min"].as_py(), mm["max"].as_py(), len(column)
+
+
+def offsets_sorted(offsets: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether ``offsets`` never decrease (a data file's rows, a fetch's records); true for 0 or 1 value."""
+    arr = offsets.combine_chunks() if isinstance(offsets, pa.ChunkedArray) else offsets
+    return len(arr) < 2 or not pc.any(pc.less(arr[1:], arr[:-1])).as_py()
+
+
+def file_stats(data: pa.Table) -> str:
+    """The Delta ``stats`` JSON of a topic data file (its columns, without ``partition``).
+
+    ``numRecords``; min/max of ``offset``, ``timestamp`` (ISO-8601, ms — the
+    maximum rounded up so it is never below a record's timestamp) and
+    ``timestamp_type``; null counts. Both engines prune with these.
+    """
+    ts = pc.min_max(data["timestamp"])
+    tt = pc.min_max(data["timestamp_type"])
+    off = pc.min_max(data["offset"])
+    stats = {
+        "numRecords": len(data),
+        "minValues": {
+            "offset": off["min"].as_py(),
+            "timestamp": _iso_ms(ts["min"].as_py()),
+            "timestamp_type": tt["min"].as_py(),
+        },
+        "maxValues": {
+            "offset": off["max"].as_py(),
+            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
+            "timestamp_type": tt["max"].as_py(),
+        },
+        "nullCount": {
+            "offset": 0,
+            "timestamp": 0,
+            "timestamp_type": 0,
+            "key": data["key"].null_count,
+            "value": data["value"].null_count,
+        },
+    }
+    return json.dumps(stats)
+
+
+def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
+    if ceil and ts.microsecond % 1000:
+        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
+    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

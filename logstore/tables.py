@@ -1,0 +1,38 @@
+"""A topic's (or ``_offsets``') Delta table as logstore keeps it: opening, refreshing, syncing, app transactions.
+
+The public face of the core's Delta conventions for the layers above it
+(``maintenance``, ``spark_sink``); the core's own modules use the private
+``logstore._delta`` these names come from. What each ``txn`` app id holds:
+
+* :data:`APP_EPOCH` — the committer's leader epoch (fences a stale committer);
+* :func:`app_hw` — a partition's high watermark after the commit;
+* :func:`app_producer` — an idempotent producer's last committed sequence.
+
+A commit made with delta-rs directly is durable only after :func:`sync_commits`.
+"""
+
+from __future__ import annotations
+
+from logstore._delta import (
+    APP_EPOCH,
+    app_hw,
+    app_producer,
+    open_table,
+    refresh,
+    sync_commits,
+    translate,
+    txn_version,
+)
+from logstore.files import table_path
+
+__all__ = [
+    "APP_EPOCH",
+    "app_hw",
+    "app_producer",
+    "open_table",
+    "refresh",
+    "sync_commits",
+    "table_path",
+    "translate",
+    "txn_version",
+]

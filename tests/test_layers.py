@@ -1,0 +1,48 @@
+"""The layers of README "Layout": the core imports none of its callers; callers use only public core modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logstore import spark
+from logstore.errors import InvalidConfigError
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_import_contracts_hold() -> None:
+    """``lint-imports`` (run by ``make lint``) keeps every contract in pyproject.toml."""
+    exe = Path(sys.executable).parent / "lint-imports"
+    r = subprocess.run([str(exe), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+def test_importing_the_core_imports_no_caller() -> None:
+    """Every core module loads without ``ingest_api``, ``spark_source``, ``spark_sink``, ``maintenance`` or the CLI."""
+    code = (
+        "import pkgutil, sys, importlib, logstore\n"
+        "for m in pkgutil.walk_packages(logstore.__path__, 'logstore.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "callers = ('ingest_api', 'spark_source', 'spark_sink', 'maintenance', 'logstore_cli')\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in callers))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_session_registers_the_data_sources_of_the_entry_point_group() -> None:
+    from spark_source import LogstoreDataSource
+
+    assert spark.data_sources() == [LogstoreDataSource]
+
+
+def test_no_registered_data_source_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spark, "DATA_SOURCES_GROUP", "logstore.no_such_group")
+    with pytest.raises(InvalidConfigError, match=r"logstore\.no_such_group"):
+        spark.data_sources()
