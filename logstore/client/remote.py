@@ -1,0 +1,162 @@
+"""The store behind a running server: :class:`RemoteStore`, what the CLI's ``--server`` mode runs on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+from logstore.client._http import assigned_partitions, http_client, json_headers, raise_for
+from logstore.codec import decode_bytes
+from logstore.config import TopicConfig
+from logstore.coordinator import MemberState
+from logstore.errors import (
+    KafkaStorageError,
+    LogstoreError,
+)
+from logstore.schema import input_table
+from logstore.structs import (
+    FetchResult,
+    GroupOffset,
+    GroupTopicPartition,
+    OffsetCommit,
+    PartitionInfo,
+    TopicInfo,
+)
+
+__all__ = ["RemoteStore"]
+
+
+class RemoteStore:
+    """Topic, record and group operations of a running server, shaped like :class:`~logstore.store.LogStore`.
+
+    The CLI's ``--server URL`` mode runs on it. ``api_key`` (default:
+    ``$LOGSTORE_API_KEY``) and ``ca_file`` as for :class:`Producer`.
+    """
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 60, api_key: str | None = None, ca_file: str | None = None
+    ) -> None:
+        self.url = url
+        self._client = http_client(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file)
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self._client.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise KafkaStorageError(f"cannot reach {self.url}: {e}") from e
+        raise_for(r)
+        return r.json() if r.content else None
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
+        return _topic(
+            self._call(
+                "POST", "/v1/topics", json={"name": name, "partitions": partitions, "config": dict(config or {})}
+            )
+        )
+
+    def list_topics(self) -> list[str]:
+        return list(self._call("GET", "/v1/topics")["topics"])
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        return _topic(self._call("GET", f"/v1/topics/{name}"))
+
+    def alter_topic(
+        self, name: str, *, config: Mapping[str, Any] | None = None, partitions: int | None = None
+    ) -> TopicInfo:
+        return _topic(
+            self._call("PATCH", f"/v1/topics/{name}", json={"config": dict(config or {}), "partitions": partitions})
+        )
+
+    def delete_topic(self, name: str) -> None:
+        self._call("DELETE", f"/v1/topics/{name}")
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
+    ) -> FetchResult:
+        """A slice of ``partition`` from ``offset``, as the embedded store returns it."""
+        body = self._call(
+            "GET",
+            f"/v1/topics/{topic}/partitions/{partition}/records",
+            params={"offset": offset, "max_records": max_records, "max_bytes": max_bytes},
+        )
+        recs = body["records"]
+        table = input_table(
+            [r["partition"] for r in recs],
+            [decode_bytes("value", r["value"]) for r in recs],
+            keys=[decode_bytes("key", r["key"]) for r in recs],
+            timestamps_ms=[r["timestamp"] for r in recs],
+            headers=[json_headers(r["headers"]) for r in recs],
+        )
+        table = table.append_column("offset", pa.array([r["offset"] for r in recs], pa.int64()))
+        return FetchResult(table, body["high_watermark"], body["log_start_offset"])
+
+    def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
+        """``group``'s latest commits on ``topic``; the API reports neither commit time (0) nor metadata (None)."""
+        try:
+            rows = self.describe_group(group)
+        except LogstoreError as e:
+            if e.name == "GROUP_ID_NOT_FOUND":
+                return {}
+            raise
+        return {
+            GroupTopicPartition(r.group, r.topic, r.partition): OffsetCommit(r.committed_offset, 0, None)
+            for r in rows
+            if r.topic == topic
+        }
+
+    def commit_offsets(
+        self, group: str, topic: str, offsets: Mapping[int, int], *, metadata: str | None = None
+    ) -> None:
+        """Commit ``offsets`` (partition → next offset to read) for ``group``, with ``metadata`` if given."""
+        self._call(
+            "POST",
+            f"/v1/groups/{group}/offsets",
+            json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}, "metadata": metadata},
+        )
+
+    def list_groups(self) -> list[str]:
+        return list(self._call("GET", "/v1/groups")["groups"])
+
+    def describe_group(self, group: str) -> list[GroupOffset]:
+        body = self._call("GET", f"/v1/groups/{group}")
+        return [
+            GroupOffset(group, t["topic"], p["partition"], p["committed_offset"], p["high_watermark"])
+            for t in body["topics"]
+            for p in t["partitions"]
+        ]
+
+    def group_members(self, group: str) -> list[MemberState]:
+        """The group's live members (id, generation, assignment); empty when it has none."""
+        try:
+            body = self._call("GET", f"/v1/groups/{group}")
+        except LogstoreError as e:
+            if e.name == "GROUP_ID_NOT_FOUND":
+                return []
+            raise
+        return [
+            MemberState(m["member_id"], m["generation"], tuple(sorted(assigned_partitions(m["assignment"]))))
+            for m in body.get("members", [])
+        ]
+
+    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
+        body = self._call("POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to})
+        return {
+            p["partition"]: p["committed_offset"]
+            for t in body["topics"]
+            if t["topic"] == topic
+            for p in t["partitions"]
+        }
+
+
+def _topic(body: dict[str, Any]) -> TopicInfo:
+    parts = tuple(
+        PartitionInfo(p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"])
+        for p in body["partitions"]
+    )
+    config = TopicConfig.from_overrides(body.get("config", {}))
+    defaults = TopicConfig().to_dict()
+    overrides = {k: str(v) for k, v in config.to_dict().items() if v != defaults[k]}
+    return TopicInfo(body["name"], parts, config, overrides)
