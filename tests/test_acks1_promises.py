@@ -11,10 +11,8 @@ batch it promised and hands the lock over. The kill -9 loops in
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -25,9 +23,7 @@ from logstore.schema import input_table
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
-from tests.server import Server
-
-_EXE = str(Path(sys.executable).parent / "logstore")
+from tests.server import LOGSTORE, Server
 
 
 def _produce_acks_1(url: str, name: str, batches: int, acked: dict[bytes, tuple[int, int]], errors: list[str]) -> None:
@@ -63,7 +59,7 @@ def test_promises_stay_exact_while_cooperative_writers_commit(server: Callable[.
         assert isinstance(sink.append([ProducerBatch(batch)])[0], AppendResult)
     sink.close()
     cli = subprocess.run(
-        [_EXE, "--root", str(srv.root), "produce", "t", "--partition", "1"],
+        [*LOGSTORE, "--root", str(srv.root), "produce", "t", "--partition", "1"],
         input=b"".join(f"cli-{i}\n".encode() for i in range(20)),
         capture_output=True,
         timeout=120,
