@@ -141,7 +141,11 @@ def may_auto_create(param: str = "topic") -> Any:
 
     async def check(request: Request, broker: BrokerDep, access: AccessDep) -> None:
         topic = request.path_params[param]
-        if access.guard is None or not broker.config.auto_create_topics_enable or topic in broker._pipelines:
+        if (
+            access.guard is None
+            or not broker.config.auto_create_topics_enable
+            or broker.pipeline_if_open(topic) is not None
+        ):
             return
         if await run_in_threadpool(broker.store.catalog.exists, topic):
             return

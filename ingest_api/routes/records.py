@@ -61,7 +61,9 @@ async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = 
     started = time.perf_counter()
     validate_topic_name(topic)
     parsed = parse_produce(await _read_body(request, broker))
-    pipeline = broker.pipeline(topic) if topic in broker._pipelines else await run_in_threadpool(broker.pipeline, topic)
+    pipeline = broker.pipeline_if_open(topic)
+    if pipeline is None:  # opening one replays its WAL and may create the topic: off the event loop
+        pipeline = await run_in_threadpool(broker.pipeline, topic)
     sub = pipeline.submit(parsed, acks)
     if acks == "0":
         broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)

@@ -1,0 +1,388 @@
+"""Acceptance of produce requests: the buffer pool, the pending batches of a topic, and acks=1 promises.
+
+A produce request becomes a :class:`~logstore.structs.ProducerBatch` queued in
+its topic's :class:`Accumulator`, in submit order; the topic's committer
+(:mod:`ingest_api.committer`) takes every pending batch at once and commits
+them together.
+
+Acknowledgement by ``acks``:
+
+* ``0`` — once the batch is queued in memory; lost if the process dies first.
+* ``1`` — once the batch is fsynced in the node's write-ahead log (WAL). The
+  answer carries offsets *promised* at acceptance when the node can make them
+  final (below); otherwise the request waits for its commit and answers with
+  the committed offsets. Either way every offset in an answer is final.
+* ``all`` — once the Delta commit holding the batch is durable.
+
+When an acks=1 promise is final. A batch is promised offsets only while all
+of these hold, checked under the accumulator's lock at acceptance:
+
+1. *The committer holds the table's writer lock and has caught up with the
+   table since taking it* — the committer says so with :meth:`Accumulator.start_promising`
+   and takes it back before it lets go (:mod:`ingest_api.committer` states why
+   that makes this node the only one moving the offsets).
+2. *Every batch ahead of it in the pipeline is committed or is itself a
+   promised acks=1 batch* — and so in the WAL ahead of it, because frames are
+   numbered and written in submit order and a frame is fsynced only with all
+   frames before it. A batch of acks=0/all, a retry, a producer new to this
+   node, or anything whose outcome only the writer knows makes the batches
+   behind it wait for their commit instead.
+3. *No frame ahead of it failed to be logged* while it is uncommitted: the WAL
+   fails later frames until such a frame is committed.
+
+Memory is bounded by ``buffer.memory``: bytes accepted but not yet committed,
+across all topics of the node; past it requests are refused with
+``THROTTLING_QUOTA_EXCEEDED`` (HTTP 429).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from ingest_api.metrics import Metrics
+from ingest_api.parse import ParsedRecords
+from logstore import promises
+from logstore.catalog import Catalog
+from logstore.config import LogstoreConfig
+from logstore.errors import (
+    LogstoreError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    ThrottlingQuotaExceededError,
+)
+from logstore.lru import LruDict
+from logstore.partitioner import Partitioner
+from logstore.schema import INPUT_SCHEMA
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.wal import WriteAheadLog
+from logstore.writer import TopicWriter, offsets_from
+
+__all__ = ["IDLE_TICK_S", "Accumulator", "Acks", "BufferPool", "Pending", "Submitted"]
+
+Acks = Literal["0", "1", "all"]
+
+IDLE_TICK_S = 0.05
+"""How often a committer that holds the writer lock (idle, or lingering) looks for a waiting writer."""
+
+
+class BufferPool:
+    """Bytes accepted but not committed, across all topics of the node."""
+
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+        self._metrics = metrics
+
+    def reserve(self, n: int) -> None:
+        with self._lock:
+            if self.used + n > self.limit and self.used > 0:
+                raise ThrottlingQuotaExceededError(
+                    f"buffer.memory={self.limit} bytes is full ({self.used} pending); retry shortly"
+                )
+            self.used += n
+            self._metrics.buffer_bytes.set(self.used)
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+            self._metrics.buffer_bytes.set(self.used)
+
+
+@dataclass
+class Pending:
+    """A batch accepted and not yet answered by its commit."""
+
+    batch: ProducerBatch
+    nbytes: int
+    future: Future[AppendResult]
+    predicted: bool
+    """Offsets were promised from the LEO at submit time (commit order = submit order)."""
+    promised: np.ndarray | None = None
+    frame: int | None = None
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What the route waits for, by acks level."""
+
+    committed: Future[AppendResult]
+    logged: Future[None] | None
+    """acks=1: done once the write-ahead log holds the batch."""
+    promised: np.ndarray | None
+    """acks=1 fast path: offsets assigned at acceptance."""
+    partitions: pa.Array
+
+
+class Accumulator:
+    """The pending batches of one topic on this node, and the log end offsets promised from them.
+
+    Request threads call :meth:`submit`; the topic's committer thread calls the
+    rest. One condition variable guards the state both sides share.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        writer: TopicWriter,
+        wal: WriteAheadLog,
+        config: LogstoreConfig,
+        catalog: Catalog,
+        buffer: BufferPool,
+        metrics: Metrics,
+        node_id: str,
+    ) -> None:
+        self.topic = topic
+        self._writer = writer
+        self._wal = wal
+        self._config = config
+        self._catalog = catalog
+        self._buffer = buffer
+        self._metrics = metrics
+        self.wal_pid = promises.wal_producer_id(node_id)
+        """The producer id under which this node logs (and replays) acks=1 batches that came without one."""
+        self._partitioner = Partitioner()
+        self._cond = threading.Condition()
+        self._pending: list[Pending] = []
+        self._pending_bytes = 0
+        self.closing = False
+        self.dead: LogstoreError | None = None
+        """Set once this node may no longer commit the topic (fenced); every later request is refused."""
+        self._num_partitions = writer.num_partitions
+        self._leo = np.zeros(self._num_partitions, np.int64)
+        # bounded: a producer dropped from it is new to this node again, and the writer decides its batches
+        self._last_seq: LruDict[str, int] = LruDict(config.producer_state_max_entries)
+        self._uncertain = 0
+        self._promising = False
+        """Acks=1 batches may be promised offsets: the writer lock is held and the writer caught up."""
+        self._wal_seq = 0
+
+    def open(self) -> None:
+        """Start from the table as committed (after the WAL's replay): log end offsets and the WAL's next sequence."""
+        with self._cond:
+            self._leo = self._writer_hw()
+        last = self._writer.producer_sequence(self.wal_pid)
+        self._wal_seq = 0 if last is None else last + 1
+
+    # -- accepting (request threads) ---------------------------------------------
+
+    def submit(self, parsed: ParsedRecords, acks: Acks) -> Submitted:
+        """Queue a produce request; see :class:`Submitted` for what to wait on.
+
+        Raises:
+            UnknownTopicOrPartitionError, MessageTooLargeError, InvalidTimestampError,
+            OutOfOrderSequenceNumberError, ThrottlingQuotaExceededError,
+            NotLeaderOrFollowerError: the request is refused whole.
+        """
+        if self.dead is not None:
+            raise NotLeaderOrFollowerError(f"this node no longer commits topic '{self.topic}': {self.dead.message}")
+        explicit = parsed.partitions
+        if any(p is not None and p >= self._num_partitions for p in explicit):
+            self.refresh_partitions()
+        num_partitions = self._num_partitions
+        n = len(parsed)
+        if parsed.keys.null_count == n and all(p is None for p in explicit):
+            if parsed.producer_id is not None:
+                sticky = self._partitioner.assign(
+                    self.topic,
+                    [None],
+                    [None],
+                    num_partitions,
+                    producer_id=parsed.producer_id,
+                    sequence=parsed.sequence,
+                )[0]
+            else:
+                sticky = self._partitioner.assign(self.topic, [None], [None], num_partitions)[0]
+            parts = pa.repeat(sticky, n)
+        else:
+            parts = self._partitioner.assign(
+                self.topic,
+                parsed.keys,
+                explicit,
+                num_partitions,
+                producer_id=parsed.producer_id,
+                sequence=parsed.sequence,
+            )
+        records = pa.Table.from_arrays(
+            [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
+        )
+        nbytes = self._writer.check_records(records)
+        counts = np.bincount(parts.to_numpy(zero_copy_only=False), minlength=num_partitions).astype(np.int64)
+        self._buffer.reserve(nbytes)
+        try:
+            return self.enqueue(records, parsed, acks, nbytes, counts, parts)
+        except BaseException:
+            self._buffer.release(nbytes)
+            raise
+
+    def enqueue(
+        self, records: pa.Table, parsed: ParsedRecords, acks: Acks, nbytes: int, counts: np.ndarray, parts: pa.Array
+    ) -> Submitted:
+        """Queue checked records whose ``nbytes`` the caller reserved; decide here whether they are promised offsets."""
+        pid, seq = parsed.producer_id, parsed.sequence
+        with self._cond:
+            if self.closing:
+                raise NotLeaderOrFollowerError(f"this node is shutting down; retry topic '{self.topic}' elsewhere")
+            # Only an acks=1 batch is in the WAL, so only it can be replayed at a promised offset.
+            predicted = acks == "1" and self._promising
+            if pid is not None:
+                assert seq is not None
+                last = self._last_seq.get(pid)
+                if last is None or seq <= last:
+                    predicted = False  # new to this node or a retry: the writer decides, after the commit
+                elif seq > last + 1:
+                    raise OutOfOrderSequenceNumberError(
+                        f"producer '{pid}' sent sequence {seq} to topic '{self.topic}' "
+                        f"but the next expected is {last + 1}"
+                    )
+                else:
+                    self._last_seq[pid] = seq
+            if self._uncertain:
+                # A batch ahead whose offsets were not promised is pending or committing: it may
+                # take offsets first, and is not in the WAL to be replayed ahead of this one.
+                predicted = False
+            if not predicted:
+                self._uncertain += 1
+            if acks == "1" and pid is None:
+                pid, seq = self.wal_pid, self._wal_seq
+                self._wal_seq += 1
+            item = Pending(ProducerBatch(records, pid, seq, validated=True), nbytes, Future(), predicted, counts=counts)
+            if predicted:
+                self._leo = grown(self._leo, len(counts))
+                item.promised = offsets_from(parts.to_numpy(zero_copy_only=False), self._leo)
+                self._leo[: len(counts)] += counts
+            logged = None
+            if acks == "1":
+                item.frame, logged = self._wal.append({"producer_id": pid, "sequence": seq}, records)
+                how = "promised" if predicted else "committed"
+                self._metrics.acks1_batches.labels(self.topic, how).inc()
+            self._pending.append(item)
+            self._pending_bytes += nbytes
+            self._cond.notify()
+        return Submitted(item.future, logged, item.promised, parts)
+
+    # -- handing batches to the committer (committer thread) ---------------------
+
+    def take(self, cut_short: Callable[[], bool]) -> list[Pending] | None:
+        """The next group to commit; [] after an idle tick; None once closed.
+
+        Waits ``linger.ms`` for ``batch.size`` bytes to gather, or less once
+        ``cut_short()`` (asked every idle tick) says a writer waits for its turn.
+        """
+        linger = self._config.linger_ms / 1000
+        with self._cond:
+            while not self._pending and not self.closing:
+                if self.dead is not None:
+                    self._cond.wait()
+                    continue
+                self._cond.wait(IDLE_TICK_S)
+                if not self._pending:
+                    return []
+            if not self._pending:
+                return None
+            now = time.monotonic()
+            deadline, probe = now + linger, now + IDLE_TICK_S
+            while self._pending_bytes < self._config.batch_size and not self.closing:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if now >= probe:  # every tick, not on every submit's wake-up
+                    probe = now + IDLE_TICK_S
+                    if cut_short():
+                        break  # a writer waits for its turn: commit now, then hand over
+                self._cond.wait(min(deadline, probe) - now)
+            return self._take_all()
+
+    def stop_promising(self) -> list[Pending]:
+        """Promise no more offsets; return every pending batch (it holds every batch promised offsets)."""
+        with self._cond:
+            self._promising = False
+            return self._take_all()
+
+    def start_promising(self) -> None:
+        """Promise acks=1 offsets from the table's high watermarks: the committer holds the lock, caught up."""
+        with self._cond:
+            assert not any(i.predicted for i in self._pending), "promises are only made under the lock"
+            self._sync_partitions()
+            self._leo = self._writer_hw()
+            self._promising = True
+
+    def pause_promising(self) -> None:
+        """Promise no more offsets (the committer lets go of the writer lock); pending batches stay."""
+        with self._cond:
+            self._promising = False
+
+    def committed_sequence(self, producer_id: str, sequence: int) -> None:
+        """Note a producer's committed sequence, so its next batch in order may be promised offsets."""
+        with self._cond:
+            if self._last_seq.get(producer_id, -1) < sequence:
+                self._last_seq[producer_id] = sequence
+
+    def answered(self, items: list[Pending]) -> None:
+        """``items`` are answered: batches behind them may be promised again; LEOs from the table plus promises."""
+        with self._cond:
+            self._uncertain -= sum(1 for i in items if not i.predicted)
+            self.resync()
+
+    def resync(self) -> None:
+        """Log end offsets from the table (the writer caught up) plus what is promised and pending."""
+        with self._cond:
+            self._sync_partitions()
+            self._leo = self._writer_hw() + self._promised_pending()
+
+    def kill(self, error: LogstoreError) -> list[Pending]:
+        """Refuse every later request with ``error``; return the pending batches for the caller to fail."""
+        self.dead = error
+        with self._cond:
+            return self._take_all()
+
+    def close(self) -> None:
+        """Refuse new requests; the committer drains what is pending and stops."""
+        with self._cond:
+            self.closing = True
+            self._cond.notify_all()
+
+    def refresh_partitions(self) -> None:
+        """Take the catalog's partition count (raised by PATCH or another process)."""
+        count, _ = self._catalog.topic_config(self.topic)
+        with self._cond:
+            self._num_partitions = max(self._num_partitions, count)
+            self._leo = grown(self._leo, self._num_partitions)
+
+    def _take_all(self) -> list[Pending]:
+        """Every pending batch, in submit order (caller holds the lock)."""
+        items, self._pending = self._pending, []
+        self._pending_bytes = 0
+        return items
+
+    def _writer_hw(self) -> np.ndarray:
+        hw = np.array([self._writer.high_watermark(p) for p in range(self._writer.num_partitions)], np.int64)
+        return grown(hw, self._num_partitions)
+
+    def _promised_pending(self) -> np.ndarray:
+        """Records per partition of the pending batches that were promised offsets (caller holds the lock)."""
+        out = np.zeros(self._num_partitions, np.int64)
+        for item in self._pending:
+            if item.predicted:
+                out = grown(out, len(item.counts))
+                out[: len(item.counts)] += item.counts
+        return out
+
+    def _sync_partitions(self) -> None:
+        """Take a partition count the writer has seen (another process may have raised it); caller holds the lock."""
+        if self._writer.num_partitions > self._num_partitions:
+            self._num_partitions = self._writer.num_partitions
+
+
+def grown(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` zero-padded to at least ``n`` entries (partitions added since it was sized)."""
+    return a if len(a) >= n else np.concatenate([a, np.zeros(n - len(a), np.int64)])

@@ -1,0 +1,268 @@
+"""The committer thread of one topic: it holds the table's writer lock and commits what the accumulator gathered.
+
+The thread takes every batch pending in the topic's
+:class:`~ingest_api.accumulator.Accumulator` when it wakes (after
+``linger.ms`` or once ``batch.size`` bytes wait) and commits them together
+with the core's :class:`~logstore.writer.TopicWriter` — many requests per
+Delta commit, in submit order — then answers them and moves the WAL on.
+
+Why acks=1 promises made while it holds the lock are final (rule 1 of
+:mod:`ingest_api.accumulator`): the committer holds the table's writer lock
+and has caught up with the table since taking it (:meth:`TopicWriter.hold`,
+:meth:`catch_up`) before it lets the accumulator promise. Every writer on this
+host commits only under that lock — cooperative ones (the Spark sink,
+``logstore produce --root``) and epoch-claiming ones alike — so nothing but
+this pipeline moves the offsets while it holds it. A writer that wants the
+lock announces itself (``others_waiting``); the committer then stops the
+promises, commits every batch promised, and only then lets go.
+
+No exception ends a committer thread: a commit that raises fails the
+requests of that commit (each batch alone, so only the one that cannot be
+committed fails) and the pipeline goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ingest_api.accumulator import Accumulator, BufferPool, Pending
+from ingest_api.metrics import Metrics
+from logstore import promises
+from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.wal import WriteAheadLog
+from logstore.writer import TopicWriter
+
+__all__ = ["Committer", "skip_sequence"]
+
+log = logging.getLogger("logstore.ingest")
+
+_HAND_OVER_S = 1.0
+"""How long a committer that let go of the writer lock waits for an announced writer to take it."""
+
+
+class Committer:
+    """The thread that commits one topic's accepted batches on this node, and the writer lock it holds."""
+
+    def __init__(
+        self,
+        accumulator: Accumulator,
+        writer: TopicWriter,
+        wal: WriteAheadLog,
+        *,
+        table_root: str,
+        node_id: str,
+        wal_dir: str,
+        buffer: BufferPool,
+        metrics: Metrics,
+        on_commit: Callable[[], None],
+    ) -> None:
+        self.topic = accumulator.topic
+        self._acc = accumulator
+        self._writer = writer
+        self._wal = wal
+        self._table_root = table_root
+        self._node_id = node_id
+        self._wal_dir = wal_dir
+        self._buffer = buffer
+        self._metrics = metrics
+        self._on_commit = on_commit
+        self._hold = contextlib.ExitStack()
+        self._held = False
+        self._thread = threading.Thread(target=self._run, name=f"committer-{self.topic}", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (the lock already taken and the WAL replayed)."""
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the thread to drain and stop (after :meth:`Accumulator.close`)."""
+        self._thread.join()
+
+    # -- the writer lock ---------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the writer lock and catch up; from then on acks=1 batches may be promised offsets."""
+        if self._held:
+            return
+        # A writer that announced itself is let through before this node takes the lock again.
+        deadline = time.monotonic() + _HAND_OVER_S
+        while time.monotonic() < deadline and self._writer.others_waiting():
+            time.sleep(0.001)
+        self._hold.enter_context(self._writer.hold())
+        self._held = True
+        try:
+            self._writer.catch_up()
+            # Another node that died holding promises on this topic: its records go first.
+            promises.settle(self._writer, self._table_root, own_node=self._node_id)
+            # Durably before the first promise: should this node die now, the next writer
+            # replays its WAL before committing anything.
+            promises.write_marker(self._table_root, self._node_id, self._wal_dir)
+        except BaseException:
+            self.release()
+            raise
+        self._acc.start_promising()
+
+    def release(self) -> None:
+        """Stop promising and let go of the writer lock (every promised batch must be committed)."""
+        self._acc.pause_promising()
+        if self._held:
+            self._held = False
+            try:
+                promises.remove_marker(self._table_root, self._node_id)
+            except OSError:
+                log.exception("topic %s: cannot remove this node's promise marker", self.topic)
+            self._hold.close()
+            self._hold = contextlib.ExitStack()
+
+    def _hand_over_if_asked(self, *, idle: bool) -> None:
+        if not self._held:
+            return
+        if not self._writer.others_waiting():
+            if idle:
+                self._catch_up_idle()
+            return
+        rest = self._acc.stop_promising()
+        if rest:  # holds every batch promised offsets: they must land before anyone else commits
+            self._commit(rest)
+        self.release()
+
+    def _catch_up_idle(self) -> None:
+        """Notice commits by others (a raised partition count) while no produce arrives."""
+        try:
+            self._writer.catch_up()
+        except FencedLeaderEpochError as e:
+            self._die(e, [])
+            return
+        self._acc.resync()
+
+    # -- committing --------------------------------------------------------------
+
+    def _run(self) -> None:
+        """The committer thread: commit what is pending, hand the writer lock over when asked."""
+        failures = 0
+        try:
+            while True:
+                try:
+                    items = self._acc.take(cut_short=lambda: self._held and self._writer.others_waiting())
+                    if items is None:
+                        return
+                    if items:
+                        self._commit(items)
+                    self._hand_over_if_asked(idle=not items)
+                    if not self._held and self._acc.dead is None and not self._acc.closing:
+                        self.acquire()  # after a hand-over: take turns again, so acks=1 can be promised
+                    failures = 0
+                except FencedLeaderEpochError as e:
+                    self._die(e, [])
+                except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
+                    failures += 1
+                    log.exception("topic %s: committer step failed (%d in a row)", self.topic, failures)
+                    time.sleep(min(5.0, 0.05 * 2**failures))
+        finally:
+            self.release()
+
+    def _commit(self, items: list[Pending]) -> None:
+        """Commit ``items`` in order and answer them; never raises."""
+        try:
+            self.acquire()
+            results = self._append(items)
+        except FencedLeaderEpochError as e:
+            self._die(e, items)
+            return
+        except Exception:  # not a LogstoreError: a bug or a poisoned batch; find it, keep the others
+            log.exception("topic %s: commit of %d batches failed unexpectedly", self.topic, len(items))
+            self._append_one_by_one(items)
+            return
+        self._finish(items, results)
+
+    def _append(self, items: list[Pending]) -> list[AppendResult | LogstoreError]:
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                results = self._writer.append_held([i.batch for i in items])
+            except FencedLeaderEpochError:
+                raise
+            except LogstoreError as e:
+                attempt += 1
+                log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, e)
+                if self._acc.closing and attempt >= 5:
+                    return [e] * len(items)
+                time.sleep(min(1.0, 0.01 * 2**attempt))
+                continue
+            self._metrics.commit_latency.labels(self.topic).observe(time.perf_counter() - started)
+            self._metrics.batch_records.observe(sum(len(i.batch.records) for i in items))
+            return results
+
+    def _append_one_by_one(self, items: list[Pending]) -> None:
+        """After an unexpected error: commit each batch alone, so only a batch that cannot be committed fails."""
+        results: list[AppendResult | LogstoreError] = []
+        for item in items:
+            try:
+                self.acquire()
+                results.extend(self._append([item]))
+            except FencedLeaderEpochError as e:
+                self._finish(items[: len(results)], results)
+                self._die(e, items[len(results) :])
+                return
+            except Exception as e:
+                log.exception(
+                    "topic %s: a batch of %d records cannot be committed", self.topic, len(item.batch.records)
+                )
+                results.append(UnknownServerError(f"topic '{self.topic}': the batch could not be committed: {e!r}"))
+                if self._held:
+                    skip_sequence(self._writer, item.batch)
+        self._finish(items, results)
+
+    def _finish(self, items: list[Pending], results: list[AppendResult | LogstoreError]) -> None:
+        """Answer committed (or failed) items, release their bytes, move the LEO and the WAL on."""
+        metrics = self._metrics
+        last_frame = -1
+        for item, result in zip(items, results, strict=True):
+            self._buffer.release(item.nbytes)
+            if item.frame is not None:
+                last_frame = max(last_frame, item.frame)
+            if isinstance(result, AppendResult):
+                if item.promised is not None and not np.array_equal(result.offsets.to_numpy(), item.promised):
+                    log.error("topic %s: records committed at other offsets than promised to acks=1", self.topic)
+                pid, seq = item.batch.producer_id, item.batch.sequence
+                if pid is not None and seq is not None and pid != self._acc.wal_pid:
+                    self._acc.committed_sequence(pid, seq)
+                metrics.records_in.labels(self.topic).inc(len(item.batch.records))
+                metrics.bytes_in.labels(self.topic).inc(item.nbytes)
+                item.future.set_result(result)
+            else:
+                if item.promised is not None:
+                    log.error("topic %s: a batch promised offsets to acks=1 failed: %s", self.topic, result)
+                item.future.set_exception(result)
+        self._acc.answered(items)
+        for p in range(self._writer.num_partitions):
+            metrics.high_watermark.labels(self.topic, str(p)).set(self._writer.high_watermark(p))
+        if last_frame >= 0:
+            self._wal.committed_through(last_frame)
+        self._on_commit()
+
+    def _die(self, error: LogstoreError, items: list[Pending]) -> None:
+        """Fenced: this node no longer commits the topic; fail ``items`` and everything pending."""
+        rest = self._acc.kill(error)
+        self.release()
+        failure = NotLeaderOrFollowerError(f"topic '{self.topic}': {error.message}")
+        self._finish(items + rest, [failure] * len(items + rest))
+
+
+def skip_sequence(writer: TopicWriter, batch: ProducerBatch) -> None:
+    """Commit an empty batch in place of a failed idempotent one, so its producer's next sequence fits (lock held)."""
+    if batch.producer_id is None:
+        return
+    empty = ProducerBatch(batch.records.slice(0, 0), batch.producer_id, batch.sequence, validated=True)
+    try:
+        writer.append_held([empty])
+    except Exception:
+        log.exception("topic %s: cannot skip sequence %s of %s", writer.topic, batch.sequence, batch.producer_id)
