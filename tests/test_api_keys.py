@@ -94,7 +94,8 @@ def test_a_repeated_wrong_secret_does_not_run_the_kdf_again() -> None:
 def test_a_revoked_key_is_refused_on_every_node_within_5_seconds(tmp_path: Path, server: StartServer) -> None:
     root = tmp_path / "data"
     key = create_key(root, "User:admin")
-    nodes = [server(root, **SECURE), server(root, **SECURE)]
+    # two nodes on one root (one security store), each with its own write-ahead log directory
+    nodes = [server(root, **SECURE), server(root, **SECURE, **{"wal.dir": str(tmp_path / "wal-2")})]
     for node in nodes:
         with node.client(api_key=key) as c:
             assert c.get("/v1/topics").status_code == 200
