@@ -388,21 +388,23 @@ def _acl_bindings(args: argparse.Namespace) -> list[AclBinding]:
 
 
 def _acls_add(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    acls = _acl_bindings(args)
-    added = set(_security_store(config).add_acls(acls))
-    for acl in acls:
-        if acl in added:
-            audit("acl.add", principal=_operator(), decision="CHANGED", acl=acl.to_dict())
-        print(f"{'Added' if acl in added else 'Already present'}: {acl}")
+    _change_acls(args, config, add=True)
 
 
 def _acls_remove(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    _change_acls(args, config, add=False)
+
+
+def _change_acls(args: argparse.Namespace, config: LogstoreConfig, *, add: bool) -> None:
+    """Add or remove the ACLs the arguments name; one line each, and an audit line per ACL that changed."""
     acls = _acl_bindings(args)
-    removed = set(_security_store(config).remove_acls(acls))
+    store = _security_store(config)
+    changed = set(store.add_acls(acls) if add else store.remove_acls(acls))
+    done, unchanged = ("Added", "Already present") if add else ("Removed", "Not present")
     for acl in acls:
-        if acl in removed:
-            audit("acl.remove", principal=_operator(), decision="CHANGED", acl=acl.to_dict())
-        print(f"{'Removed' if acl in removed else 'Not present'}: {acl}")
+        if acl in changed:
+            audit("acl.add" if add else "acl.remove", principal=_operator(), decision="CHANGED", acl=acl.to_dict())
+        print(f"{done if acl in changed else unchanged}: {acl}")
 
 
 def _acls_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
