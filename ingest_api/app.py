@@ -57,7 +57,7 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from logstore.security import FileSecurityStore, Guard, parse_super_users
+from logstore.security import FileSecurityStore, Guard, PrincipalMapper, parse_super_users
 
 __all__ = ["create_app", "create_guard", "status_for"]
 
@@ -109,6 +109,7 @@ def create_guard(config: LogstoreConfig) -> Guard | None:
         super_users=parse_super_users(config.super_users),
         quota_window_samples=config.quota_window_num,
         quota_window_sample_s=config.quota_window_size_seconds,
+        principal_mapper=PrincipalMapper(config.ssl_principal_mapping_rules),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError
 from logstore.security import log_audit_to_stderr
+from logstore.security.principal import PrincipalMapper
 
 __all__ = ["check_exposure", "is_loopback", "serve", "tls_options"]
 
@@ -28,6 +29,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
 
     from ingest_api.app import create_app
     from ingest_api.broker import wal_dir_of
+    from ingest_api.tls import ClientCertProtocol
     from logstore.wal import DirectoryLock
 
     # Refuse early, with the holder's name, when another node runs on this WAL directory
@@ -45,7 +47,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
         port=config.server_port,
         log_level="warning",
         loop="uvloop",
-        http="httptools",
+        http=ClientCertProtocol if tls else "httptools",
         timeout_graceful_shutdown=30,
         **tls,
     )
@@ -73,9 +75,14 @@ def check_exposure(config: LogstoreConfig, *, insecure: bool) -> None:
 
 
 def tls_options(config: LogstoreConfig) -> dict[str, Any]:
-    """uvicorn's TLS arguments from ``server.ssl.*``; empty when no certificate is configured."""
+    """uvicorn's TLS arguments from ``server.ssl.*``; empty when no certificate is configured.
+
+    Raises:
+        InvalidConfigError: incomplete settings, or ``ssl.principal.mapping.rules`` that do not parse.
+    """
+    PrincipalMapper(config.ssl_principal_mapping_rules)  # refuse bad rules at start, not on the first client
     if not config.server_ssl_certfile:
-        if config.server_ssl_keyfile or config.server_ssl_client_auth == "required":
+        if config.server_ssl_keyfile or config.server_ssl_client_auth != "none":
             raise InvalidConfigError("server.ssl.keyfile and server.ssl.client.auth need server.ssl.certfile")
         return {}
     options: dict[str, Any] = {
@@ -84,8 +91,11 @@ def tls_options(config: LogstoreConfig) -> dict[str, Any]:
     }
     if config.server_ssl_cafile:
         options["ssl_ca_certs"] = config.server_ssl_cafile
-    if config.server_ssl_client_auth == "required":
+    if config.server_ssl_client_auth != "none":
         if not config.server_ssl_cafile:
-            raise InvalidConfigError("server.ssl.client.auth=required needs server.ssl.cafile to verify clients with")
-        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+            raise InvalidConfigError(
+                f"server.ssl.client.auth={config.server_ssl_client_auth} needs server.ssl.cafile to verify clients with"
+            )
+        required = config.server_ssl_client_auth == "required"
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     return options

@@ -149,8 +149,18 @@ class LogstoreConfig:
         default="none",
         metadata=_key(
             "server.ssl.client.auth",
-            "none | required: with required, a TLS client must present a certificate signed by server.ssl.cafile.",
-            choices=("none", "required"),
+            "none | requested | required: whether a TLS client is asked for a certificate signed by "
+            "server.ssl.cafile (requested: may present one; required: must). A verified certificate names the "
+            "principal of a request that sends no API key (ssl.principal.mapping.rules).",
+            choices=("none", "requested", "required"),
+        ),
+    )
+    ssl_principal_mapping_rules: str = field(
+        default="DEFAULT",
+        metadata=_key(
+            "ssl.principal.mapping.rules",
+            "How a client certificate's subject (RFC 2253 DN) becomes a principal, as in Kafka: "
+            "RULE:pattern/replacement/[L|U] rules and DEFAULT (the DN itself), first match wins.",
         ),
     )
     security_enabled: bool = field(

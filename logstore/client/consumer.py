@@ -100,6 +100,8 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "max.poll.records": 500,
     "api.key": None,
     "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
 }
 
 
@@ -115,7 +117,8 @@ class Consumer:
     ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
     ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
     (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
-    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server).
+    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server), ``ssl.certificate.location`` and
+    ``ssl.key.location`` (a client certificate and its key, for a server that asks for one).
 
     Threads: a heartbeat thread keeps the session alive and learns assignment
     changes; everything else — rebalance callbacks, revocation, auto commit —
@@ -154,9 +157,11 @@ class Consumer:
         url = str(conf["bootstrap.servers"])
         self._url = url if "://" in url else f"http://{url}"
         key, ca = conf["api.key"], conf["ssl.ca.location"]
-        self._client = http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
-        self._hb_client = http_client(self._url, timeout_s=30, api_key=key, ca_file=ca)
-        self._commit_client = http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
+        cert = conf["ssl.certificate.location"]
+        tls = {"ca_file": ca, "client_cert": (cert, conf["ssl.key.location"] or cert) if cert else None}
+        self._client = http_client(self._url, timeout_s=60, api_key=key, **tls)
+        self._hb_client = http_client(self._url, timeout_s=30, api_key=key, **tls)
+        self._commit_client = http_client(self._url, timeout_s=60, api_key=key, **tls)
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
         self._commits: list[Future[None]] = []
         self._lock = threading.Lock()

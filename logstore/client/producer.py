@@ -61,6 +61,8 @@ class Producer:
         delivery_timeout_ms: give up on a batch (error to its callbacks) after this long.
         api_key: the API key of a secured server (default: ``$LOGSTORE_API_KEY``).
         ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
+        client_cert: (certificate, private key) PEM files to present to a server that asks for
+            client certificates; with no API key, the certificate names the principal.
     """
 
     def __init__(
@@ -74,10 +76,11 @@ class Producer:
         delivery_timeout_ms: int = 120_000,
         api_key: str | None = None,
         ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
-        self._client = http_client(url, timeout_s=30, api_key=api_key, ca_file=ca_file)
+        self._client = http_client(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records

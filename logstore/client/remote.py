@@ -33,14 +33,20 @@ class RemoteStore:
     """Topic, record and group operations of a running server, shaped like :class:`~logstore.store.LogStore`.
 
     The CLI's ``--server URL`` mode runs on it. ``api_key`` (default:
-    ``$LOGSTORE_API_KEY``) and ``ca_file`` as for :class:`Producer`.
+    ``$LOGSTORE_API_KEY``) and ``ca_file`` and ``client_cert`` as for :class:`Producer`.
     """
 
     def __init__(
-        self, url: str, *, timeout_s: float = 60, api_key: str | None = None, ca_file: str | None = None
+        self,
+        url: str,
+        *,
+        timeout_s: float = 60,
+        api_key: str | None = None,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.url = url
-        self._client = http_client(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file)
+        self._client = http_client(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:
