@@ -19,7 +19,7 @@ from logstore.errors import LogstoreError
 from logstore_cli import demo, groups, maintain, records, security, serve, topics, zookeeper
 from logstore_cli._common import Subparsers, config_of
 
-__all__ = ["COMMAND_GROUPS", "main"]
+__all__ = ["COMMAND_GROUPS", "build_parser", "main"]
 
 COMMAND_GROUPS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
     topics.register,
@@ -36,7 +36,7 @@ COMMAND_GROUPS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI (the ``logstore`` console script, ``python -m logstore_cli``); returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         config = config_of(args)
         return int(args.func(args, config) or 0)
@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``logstore`` parser: the options every command takes, then each command group's commands."""
     # The options every command takes, given both before and after the command's name (`--root` here and on
     # each subcommand: SUPPRESS keeps a later parser's default from overwriting an earlier value).
     common = argparse.ArgumentParser(add_help=False)
