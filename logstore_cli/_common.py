@@ -36,10 +36,15 @@ def backend(args: argparse.Namespace, config: LogstoreConfig) -> Store:
 
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``api_key`` (``--api-key``, else ``LOGSTORE_API_KEY``) and ``ca_file`` for a client of ``--server``."""
+    """The client options of ``--server``: ``api_key`` (``--api-key``, else ``LOGSTORE_API_KEY``), ``ca_file``, ``client_cert``.
+
+    ``client_cert`` is ``(--client-cert, --client-key)``; the key may be in the certificate's file.
+    """
+    cert = getattr(args, "client_cert", None)
     return {
         "api_key": getattr(args, "api_key", None) or os.environ.get("LOGSTORE_API_KEY") or None,
         "ca_file": getattr(args, "ca_file", None),
+        "client_cert": (cert, getattr(args, "client_key", None) or cert) if cert else None,
     }
 
 

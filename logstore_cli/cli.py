@@ -64,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--ca-file", default=argparse.SUPPRESS, help="with --server https://…: CA bundle to verify the server with"
     )
+    common.add_argument(
+        "--client-cert",
+        default=argparse.SUPPRESS,
+        metavar="PEM",
+        help="with --server https://…: a client certificate to present (names the principal when no API key is sent)",
+    )
+    common.add_argument(
+        "--client-key", default=argparse.SUPPRESS, metavar="PEM", help="the private key of --client-cert"
+    )
 
     parser = argparse.ArgumentParser(prog="logstore", description=__doc__, parents=[common])
     parser.add_argument(

@@ -152,14 +152,18 @@ def _consume_as_member(args: argparse.Namespace) -> None:
 
     Commits after printing (no record is lost or printed twice across a rebalance); leaves the group on exit.
     """
+    client = client_options(args)
+    cert, key = client["client_cert"] or (None, None)
     consumer = Consumer(
         {
             "bootstrap.servers": args.server,
             "group.id": args.group,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
             "enable.auto.commit": False,
-            "api.key": client_options(args)["api_key"],
-            "ssl.ca.location": client_options(args)["ca_file"],
+            "api.key": client["api_key"],
+            "ssl.ca.location": client["ca_file"],
+            "ssl.certificate.location": cert,
+            "ssl.key.location": key,
         }
     )
     out = sys.stdout.buffer

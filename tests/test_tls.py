@@ -149,6 +149,11 @@ def test_a_client_certificate_names_the_principal_as_kafka_does(
     with node.client(api_key=admin_key) as c:
         assert len(c.get("/v1/topics/t/partitions/0/records?offset=0").json()["records"]) == 2
     assert alice in node.log()  # the denied read was audited under the certificate's principal
+    cli = [*LOGSTORE, "produce", "t", "--server", node.url, "--ca-file", str(pki["ca"])]
+    cli += ["--client-cert", alice_cert[0], "--client-key", alice_cert[1]]
+    env = {k: v for k, v in os.environ.items() if k != "LOGSTORE_API_KEY"}
+    r = subprocess.run(cli, input="from the cli\n", capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
 
 
 def test_mapping_rules_turn_a_subject_into_a_short_principal(
