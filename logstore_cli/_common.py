@@ -36,9 +36,9 @@ def backend(args: argparse.Namespace, config: LogstoreConfig) -> Store:
 
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The client options of ``--server``: ``api_key`` (``--api-key``, else ``LOGSTORE_API_KEY``), ``ca_file``, ``client_cert``.
+    """Options for a client of ``--server``: ``api_key`` (``--api-key``, else ``LOGSTORE_API_KEY``), TLS files.
 
-    ``client_cert`` is ``(--client-cert, --client-key)``; the key may be in the certificate's file.
+    ``ca_file`` verifies the server; ``client_cert`` is ``(--client-cert, --client-key)``.
     """
     cert = getattr(args, "client_cert", None)
     return {
