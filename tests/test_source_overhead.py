@@ -15,6 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType
 
 from logstore.config import LogstoreConfig
 from logstore.schema import input_table
@@ -94,3 +98,15 @@ def test_every_batch_carries_its_slices_topic_and_partition(
         (1, [0, 65_535]),
         (1, [65_536, n - 1]),
     ]
+
+
+@pytest.mark.spark
+def test_python_workers_import_compiled_pyspark_not_the_zip(spark: SparkSession) -> None:
+    # Every Python process Spark starts (the planning process of each streaming query, every worker) compiled
+    # pyspark from $SPARK_HOME/python/lib/pyspark.zip (~0.5 s of CPU): Python caches no bytecode for a zip.
+    where = udf(lambda: __import__("pyspark").__file__, StringType())
+
+    path = spark.range(1).select(where()).first()[0]  # type: ignore[index]
+
+    assert ".zip" not in path
+    assert path.endswith("__init__.py")
