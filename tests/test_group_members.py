@@ -208,3 +208,40 @@ def test_offsets_of_a_group_with_live_members_move_only_through_its_members(serv
     assert c.get("/v1/groups").json() == {"groups": ["g"]}
     assert c.delete(f"/v1/groups/g/members/{m}").status_code == 204
     assert c.post("/v1/groups/g/reset", json={"topic": "t", "to": "earliest"}).status_code == 200
+
+
+def test_a_topic_that_gains_partitions_rebalances_and_the_new_ones_get_owners(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 4)
+    ids = [join(c, "g", ["t"], **{"auto.offset.reset": "earliest"})["member_id"] for _ in range(2)]
+    assert sorted(len(owned(s)) for s in settle(c, "g", ids, 4).values()) == [2, 2]
+    r = c.patch("/v1/topics/t", json={"partitions": 6})
+    assert r.status_code == 200, r.text
+    produce_each(c, "t", 6, 1)
+    states = settle(c, "g", ids, 6)  # the node's sweep sees the new count and rebalances; no member rejoins
+    assert set().union(*(owned(s) for s in states.values())) == {("t", p) for p in range(6)}
+    assert sorted(len(owned(s)) for s in states.values()) == [3, 3]
+    got = {
+        r["partition"]
+        for m in ids
+        for r in c.get(f"/v1/groups/g/members/{m}/records", params={"max_records": 100}).json()["records"]
+    }
+    assert got == set(range(6))
+
+
+def test_a_member_that_heartbeats_but_never_fetches_is_removed_after_max_poll_interval(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 2)
+    idle = join(c, "g", ["t"], **{"max.poll.interval.ms": 400})["member_id"]
+    busy = join(c, "g", ["t"], **{"max.poll.interval.ms": 60_000})["member_id"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = c.post(f"/v1/groups/g/members/{idle}/heartbeat")
+        if r.status_code != 200:
+            break
+        c.get(f"/v1/groups/g/members/{busy}/records").raise_for_status()
+    error(r, 404, "UNKNOWN_MEMBER_ID")
+    assert "max.poll.interval.ms=400" in r.json()["message"]
+    assert owned(settle(c, "g", [busy], 2)[busy]) == {("t", 0), ("t", 1)}
+    r = c.post("/v1/groups/g/members", json={"topics": ["t"], "max.poll.interval.ms": 0})
+    error(r, 422, "INVALID_REQUEST")

@@ -52,6 +52,7 @@ async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep, access:
             assignor=body.assignor,
             session_timeout_ms=body.session_timeout_ms,
             auto_offset_reset=body.auto_offset_reset,
+            max_poll_interval_ms=body.max_poll_interval_ms,
         )
     )
     return member_out(state)
