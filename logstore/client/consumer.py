@@ -96,6 +96,7 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.commit.interval.ms": 5_000,
     "session.timeout.ms": 45_000,
     "heartbeat.interval.ms": 3_000,
+    "max.poll.interval.ms": 300_000,
     "partition.assignment.strategy": "range",
     "max.poll.records": 500,
     "api.key": None,
@@ -112,6 +113,7 @@ class Consumer:
     ``enable.auto.commit`` (True: positions are committed every
     ``auto.commit.interval.ms`` and before a partition is given up),
     ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
+    ``max.poll.interval.ms`` (300000: see below),
     ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
     ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
     (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
@@ -131,6 +133,16 @@ class Consumer:
     each message hands partitions over without duplicates. ``on_assign`` gets
     the partitions added (incremental, as with ``cooperative-sticky`` in
     confluent-kafka).
+
+    ``max.poll.interval.ms`` bounds the time the application spends between
+    calls of :meth:`poll` / :meth:`consume`: past it, the heartbeat thread
+    leaves the group (its partitions go to the others), and the next poll
+    gives up the partitions (``on_revoke``) and raises
+    :class:`~logstore.errors.UnknownMemberIdError`; the poll after that joins
+    again. The server enforces the same bound from the member's last fetch,
+    for clients that stop without leaving; a consumer that is draining
+    buffered records fetches once per half interval so that it is not taken
+    for a stopped one.
 
     Raises:
         InvalidConfigError: an unknown key, or no ``bootstrap.servers`` / ``group.id``.
@@ -178,6 +190,13 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + conf["auto.commit.interval.ms"] / 1000
         self._heartbeat_thread: threading.Thread | None = None
         self._closed = False
+        self._max_poll_s = conf["max.poll.interval.ms"] / 1000
+        self._polled_at = time.monotonic()
+        """When the application last called (or returned from) poll/consume."""
+        self._in_poll = False
+        self._fetched_at = time.monotonic()
+        self._poll_exceeded: str | None = None
+        """Why the heartbeat thread left the group; raised by the next poll."""
 
     @property
     def member_id(self) -> str | None:
@@ -221,12 +240,22 @@ class Consumer:
         """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for the first (None: forever)."""
         if self._member_id is None:
             raise InvalidRequestError("subscribe() before poll()")
+        self._in_poll = True
+        try:
+            return self._consume(num_messages, timeout)
+        finally:
+            self._polled_at = time.monotonic()
+            self._in_poll = False
+
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             self._raise_errors()
             self._apply_assignment()
             self._maybe_auto_commit()
             if self._buffer:
+                if time.monotonic() - self._fetched_at > self._max_poll_s / 2:
+                    self._fetch(0, max_records=1)  # tells the server this member still consumes
                 out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
                 for m in out:
                     self._positions[TopicPartition(m.topic(), m.partition())] = m.offset() + 1
@@ -316,6 +345,7 @@ class Consumer:
                 "assignor": self._conf["partition.assignment.strategy"],
                 "session_timeout_ms": int(self._conf["session.timeout.ms"]),
                 "auto.offset.reset": self._conf["auto.offset.reset"],
+                "max.poll.interval.ms": int(self._conf["max.poll.interval.ms"]),
             },
         )
         with self._lock:
@@ -333,6 +363,8 @@ class Consumer:
             if self._stop.is_set():
                 return
             try:
+                if not self._in_poll and time.monotonic() - self._polled_at > self._max_poll_s:
+                    self._leave_for_poll_interval()
                 self._heartbeat()
             except KafkaStorageError as e:
                 log.warning("heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, e, interval)
@@ -341,6 +373,22 @@ class Consumer:
             except Exception as e:  # reported to the caller by the next poll(), never swallowed
                 log.exception("heartbeat of group '%s' failed", self.group)
                 self._record(UnknownServerError(f"heartbeat failed: {e!r}"))
+
+    def _leave_for_poll_interval(self) -> None:
+        """Leave the group (on the heartbeat thread): the application stopped polling, so others take over."""
+        with self._lock:
+            member = self._member_id
+            if member is None or self._lost:
+                return
+            self._lost = True
+            self._poll_exceeded = (
+                f"consumer of group '{self.group}' did not poll within max.poll.interval.ms="
+                f"{self._conf['max.poll.interval.ms']}: it left the group and its partitions went to other members; "
+                f"the next poll joins again"
+            )
+        log.warning("%s", self._poll_exceeded)
+        with contextlib.suppress(UnknownMemberIdError):  # already gone (the server enforces the bound too)
+            self._call(self._hb_client, "DELETE", f"/v1/groups/{self.group}/members/{member}")
 
     def _heartbeat(self) -> None:
         with self._lock:
@@ -372,6 +420,10 @@ class Consumer:
             self._positions.clear()
             if lost and self._on_revoke is not None:
                 self._on_revoke(self, lost)  # fenced already: its commits would be refused
+            with self._lock:
+                exceeded, self._poll_exceeded = self._poll_exceeded, None
+            if exceeded is not None:
+                raise UnknownMemberIdError(exceeded)  # still lost: the next poll joins again
             self._join()
         with self._lock:
             generation, target = self._latest
@@ -404,13 +456,14 @@ class Consumer:
         if added and self._on_assign is not None:
             self._on_assign(self, sorted(added))
 
-    def _fetch(self, wait_ms: int) -> None:
+    def _fetch(self, wait_ms: int, max_records: int | None = None) -> None:
+        self._fetched_at = time.monotonic()
         try:
             body = self._call(
                 self._client,
                 "GET",
                 f"/v1/groups/{self.group}/members/{self._member_id}/records",
-                params={"max_records": int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+                params={"max_records": max_records or int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
             )
         except UnknownMemberIdError:
             self._lost = True
