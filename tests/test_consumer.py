@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import random
 import time
 from collections import Counter
@@ -188,4 +189,22 @@ def test_a_consumer_draining_its_buffer_slowly_is_not_taken_for_a_stopped_one(se
         got.append(m.value())
     # 1.4 s after the one fetch that brought them: the server would have removed a member that fetched no more
     assert got == [f"v{i}".encode() for i in range(8)] and cons.member_id == member
+    cons.close()
+
+
+def test_raw_bytes_and_repeated_header_keys_reach_the_consumer_as_produced(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    raw = bytes(range(256))
+    headers = [{"key": "h", "value": "1"}, {"key": "h", "value": None}]
+    records = [{"value": {"b64": base64.b64encode(raw).decode()}, "headers": headers}, {"value": None, "key": "k"}]
+    assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+    cons = consumer(srv.url, "g")
+    cons.subscribe(["t"])
+    got = cons.consume(2, timeout=5)
+    assert [(m.value(), m.key(), m.headers()) for m in got] == [
+        (raw, None, [("h", b"1"), ("h", None)]),
+        (None, b"k", []),
+    ]
     cons.close()

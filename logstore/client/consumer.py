@@ -12,9 +12,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from logstore.client._http import assigned_partitions, http_client, json_headers, raise_for
-from logstore.codec import decode_bytes
+from logstore.client._http import assigned_partitions, http_client, raise_for
 from logstore.errors import (
     IllegalGenerationError,
     InvalidConfigError,
@@ -24,9 +25,8 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownServerError,
 )
-from logstore.structs import (
-    TopicPartition,
-)
+from logstore.fetch_format import ARROW_STREAM, decode_member_records
+from logstore.structs import TopicPartition
 
 __all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "Message", "RebalanceCallback"]
 
@@ -457,39 +457,51 @@ class Consumer:
             self._on_assign(self, sorted(added))
 
     def _fetch(self, wait_ms: int, max_records: int | None = None) -> None:
+        """One fetch of the member's records into the buffer, in the Arrow form (no per-record JSON)."""
         self._fetched_at = time.monotonic()
         try:
-            body = self._call(
-                self._client,
-                "GET",
+            r = self._client.get(
                 f"/v1/groups/{self.group}/members/{self._member_id}/records",
                 params={"max_records": max_records or int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+                headers={"Accept": ARROW_STREAM},
             )
+        except httpx.TransportError as e:
+            raise KafkaStorageError(f"cannot reach {self._url}: {e}") from e
+        try:
+            raise_for(r)
         except UnknownMemberIdError:
             self._lost = True
             return
+        records = decode_member_records(r.content)
         # Apply any change first: records of a partition revoked meanwhile are never delivered.
         self._apply_assignment()
-        if any(TopicPartition(r["topic"], r["partition"]) not in self._assignment for r in body["records"]):
+        if not len(records):
+            return
+        topics = records["topic"].to_pylist()
+        partitions = records["partition"].to_pylist()
+        fetched = {TopicPartition(t, p) for t, p in set(zip(topics, partitions, strict=True))}
+        if not fetched <= self._assignment:
             # The coordinator gave us a partition our heartbeat has not told us of yet: learn it now
             # rather than drop its records (the group's position has already moved past them).
             self._heartbeat()
             self._apply_assignment()
-        for r in body["records"]:
-            tp = TopicPartition(r["topic"], r["partition"])
-            if tp not in self._assignment:
+        dropped = {(tp.topic, tp.partition) for tp in fetched - self._assignment}
+        timestamps = pc.divide(records["timestamp"].cast(pa.int64()), 1000).to_pylist()  # µs → ms
+        headers = records["headers"].to_pylist()
+        append = self._buffer.append
+        for t, p, o, ts, k, v, h in zip(
+            topics,
+            partitions,
+            records["offset"].to_pylist(),
+            timestamps,
+            records["key"].to_pylist(),
+            records["value"].to_pylist(),
+            headers,
+            strict=True,
+        ):
+            if dropped and (t, p) in dropped:
                 continue
-            self._buffer.append(
-                Message(
-                    r["topic"],
-                    r["partition"],
-                    r["offset"],
-                    decode_bytes("key", r["key"]),
-                    decode_bytes("value", r["value"]),
-                    json_headers(r["headers"]),
-                    r["timestamp"],
-                )
-            )
+            append(Message(t, p, o, k, v, [(x["key"], x["value"]) for x in h] if h else [], ts))
 
     def _commit_now(self, offsets: Mapping[TopicPartition, int]) -> None:
         """One commit on the committer thread; retried once with a fresh generation after a rebalance."""
