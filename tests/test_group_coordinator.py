@@ -148,12 +148,34 @@ def test_a_topic_that_gains_partitions_rebalances_the_group(
     store.alter_topic(t, partitions=6)
     assert sorted(owners(coordinator, "g")) == [TP(t, 0), TP(t, 1)]
     coordinator.expire()  # the node's timer: compares partition counts with the last assignment's
-    # the new partitions have owners at once; 1 moves from b to a (range: a 0-2, b 3-5) once b lets it go
-    assert sorted(owners(coordinator, "g")) == [TP(t, p) for p in (0, 2, 3, 4, 5)]
+    # range over the sorted member ids: 0-2 and 3-5; the new partitions have owners at once, and the one
+    # of 0 and 1 that moves waits until its old owner lets it go
+    assert len(owners(coordinator, "g")) == 5
     for _ in range(2):
-        coordinator.heartbeat("g", b.member_id)
+        for m in (a, b):
+            coordinator.heartbeat("g", m.member_id)
     assert sorted(owners(coordinator, "g")) == [TP(t, p) for p in range(6)]
     assert [len(m.assignment) for m in coordinator.members("g")] == [3, 3]
+
+
+def test_a_subscribed_topic_deleted_then_created_again_is_followed(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
+) -> None:
+    t, other = make_topic(partitions=2), make_topic(partitions=1)
+    m = coordinator.join("g", [t, other])
+    coordinator.expire()
+    store.delete_topic(t)
+    coordinator.expire()
+    assert coordinator.heartbeat("g", m.member_id).assignment == (TP(other, 0),)
+    store.create_topic(t, 3)
+    coordinator.expire()
+    assert sorted(coordinator.heartbeat("g", m.member_id).assignment) == sorted(
+        [TP(other, 0), *(TP(t, p) for p in range(3))]
+    )
+    store.delete_topic(t)
+    store.create_topic(t, 5)  # both between two sweeps
+    coordinator.expire()
+    assert len(coordinator.heartbeat("g", m.member_id).assignment) == 6
 
 
 def test_members_and_another_reader_of_the_group_exclude_each_other(
