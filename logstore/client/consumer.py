@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -45,7 +46,7 @@ class Message:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
+        headers: list[tuple[str, bytes | None]] | None,
         timestamp_ms: int,
     ) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
@@ -68,6 +69,8 @@ class Message:
 
     def headers(self) -> list[tuple[str, bytes | None]]:
         """In the order produced; a key may repeat."""
+        if self._headers is None:
+            self._headers = []
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
@@ -257,8 +260,9 @@ class Consumer:
                 if time.monotonic() - self._fetched_at > self._max_poll_s / 2:
                     self._fetch(0, max_records=1)  # tells the server this member still consumes
                 out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
-                for m in out:
-                    self._positions[TopicPartition(m.topic(), m.partition())] = m.offset() + 1
+                last = {(m._topic, m._partition): m._offset for m in out}  # offsets ascend within a partition
+                for (topic, partition), offset in last.items():
+                    self._positions[TopicPartition(topic, partition)] = offset + 1
                 return out
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -487,21 +491,25 @@ class Consumer:
             self._apply_assignment()
         dropped = {(tp.topic, tp.partition) for tp in fetched - self._assignment}
         timestamps = pc.divide(records["timestamp"].cast(pa.int64()), 1000).to_pylist()  # µs → ms
-        headers = records["headers"].to_pylist()
-        append = self._buffer.append
-        for t, p, o, ts, k, v, h in zip(
+        column = records["headers"]
+        headers: Iterable[list[tuple[str, bytes | None]] | None] = (
+            itertools.repeat(None)  # the usual case: no record has headers, no per-record work
+            if column.null_count == len(column)
+            else [[(x["key"], x["value"]) for x in h] if h else None for h in column.to_pylist()]
+        )
+        messages: Iterable[Message] = map(
+            Message,
             topics,
             partitions,
             records["offset"].to_pylist(),
-            timestamps,
             records["key"].to_pylist(),
             records["value"].to_pylist(),
             headers,
-            strict=True,
-        ):
-            if dropped and (t, p) in dropped:
-                continue
-            append(Message(t, p, o, k, v, [(x["key"], x["value"]) for x in h] if h else [], ts))
+            timestamps,
+        )
+        if dropped:
+            messages = (m for m in messages if (m._topic, m._partition) not in dropped)
+        self._buffer.extend(messages)
 
     def _commit_now(self, offsets: Mapping[TopicPartition, int]) -> None:
         """One commit on the committer thread; retried once with a fresh generation after a rebalance."""
