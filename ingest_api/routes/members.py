@@ -70,7 +70,12 @@ async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: 
     "/{member}/records",
     response_model=MemberRecords,
     dependencies=[quota("consumer")],
-    responses={200: {"content": {ARROW_STREAM: {"description": "with that Accept: see logstore.fetch_format"}}}},
+    responses={
+        200: {
+            "description": f"JSON; with `Accept: {ARROW_STREAM}`, an Arrow IPC stream (see logstore.fetch_format)",
+            "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 async def records(
     request: Request,
