@@ -244,8 +244,8 @@ class TopicWriter:
                 continue
             finally:
                 self._touching = None
-            for p, e in wanted.items():
-                self._table_leaders[p] = max(self._table_leaders.get(p, -1), e)
+            for p, epoch in wanted.items():
+                self._table_leaders[p] = max(self._table_leaders.get(p, -1), epoch)
             self._leaders.update(wanted)
             return
         raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim partitions {sorted(wanted)}")

@@ -251,6 +251,14 @@ class ZooKeeperCoordinator:
         with contextlib.suppress(NoNodeError):
             self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
 
+    def ping(self) -> None:
+        """One round trip to ZooKeeper (a leader's lease: it heard from the ensemble when it sent this).
+
+        Raises:
+            KazooException: no answer (connection lost, session expired).
+        """
+        self._zk.exists(IDS)
+
     @property
     def is_controller(self) -> bool:
         return self._epoch is not None
