@@ -112,9 +112,10 @@ class TopicPipeline:
         self._committer.start()
 
     def _replay_departed(self, broker: Broker) -> None:
-        replay_departed(
-            self.writer, os.path.dirname(broker.wal_dir), broker.wal_dir, self.wal.recovered(), broker.metrics
-        )
+        assert broker.cluster is not None
+        live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
+        wal_root = os.path.dirname(broker.wal_dir)
+        replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
         if self.wal.recovered():
             self.wal.discard_recovered()
 

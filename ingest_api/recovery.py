@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ingest_api.committer import skip_sequence
 from ingest_api.metrics import Metrics
@@ -94,11 +94,17 @@ def _replay_one(writer: TopicWriter, batch: ProducerBatch, metrics: Metrics) -> 
 
 
 def replay_departed(
-    writer: TopicWriter, wal_root: str, own_dir: str, own_frames: Sequence[Frame], metrics: Metrics
+    writer: TopicWriter,
+    wal_root: str,
+    own_dir: str,
+    own_frames: Sequence[Frame],
+    metrics: Metrics,
+    *,
+    live: Collection[str] = (),
 ) -> int:
     """Cluster mode: commit every other node's logged acks=1 frames of this topic, before this node claims partitions.
 
-    Reads ``<wal_root>/<node.id>/<topic>/`` of every other node read-only
+    Reads ``<wal_root>/<node.id>/<topic>/`` of every other node not in ``live`` read-only
     (:func:`~logstore.wal.read_frames`: the node may be a paused zombie still
     holding its directory; its segments are never deleted here), plus
     ``own_frames`` (this node's own frames from before a restart), and commits
@@ -108,9 +114,11 @@ def replay_departed(
     ``(producer_id, sequence)`` the table already holds is skipped: replay
     twice, or by two new leaders one after the other, writes each frame once.
 
-    Every node's directory is read, live or not: a live node's frames are
-    either committed (skipped) or its own to commit, and the first of them
-    to land wins. Caller holds :func:`~ingest_api.cluster.failover_lock` and the writer lock.
+    A live node (registered in ZooKeeper now) commits its own frames, and a
+    partition moves only away from a node that is not live (dead, paused past
+    its session, or shut down after committing everything), so the frames of
+    the partitions being taken over are all in directories read here.
+    Caller holds :func:`~ingest_api.cluster.failover_lock` and the writer lock.
     Returns the records committed.
 
     Raises:
@@ -124,9 +132,14 @@ def replay_departed(
         names = []
     for name in names:
         directory = os.path.join(wal_root, name)
-        if os.path.abspath(directory) == os.path.abspath(own_dir) or not os.path.isdir(directory):
+        own = os.path.abspath(directory) == os.path.abspath(own_dir)
+        if own or name in live or not os.path.isdir(directory):
             continue
-        sources.append((f"node {name}", read_frames(os.path.join(directory, writer.topic))))
+        frames = read_frames(
+            os.path.join(directory, writer.topic),
+            skip=lambda h: _committed(writer, h.get("producer_id"), h.get("sequence")),
+        )
+        sources.append((f"node {name}", frames))
     for who, frames in sources:
         batches = [
             ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])

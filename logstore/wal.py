@@ -38,7 +38,7 @@ import socket
 import struct
 import threading
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -241,14 +241,15 @@ class WriteAheadLog:
                     f.truncate(pos)
 
 
-def read_frames(directory: str) -> list[Frame]:
+def read_frames(directory: str, skip: Callable[[dict[str, Any]], bool] = lambda _header: False) -> list[Frame]:
     """Every intact frame of a topic's write-ahead log directory, in order, without taking or changing it.
 
     For a new leader replaying a departed node's acks=1 records: that node may
     be a paused process still holding its directory (and appending to it), so
     nothing is locked, cut or deleted here; a torn tail (a frame being written)
     ends a segment's frames as on recovery. A segment deleted meanwhile (its
-    frames were committed) is skipped.
+    frames were committed) is skipped, and so is a frame whose header ``skip``
+    rejects (its records are not decoded).
     """
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".wal"))
@@ -261,7 +262,7 @@ def read_frames(directory: str) -> list[Frame]:
                 data = f.read()
         except FileNotFoundError:
             continue
-        gen = _frames_in(data)
+        gen = _frames_in(data, skip)
         while True:
             try:
                 frames.append(next(gen))
@@ -270,7 +271,9 @@ def read_frames(directory: str) -> list[Frame]:
     return frames
 
 
-def _frames_in(data: bytes) -> Generator[Frame, None, int]:
+def _frames_in(
+    data: bytes, skip: Callable[[dict[str, Any]], bool] = lambda _header: False
+) -> Generator[Frame, None, int]:
     """The intact frames of one segment's bytes; returns (as the generator's value) where they end."""
     pos = 0
     while pos + _HEAD.size <= len(data):
@@ -280,9 +283,11 @@ def _frames_in(data: bytes) -> Generator[Frame, None, int]:
             break  # torn tail: never acknowledged
         head, _, ipc = payload.partition(b"\n")
         header = orjson.loads(head)
-        records = pa.ipc.open_stream(ipc).read_all()
-        yield Frame(header.pop("frame"), header, records)
         pos += _HEAD.size + length
+        number = header.pop("frame")
+        if skip(header):
+            continue
+        yield Frame(number, header, pa.ipc.open_stream(ipc).read_all())
     return pos
 
 

@@ -628,7 +628,9 @@ class TopicWriter:
         finally:
             self._touching = None
 
-        self._hw = [int(h) for h in new_hw]
+        # Only this commit's partitions: a race lost to commits elsewhere moved the others' meanwhile.
+        for p in touched:
+            self._hw[p] = int(new_hw[p])
         for pid, seq, firsts in landed:
             state = self._producer(pid)
             state.last_seq = seq
@@ -649,6 +651,10 @@ class TopicWriter:
                 if moved:
                     self._appender.discard(files)
                     raise _Replan(full) from None
+                if full:
+                    # The winner changed what only a re-read shows (other partitions' offsets, say);
+                    # this commit's partitions are untouched, so its files and offsets stay valid.
+                    self._refresh()
                 version = self._version + 1
                 continue
             self._version = version
@@ -686,7 +692,8 @@ class TopicWriter:
         """
         txns = {str(a["txn"].get("appId")): int(a["txn"].get("version", 0)) for a in actions if "txn" in a}
         leaders = {int(app.removeprefix(_delta.LEADER_PREFIX)): v for app, v in txns.items() if _is_leader_app(app)}
-        if (_delta.APP_EPOCH not in txns and not leaders) or any("metaData" in a or "protocol" in a for a in actions):
+        ours = _delta.APP_EPOCH in txns or leaders or any(app.startswith("logstore.hw.") for app in txns)
+        if not ours or any("metaData" in a or "protocol" in a for a in actions):
             return False
         epoch = txns.get(_delta.APP_EPOCH)
         if epoch is None:

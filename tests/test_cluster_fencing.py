@@ -127,3 +127,27 @@ def test_a_race_lost_to_other_partitions_keeps_its_files_and_offsets(
     assert len(won) == 2  # files written once: no re-plan
     assert len(os.listdir(os.path.join(store.catalog.topic_path(t), "partition=0"))) == 1  # written once
     assert_gap_free(store.catalog, t)
+
+
+def test_a_race_lost_to_a_replay_on_other_partitions_still_learns_their_offsets(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=2)
+    a = TopicWriter(store.catalog, t, leader_epochs={})
+    replayer = TopicWriter(store.catalog, t, leader_epochs={})
+    a.claim({0: 0})
+    write_files = a._appender.write_files
+    raced: list[int] = []
+
+    def then_a_replay_commits(records):  # type: ignore[no-untyped-def]
+        files = write_files(records)
+        if not raced:  # a departed node's frame of partition 1, committed with no leader epoch
+            raced.append(ok(replayer.append_foreign([batch([1, 1])])[0]).table_version)
+        return files
+
+    monkeypatch.setattr(a._appender, "write_files", then_a_replay_commits)
+    ok(a.append_held([batch([0])])[0])
+    assert a.high_watermark(1) == 2  # else, once a leads partition 1, it would reuse offsets 0 and 1
+    a.claim({1: 0})
+    assert ok(a.append_held([batch([1])])[0]).offsets.to_pylist() == [2]
+    assert_gap_free(store.catalog, t)

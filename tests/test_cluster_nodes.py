@@ -267,6 +267,7 @@ def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
     nodes[victim].kill()
     live = {i for i in nodes if i != victim}
     until(lambda: led_by(chroot, "orders", live), timeout_s=30)
+    print(f"\nleaders moved {time.monotonic() - killed_at:.2f}s after the kill")
     until(lambda: all(any(t > killed_at for t in prod.successes) for prod in producers), timeout_s=30)
     until(lambda: all(len(prod.acked) >= 40 for prod in producers), timeout_s=60)
     stop.set()
