@@ -115,7 +115,6 @@ class Committer:
             self._acc.drop_led(moved)  # refuse at once; the commit path stops at the new leader's fence
         with self._want_lock:
             self._wanted = dict(epochs)
-
         self._acc.wake()
 
     def _apply_leadership(self) -> None:
@@ -130,7 +129,6 @@ class Committer:
             if gained:
                 self.acquire()
                 started = time.perf_counter()
-
                 with failover_lock(self._table_root):
                     self._replay_departed()
                     while gained:
