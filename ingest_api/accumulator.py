@@ -356,8 +356,15 @@ class Accumulator:
             self._leo = self._writer_hw() + self._promised_pending()
 
     def set_led(self, partitions: frozenset[int]) -> None:
-        """Cluster mode: accept produce for exactly these partitions (led and claimed)."""
+        """Cluster mode: accept produce for exactly these partitions (led and claimed).
+
+        The log end offsets are taken from the writer in the same step: a
+        partition just claimed must not be promised offsets from before the
+        claim (its previous leader's commits moved them).
+        """
         with self._cond:
+            self._sync_partitions()
+            self._leo = self._writer_hw() + self._promised_pending()
             self.led = partitions
 
     def drop_led(self, partitions: tuple[int, ...] | list[int] | set[int]) -> None:

@@ -148,8 +148,16 @@ class TopicPipeline:
 
     def close(self) -> None:
         """Commit what is pending (drain), then stop the committer and the log."""
+        self.drain()
+        self.close_files()
+
+    def drain(self) -> None:
+        """Refuse new requests, commit what is pending and stop the committer."""
         self._accumulator.close()
         self._committer.join()
+
+    def close_files(self) -> None:
+        """Close the write-ahead log and the writer (after :meth:`drain`; may wait for a checkpoint)."""
         self.wal.close()
         self.writer.close()
 
@@ -416,9 +424,11 @@ class Broker:
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:
-            p.close()
+            p.drain()
         if self.cluster is not None:
-            self.cluster.shutdown()
+            self.cluster.shutdown()  # before closing files: a checkpoint being written must not delay the hand-over
+        for p in pipelines:
+            p.close_files()
         self._node_lock.release()
 
 

@@ -5,8 +5,9 @@ Cluster mode is on when ``zookeeper.connect`` is set (DESIGN §8). A
 (registry, controller election, partition states) and one thread of its own
 that
 
-* every 50 ms compares the coordinator's cached view of partition leaders with
-  the last one it handed on, and on a change calls ``on_change`` (the broker
+* whenever the coordinator's cached view of the tree changes (and every
+  second regardless) compares its partition leaders with the last ones it
+  handed on, and on a change calls ``on_change`` (the broker
   then opens the topics this node leads and tells each pipeline its
   partitions and their epochs);
 * every ``zookeeper.session.timeout.ms / 6`` makes one ZooKeeper round trip and
@@ -54,7 +55,8 @@ log = logging.getLogger("logstore.cluster")
 
 LEASE_FRACTION = 2 / 3
 """Share of ``zookeeper.session.timeout.ms`` an acks=1 lease lasts after the round trip that renewed it was sent."""
-_WATCH_S = 0.05
+_WATCH_S = 1.0
+"""Longest wait between two looks at the cached view (changes wake the watch at once)."""
 
 
 def advertised_url(config: LogstoreConfig) -> str:
@@ -138,12 +140,14 @@ class ClusterNode:
             raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
         self.node = NodeInfo(config.node_id, advertised_url(config))
         self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
+        self._changed = threading.Event()
         self.coordinator = ZooKeeperCoordinator(
             config.zookeeper_connect,
             self.node,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             placement="topic" if config.leader_placement == "topic" else "partition",
             on_session=self._session_changed,
+            on_change=self._changed.set,
         )
         self._on_change = on_change
         self._on_session = on_session
@@ -186,6 +190,7 @@ class ClusterNode:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Controlled shutdown: hand this node's partitions to others, then leave (after the node drained)."""
         self._closed.set()
+        self._changed.set()
         self._connected = False
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -194,6 +199,7 @@ class ClusterNode:
     def close(self) -> None:
         """Leave at once (the session ends; partitions move without a hand-over)."""
         self._closed.set()
+        self._changed.set()
         self._connected = False
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -203,7 +209,11 @@ class ClusterNode:
 
     def _run(self) -> None:
         next_ping = 0.0
-        while not self._closed.wait(_WATCH_S):
+        while not self._closed.is_set():
+            self._changed.wait(min(_WATCH_S, max(0.0, next_ping - time.monotonic())))
+            self._changed.clear()
+            if self._closed.is_set():
+                return
             try:
                 now = time.monotonic()
                 if now >= next_ping:

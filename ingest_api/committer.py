@@ -150,7 +150,6 @@ class Committer:
             raise
         now = self._writer.leader_epochs
         self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e))
-        self._acc.resync()
 
     def _fenced(self, error: FencedLeaderEpochError) -> bool:
         """Cluster mode: a fence of some partitions; stop accepting them and go on with the others."""
