@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import ssl
 from typing import Any
 
@@ -38,19 +39,40 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     os.makedirs(wal_dir, exist_ok=True)
     DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
+    if config.zookeeper_connect:
+        from ingest_api.cluster import check_node_id_free
+
+        check_node_id_free(config)
+
     log_audit_to_stderr()
     scheme = "https" if tls else "http"
+    # The socket is bound (and listening) before the app starts: in cluster mode the node registers in
+    # ZooKeeper at start-up, and other nodes forward to it as soon as it does.
+    sock = _bind(config.server_host, config.server_port)
     print(f"logstore serving {config.root} on {scheme}://{config.server_host}:{config.server_port}", flush=True)
-    uvicorn.run(
-        create_app(config),
-        host=config.server_host,
-        port=config.server_port,
-        log_level="warning",
-        loop="uvloop",
-        http=ClientCertProtocol if tls else "httptools",
-        timeout_graceful_shutdown=30,
-        **tls,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            log_level="warning",
+            loop="uvloop",
+            http=ClientCertProtocol if tls else "httptools",
+            timeout_graceful_shutdown=30,
+            **tls,
+        )
     )
+    server.run(sockets=[sock])
+    if not server.started:
+        raise SystemExit(3)  # start-up failed (uvicorn logged why), as uvicorn.run exits
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def is_loopback(host: str) -> bool:

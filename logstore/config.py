@@ -241,8 +241,44 @@ class LogstoreConfig:
     zookeeper_connect: str = field(
         default="", metadata=_key("zookeeper.connect", "host:port[,host:port][/chroot]; empty = embedded, one node.")
     )
+    node_id: int = field(
+        default=-1,
+        metadata=_key(
+            "node.id",
+            "This node's id in a cluster (unique, >= 0); required with zookeeper.connect, unused when embedded.",
+            minimum=-1,
+        ),
+    )
+    zookeeper_session_timeout_ms: int = field(
+        default=18_000,
+        metadata=_key(
+            "zookeeper.session.timeout.ms",
+            "A node silent this long (ms) is dead and its partitions move; also bounds an acks=1 leader's lease.",
+            minimum=1_000,
+        ),
+    )
+    leader_placement: str = field(
+        default="partition",
+        metadata=_key(
+            "leader.placement",
+            "partition: spread every topic's partition leaders over the nodes; topic: one node leads a whole topic.",
+            choices=("partition", "topic"),
+        ),
+    )
+    advertised_url: str = field(
+        default="",
+        metadata=_key(
+            "advertised.url",
+            "Base URL other nodes and clients reach this node at; empty = http(s)://<server.host>:<server.port>.",
+        ),
+    )
     wal_dir: str = field(
-        default="", metadata=_key("wal.dir", "Local write-ahead log of acks=1 records; empty = <logstore.root>/_wal.")
+        default="",
+        metadata=_key(
+            "wal.dir",
+            "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
+            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+        ),
     )
     commit_fsync: bool = field(
         default=True,
