@@ -248,6 +248,8 @@ class Consumer:
         """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for the first (None: forever)."""
         if self._member_id is None:
             raise InvalidRequestError("subscribe() before poll()")
+        if self._stopped_polling():
+            self._leave_for_poll_interval()  # late: the heartbeat thread had not got round to leaving
         self._in_poll = True
         try:
             return self._consume(num_messages, timeout)
@@ -262,8 +264,7 @@ class Consumer:
             self._apply_assignment()
             self._maybe_auto_commit()
             if self._buffer:
-                if time.monotonic() - self._fetched_at > self._max_poll_s / 2:
-                    self._fetch(0, max_records=1)  # tells the server this member still consumes
+                self._keep_fetching()
                 out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
                 last = {(m._topic, m._partition): m._offset for m in out}  # offsets ascend within a partition
                 for (topic, partition), offset in last.items():
@@ -271,6 +272,7 @@ class Consumer:
                 return out
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                self._keep_fetching()  # e.g. a rebalance took the whole timeout
                 return []
             wait_s = 0.5 if left is None else min(left, 0.5)  # short: assignment changes are applied between
             self._fetch(int(wait_s * 1000))
@@ -372,7 +374,7 @@ class Consumer:
             if self._stop.is_set():
                 return
             try:
-                if not self._in_poll and time.monotonic() - self._polled_at > self._max_poll_s:
+                if self._stopped_polling():
                     self._leave_for_poll_interval()
                 self._heartbeat()
             except KafkaStorageError as e:
@@ -383,6 +385,17 @@ class Consumer:
                 log.exception("heartbeat of group '%s' failed", self.group)
                 self._record(UnknownServerError(f"heartbeat failed: {e!r}"))
 
+    def _stopped_polling(self) -> bool:
+        """The application has not polled for longer than ``max.poll.interval.ms`` (and is not polling now)."""
+        return not self._in_poll and time.monotonic() - self._polled_at > self._max_poll_s
+
+    def _poll_exceeded_message(self) -> str:
+        return (
+            f"consumer of group '{self.group}' did not poll within max.poll.interval.ms="
+            f"{self._conf['max.poll.interval.ms']}: it left the group and its partitions went to other members; "
+            f"the next poll joins again"
+        )
+
     def _leave_for_poll_interval(self) -> None:
         """Leave the group (on the heartbeat thread): the application stopped polling, so others take over."""
         with self._lock:
@@ -390,13 +403,10 @@ class Consumer:
             if member is None or self._lost:
                 return
             self._lost = True
-            self._poll_exceeded = (
-                f"consumer of group '{self.group}' did not poll within max.poll.interval.ms="
-                f"{self._conf['max.poll.interval.ms']}: it left the group and its partitions went to other members; "
-                f"the next poll joins again"
-            )
+            self._poll_exceeded = self._poll_exceeded_message()
         log.warning("%s", self._poll_exceeded)
-        with contextlib.suppress(UnknownMemberIdError):  # already gone (the server enforces the bound too)
+        # already gone (the server enforces the bound too), or unreachable (its session then expires)
+        with contextlib.suppress(UnknownMemberIdError, KafkaStorageError):
             self._call(self._hb_client, "DELETE", f"/v1/groups/{self.group}/members/{member}")
 
     def _heartbeat(self) -> None:
@@ -415,6 +425,8 @@ class Consumer:
             with self._lock:
                 if self._member_id == member:
                     self._lost = True  # poll() gives everything up and joins again
+                    if self._stopped_polling():  # the server's bound on fetches fired before this thread's
+                        self._poll_exceeded = self._poll_exceeded_message()
             return
         with self._lock:
             if self._member_id == member and body["generation"] >= self._latest[0]:
@@ -464,6 +476,16 @@ class Consumer:
             self._wake.set()  # acknowledge now: the new owners are waiting for it
         if added and self._on_assign is not None:
             self._on_assign(self, sorted(added))
+
+    def _keep_fetching(self) -> None:
+        """Fetch (without waiting) when the last fetch is half ``max.poll.interval.ms`` old.
+
+        The coordinator removes a member that does not fetch within
+        ``max.poll.interval.ms``; a poll answered from the buffer, or one whose
+        timeout a rebalance used up, tells it this member still consumes.
+        """
+        if time.monotonic() - self._fetched_at > self._max_poll_s / 2:
+            self._fetch(0, max_records=1)
 
     def _fetch(self, wait_ms: int, max_records: int | None = None) -> None:
         """One fetch of the member's records into the buffer, in the Arrow form (no per-record JSON)."""
