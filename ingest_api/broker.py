@@ -28,6 +28,8 @@ from ingest_api.committer import Committer
 from ingest_api.metrics import Metrics
 from ingest_api.parse import ParsedRecords
 from ingest_api.recovery import replay
+from logstore.cluster.coordinator import ClusterMetadata, NodeInfo
+from logstore.cluster.placement import PartitionState
 from logstore.config import LogstoreConfig
 from logstore.errors import RecordListTooLargeError, UnknownTopicOrPartitionError
 from logstore.reader import TopicReader
@@ -36,7 +38,15 @@ from logstore.structs import FetchResult
 from logstore.wal import DirectoryLock, WriteAheadLog
 from logstore.writer import TopicWriter
 
-__all__ = ["Acks", "Broker", "Submitted", "TopicPipeline", "wal_dir_of"]
+__all__ = ["EMBEDDED_NODE_ID", "Acks", "Broker", "Submitted", "TopicPipeline", "wal_dir_of"]
+
+EMBEDDED_NODE_ID = 0
+"""The node id an embedded node (no ``zookeeper.connect``) gives itself in cluster metadata.
+
+Its own id (``Broker.node_id``, a random hex string kept in its WAL directory)
+names its write-ahead log and producer state; metadata speaks of node ids as
+ints, like Kafka's broker ids, and a one-node cluster's only node is 0.
+"""
 
 
 class TopicPipeline:
@@ -175,6 +185,29 @@ class Broker:
                 with self._lock:
                     self._readers.pop(topic, None)  # deleted, or recreated under the same name
                 raise
+
+    def cluster_metadata(self, self_url: str) -> ClusterMetadata:
+        """The cluster as this node sees it: in embedded mode, a one-node cluster of itself.
+
+        The node (id :data:`EMBEDDED_NODE_ID`, at ``self_url``, the base URL the
+        caller reached it at) is the controller, with epoch 0, and leads every
+        partition of every topic at leader epoch 0. Reads each topic's
+        partition count from its table properties (blocking: call off the event loop).
+        """
+        partitions: dict[tuple[str, int], PartitionState] = {}
+        for topic in self.store.list_topics():
+            try:
+                count, _ = self.store.catalog.topic_config(topic)
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it was listed
+            for p in range(count):
+                partitions[(topic, p)] = PartitionState(EMBEDDED_NODE_ID, 0)
+        return ClusterMetadata(
+            controller=EMBEDDED_NODE_ID,
+            controller_epoch=0,
+            nodes=(NodeInfo(EMBEDDED_NODE_ID, self_url),),
+            partitions=partitions,
+        )
 
     def check_request_size(self, size: int) -> None:
         if size > self.config.max_request_size:
