@@ -468,6 +468,44 @@ def _zookeeper(args: argparse.Namespace, config: LogstoreConfig) -> int:
     return 0
 
 
+# -- cluster --------------------------------------------------------------------
+
+
+def _cluster_status(args: argparse.Namespace, config: LogstoreConfig) -> int:
+    """Nodes, controller and each partition's leader from ``GET /v1/metadata``; exit 1 if a partition is under-led.
+
+    Under-led: the partition's leader is none (-1) or not a live node. Without
+    ``--server`` it asks the server this config describes (``server.host``,
+    ``server.port``).
+    """
+    server = getattr(args, "server", None)
+    if not server:
+        scheme = "https" if config.server_ssl_certfile else "http"
+        host = "127.0.0.1" if config.server_host in ("", "0.0.0.0", "::") else config.server_host
+        server = f"{scheme}://{host}:{config.server_port}"
+    md = RemoteStore(server, **_client_options(args)).metadata()
+    live = {n["node_id"] for n in md["nodes"]}
+    controller = md["controller"]
+    shown = "none (election under way)" if controller is None else controller
+    print(f"Controller: {shown}\tControllerEpoch: {md['controller_epoch']}")
+    for n in md["nodes"]:
+        role = "\t(controller)" if n["node_id"] == controller else ""
+        print(f"Node: {n['node_id']}\tUrl: {n['url']}{role}")
+    under = []
+    for t in md["topics"]:
+        for p in t["partitions"]:
+            led = p["leader"] in live
+            if not led:
+                under.append(f"{t['name']}-{p['partition']}")
+            flag = "" if led else "\tUNDER-LED"
+            print(
+                f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}"
+                f"\tLeaderEpoch: {p['leader_epoch']}{flag}"
+            )
+    print(f"Under-led partitions: {len(under)}{': ' + ', '.join(under) if under else ''}")
+    return 1 if under else 0
+
+
 # -- serve ----------------------------------------------------------------------
 
 
@@ -562,7 +600,10 @@ def _parser() -> argparse.ArgumentParser:
         "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
     )
     common.add_argument(
-        "--server", default=argparse.SUPPRESS, metavar="URL", help="work through a running server instead of --root"
+        "--server",
+        default=argparse.SUPPRESS,
+        metavar="URL[,URL…]",
+        help="work through a running server (or a cluster: any of its nodes, comma-separated) instead of --root",
     )
     common.add_argument(
         "--api-key", default=argparse.SUPPRESS, help="with --server: the API key (default: $LOGSTORE_API_KEY)"
@@ -704,6 +745,11 @@ def _parser() -> argparse.ArgumentParser:
         help="an ensemble member, in id order (1, 2, …), this server included; none = standalone",
     )
     p.set_defaults(func=_zookeeper)
+
+    cluster = sub.add_parser("cluster", help="nodes, controller and partition leaders of a cluster", parents=[common])
+    csub = cluster.add_subparsers(dest="action", required=True)
+    p = csub.add_parser("status", parents=[common], help="exit status 1 when a partition has no live leader")
+    p.set_defaults(func=_cluster_status)
 
     p = sub.add_parser(
         "maintain",
