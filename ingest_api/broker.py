@@ -136,6 +136,8 @@ class Broker:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._readers: dict[str, tuple[threading.Lock, TopicReader]] = {}
+        self._partition_counts: dict[str, tuple[int, int]] = {}
+        """topic → (mtime_ns of its ``_delta_log`` directory, partition count), for :meth:`cluster_metadata`."""
         self.ready = False
 
     def start(self) -> None:
@@ -192,14 +194,12 @@ class Broker:
         The node (id :data:`EMBEDDED_NODE_ID`, at ``self_url``, the base URL the
         caller reached it at) is the controller, with epoch 0, and leads every
         partition of every topic at leader epoch 0. Reads each topic's
-        partition count from its table properties (blocking: call off the event loop).
+        partition count from its table properties, re-read only when its Delta log has
+        changed (blocking: call off the event loop).
         """
         partitions: dict[tuple[str, int], PartitionState] = {}
         for topic in self.store.list_topics():
-            try:
-                count, _ = self.store.catalog.topic_config(topic)
-            except UnknownTopicOrPartitionError:
-                continue  # deleted since it was listed
+            count = self._partition_count(topic)
             for p in range(count):
                 partitions[(topic, p)] = PartitionState(EMBEDDED_NODE_ID, 0)
         return ClusterMetadata(
@@ -208,6 +208,23 @@ class Broker:
             nodes=(NodeInfo(EMBEDDED_NODE_ID, self_url),),
             partitions=partitions,
         )
+
+    def _partition_count(self, topic: str) -> int:
+        """The topic's partition count; 0 when it was deleted meanwhile."""
+        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
+        try:
+            # every commit (a partition count change too) adds a file to the log, which bumps its mtime:
+            # opening a Delta table per topic on every metadata request would cost ms per topic
+            mtime = os.stat(log_dir).st_mtime_ns
+            cached = self._partition_counts.get(topic)
+            if cached is not None and cached[0] == mtime:
+                return cached[1]
+            count, _ = self.store.catalog.topic_config(topic)
+        except (FileNotFoundError, UnknownTopicOrPartitionError):
+            self._partition_counts.pop(topic, None)
+            return 0
+        self._partition_counts[topic] = (mtime, count)
+        return count
 
     def check_request_size(self, size: int) -> None:
         if size > self.config.max_request_size:
@@ -220,6 +237,7 @@ class Broker:
         with self._lock:
             p = self._pipelines.pop(topic, None)
             self._readers.pop(topic, None)
+            self._partition_counts.pop(topic, None)
         if p is not None:
             p.close()
 

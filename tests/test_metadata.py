@@ -48,3 +48,11 @@ def test_metadata_is_in_the_openapi_document(server: StartServer) -> None:
         "nodes",
         "topics",
     }
+
+
+def test_metadata_of_chosen_topics(server: StartServer) -> None:
+    with server().client() as c:
+        for name in ("a", "b", "c"):
+            assert c.post("/v1/topics", json={"name": name, "partitions": 1}).status_code == 201
+        r = c.get("/v1/metadata", params=[("topic", "c"), ("topic", "a"), ("topic", "missing")])
+    assert [t["name"] for t in r.json()["topics"]] == ["a", "c"]

@@ -13,8 +13,9 @@ of everything at epoch 0.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
@@ -48,22 +49,34 @@ class Metadata(BaseModel):
 
 
 @router.get("", response_model=Metadata, dependencies=[requires(Operation.DESCRIBE, ResourceType.CLUSTER)])
-async def metadata(request: Request, broker: BrokerDep, access: AccessDep) -> Metadata:
-    """Nodes, controller, and the leader and leader epoch of every partition the caller may DESCRIBE."""
+async def metadata(
+    request: Request,
+    broker: BrokerDep,
+    access: AccessDep,
+    topic: Annotated[
+        list[str] | None, Query(description="only these topics (repeat the parameter); default: all")
+    ] = None,
+) -> Metadata:
+    """Nodes, controller, and the leader and leader epoch of every partition the caller may DESCRIBE.
+
+    Topics that do not exist, or that the caller may not DESCRIBE, are left out.
+    """
     self_url = str(request.base_url).rstrip("/")
     cluster = await run_in_threadpool(broker.cluster_metadata, self_url)
+    wanted = set(topic) if topic is not None else None
     by_topic: dict[str, list[PartitionLeader]] = defaultdict(list)
-    for (topic, partition), state in cluster.partitions.items():
-        by_topic[topic].append(
-            PartitionLeader(partition=partition, leader=state.leader, leader_epoch=state.leader_epoch)
-        )
+    for (name, partition), state in cluster.partitions.items():
+        if wanted is None or name in wanted:
+            by_topic[name].append(
+                PartitionLeader(partition=partition, leader=state.leader, leader_epoch=state.leader_epoch)
+            )
     return Metadata(
         controller=cluster.controller,
         controller_epoch=cluster.controller_epoch,
         nodes=[NodeOut(node_id=n.node_id, url=n.url) for n in sorted(cluster.nodes, key=lambda n: n.node_id)],
         topics=[
-            TopicLeaders(name=topic, partitions=sorted(parts, key=lambda p: p.partition))
-            for topic, parts in sorted(by_topic.items())
-            if access.may(Operation.DESCRIBE, Resource.topic(topic))
+            TopicLeaders(name=name, partitions=sorted(parts, key=lambda p: p.partition))
+            for name, parts in sorted(by_topic.items())
+            if access.may(Operation.DESCRIBE, Resource.topic(name))
         ],
     )
