@@ -148,6 +148,8 @@ class Nodes:
         self.view: ClusterView | None = None
         self.refreshed_at = 0.0
         """``time.monotonic()`` of the last refresh attempt."""
+        self.routable = True
+        """False once a server denied the metadata (no DESCRIBE on the cluster) or has no ``/v1/metadata``."""
 
     def client(self, url: str) -> httpx.Client:
         with self._lock:
@@ -190,11 +192,14 @@ class Nodes:
             except httpx.TransportError:
                 continue
             if r.status_code == 404:
-                return self.view  # a server from before /v1/metadata: no routing
+                self.routable = False  # a server from before /v1/metadata: no routing
+                return self.view
             try:
                 raise_for(r)
             except ClusterAuthorizationFailedError:
+                self.routable = False
                 return None
+            self.routable = True
             self.view = ClusterView.from_json(r.json())
             return self.view
         return self.view

@@ -221,9 +221,8 @@ class Producer:
 
     def _view_for(self, topic: str) -> ClusterView | None:
         view, age = self._nodes.view, time.monotonic() - self._nodes.refreshed_at
-        if age >= self._metadata_max_age or (
-            (view is None or topic not in view.leaders) and age >= _UNKNOWN_TOPIC_REFRESH_S
-        ):
+        unknown = self._nodes.routable and (view is None or topic not in view.leaders)
+        if age >= self._metadata_max_age or (unknown and age >= _UNKNOWN_TOPIC_REFRESH_S):
             view = self._refresh()
         return view
 
@@ -295,7 +294,7 @@ class Producer:
                 if not e.retriable:
                     return None, e
                 if is_leadership_error(e):
-                    url, forward = self._retarget(topic, keys, parts, named=named)
+                    url, forward = self._retarget(topic, keys, parts, refused=url, named=named)
             if time.monotonic() + backoff > deadline:
                 return None, error
             time.sleep(backoff)  # retriable: the same sequence again, so nothing is written twice
@@ -308,19 +307,25 @@ class Producer:
         parts: list[int | None],
         *,
         avoid: str | None = None,
+        refused: str | None = None,
         named: str | None = None,
     ) -> tuple[str, bool]:
         """Where to resend records after a failure: refresh the metadata, then route them again.
 
         ``avoid`` is a node that could not be reached (asked last for metadata);
-        ``named`` the leader a 421 named. Records that now have more than one
-        leader go to a node that forwards them.
+        ``refused`` a node that answered it is not the leader, ``named`` the
+        leader its 421 named, which wins over metadata that still names the
+        refusing node (a view not updated yet). Records that now have more
+        than one leader go to a node that forwards them.
         """
         view = self._refresh(avoid)
-        any_url = named or self._nodes.next_url(avoid=avoid)
+        any_url = named or self._nodes.next_url(avoid=avoid or refused)
         routes = plan_routes(view, topic, keys, parts, any_url=any_url)
         if len(routes) == 1:
-            return routes[0].url, routes[0].forward
+            route = routes[0]
+            if named is not None and route.url == refused:
+                return named, False
+            return route.url, route.forward
         return any_url, True
 
 
