@@ -113,16 +113,56 @@ def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[s
     }
 
 
+def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:
+    """One measurement of the source and of the native Delta read of the same table: records/s of each."""
+    t0 = time.perf_counter()
+    q = (
+        spark.readStream.format("logstore")
+        .option("logstore.root", root)
+        .option("subscribe", "bench")
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerPartition", str(max_records))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    source_s = time.perf_counter() - t0
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    t0 = time.perf_counter()
+    spark.read.format("delta").load(path).write.format("noop").mode("overwrite").save()
+    delta_s = time.perf_counter() - t0
+    return {
+        "rows": rows,
+        "source_s": round(source_s, 3),
+        "source_records_per_s": round(rows / source_s),
+        "delta_s": round(delta_s, 3),
+        "delta_records_per_s": round(rows / delta_s),
+        "ratio": round(delta_s / source_s, 3),
+    }
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """The median of every figure over ``rounds``, and the rounds themselves."""
+    out: dict[str, Any] = {k: float(np.median([r[k] for r in rounds])) for k in rounds[0]}
+    out["rounds"] = rounds
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--batch", type=int, default=100_000, help="records per TopicWriter.append")
+    ap.add_argument("--batch", type=int, default=5_000, help="records per TopicWriter.append (one file each)")
     ap.add_argument("--max-records-per-partition", type=int, default=1_000_000, help="records per Spark task")
+    ap.add_argument("--runs", type=int, default=3, help="rounds of each read; the JSON shows medians")
+    ap.add_argument("--no-compact", action="store_true", help="skip the rounds after segment compaction")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--root", default=None, help="store root (default: a temporary directory, removed after)")
-    ap.add_argument("--e2e-seconds", type=float, default=20, help="how long to produce for the latency run")
+    ap.add_argument("--e2e-seconds", type=float, default=0, help="how long to produce for the latency run (0: none)")
     ap.add_argument("--trigger-ms", type=int, default=100, help="processing-time trigger of the latency query")
     args = ap.parse_args()
 
@@ -132,6 +172,7 @@ def main() -> None:
         gen_s = generate(store, "bench", args.records, args.partitions, args.value_bytes, args.batch)
 
         from logstore.spark import session
+        from maintenance.job import run_job
 
         spark = session(
             **{
@@ -142,52 +183,39 @@ def main() -> None:
             }
         )
         spark.sparkContext.setLogLevel("ERROR")
-
-        checkpoint = os.path.join(root, "_bench_checkpoint")
-        t0 = time.perf_counter()
-        q = (
-            spark.readStream.format("logstore")
-            .option("logstore.root", root)
-            .option("subscribe", "bench")
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerPartition", str(args.max_records_per_partition))
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
+        scratch = os.path.join(root, "_bench_checkpoints")
+        os.makedirs(scratch)
+        path = store.catalog.topic_path("bench")
+        out: dict[str, Any] = {
+            "load_average_start": [round(x, 2) for x in os.getloadavg()],
+            "records": args.records,
+            "partitions": args.partitions,
+            "value_bytes": args.value_bytes,
+            "batch": args.batch,
+            "master": args.master,
+            "runs": args.runs,
+            "generate_s": round(gen_s, 2),
+        }
+        read_round(spark, root, path, scratch, args.max_records_per_partition)  # warm-up: JIT, Python workers
+        out["files"] = len(store.catalog.table("bench").file_uris())
+        out["before_compaction"] = medians(
+            [read_round(spark, root, path, scratch, args.max_records_per_partition) for _ in range(args.runs)]
         )
-        q.awaitTermination()
-        source_s = time.perf_counter() - t0
-        source_rows = sum(p["numInputRows"] for p in q.recentProgress)
-
-        t0 = time.perf_counter()
-        spark.read.format("delta").load(store.catalog.topic_path("bench")).write.format("noop").mode("overwrite").save()
-        delta_s = time.perf_counter() - t0
-        e2e = end_to_end(spark, root, args.e2e_seconds, args.trigger_ms)
-        spark.stop()
-
-        source_rps = source_rows / source_s
-        delta_rps = args.records / delta_s
-        print(
-            json.dumps(
-                {
-                    "records": args.records,
-                    "partitions": args.partitions,
-                    "value_bytes": args.value_bytes,
-                    "master": args.master,
-                    "generate_s": round(gen_s, 2),
-                    "source_rows": source_rows,
-                    "source_s": round(source_s, 2),
-                    "source_records_per_s": round(source_rps),
-                    "delta_s": round(delta_s, 2),
-                    "delta_records_per_s": round(delta_rps),
-                    "ratio": round(source_rps / delta_rps, 3),
-                    "end_to_end": e2e,
-                },
-                indent=2,
+        if not args.no_compact:
+            t0 = time.perf_counter()
+            report = run_job("compact", store.catalog, topics=["bench"], spark=spark, progress=lambda _line: None)
+            if report.errors:
+                raise RuntimeError(f"segment compaction failed: {report.errors}")
+            out["compaction_s"] = round(time.perf_counter() - t0, 2)
+            out["files_after_compaction"] = len(store.catalog.table("bench").file_uris())
+            out["after_compaction"] = medians(
+                [read_round(spark, root, path, scratch, args.max_records_per_partition) for _ in range(args.runs)]
             )
-        )
+        if args.e2e_seconds > 0:
+            out["end_to_end"] = end_to_end(spark, root, args.e2e_seconds, args.trigger_ms)
+        spark.stop()
+        out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(out, indent=2))
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -4,11 +4,18 @@ Prints one JSON document. Writes ``--records`` records of 100-byte values into
 an 8-partition topic of a fresh root (straight through the store), starts
 ``logstore serve`` on it, then:
 
-* ``throughput``: for 1, 2 and 4 members of a fresh group (one thread each,
-  keep-alive connections, ``GET …/members/{m}/records?max_records=--fetch``
-  plus a heartbeat every 100 ms), records/s until the whole topic is read.
-  Client threads share this process's GIL: with more members the client, not
-  the server, is often the limit on a small machine.
+* ``throughput``: for 1, 2 and 4 members of a fresh group, each in a process
+  of its own (so the server, not one client GIL, is measured), keep-alive
+  connections, ``GET …/members/{m}/records?max_records=--fetch`` plus a
+  heartbeat every 100 ms, records/s until the whole topic is read; once with
+  the Arrow IPC response (``Accept: application/vnd.apache.arrow.stream``, what
+  the Python ``Consumer`` uses), once with JSON (the default), and once with
+  Python ``Consumer``s (``consume(--fetch)``: a ``Message`` per record).
+* same-run limits: the node's plain fetch route (JSON, 4 client processes,
+  two partitions each) and a direct ``logstore.reader`` read of the same
+  records in one thread; ``ratios_of_arrow_4_members`` divides the 4-member
+  Arrow figure by each. The load average at the end says whether the machine
+  was busy.
 * ``rebalance``: ``--trials`` times each, with three members heartbeating every
   20 ms: ``join`` — a fourth member joins, time until every partition is owned
   and the new member has its share; ``leave`` — a member leaves (DELETE), time
@@ -16,13 +23,15 @@ an 8-partition topic of a fresh root (straight through the store), starts
   heartbeating (``session_timeout_ms`` = ``--session-ms``), time until the
   others own every partition, minus the session timeout. p50 and max in ms.
 
-Run: ``.venv/bin/python bench/groups.py`` (about 30 s; ``--records 2000000`` for a longer run).
+Run: ``.venv/bin/python bench/groups.py`` (under a minute; ``--records 5000000`` for a longer run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import threading
@@ -32,9 +41,12 @@ from typing import Any
 
 import httpx
 import orjson
+import pyarrow as pa
 from _http_load import LogstoreServer
 
+from logstore.client import Consumer
 from logstore.config import load_config
+from logstore.fetch_format import ARROW_STREAM
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
@@ -61,43 +73,131 @@ def join(c: httpx.Client, group: str, **extra: Any) -> str:
     return str(r.json()["member_id"])
 
 
-def throughput(url: str, members: int, total: int, fetch: int) -> float:
-    group = f"tp-{members}"
-    done = threading.Event()
-    counts = [0] * members
-    lock = threading.Lock()
-    consumed = [0]
-    barrier = threading.Barrier(members + 1)
-    started = [0.0]
+def _member(url: str, group: str, fmt: str, fetch: int, total: int, consumed: Any, barrier: Any, done: Any) -> None:
+    """One member in a process of its own: join, then fetch (and heartbeat every 100 ms) until the topic is read."""
+    accept = {"Accept": ARROW_STREAM} if fmt == "arrow" else {}
+    with httpx.Client(base_url=url, timeout=60, headers=accept) as c:
+        mid = join(c, group)
+        barrier.wait()
+        next_beat = 0.0
+        while not done.is_set():
+            if time.monotonic() >= next_beat:
+                c.post(f"/v1/groups/{group}/members/{mid}/heartbeat").raise_for_status()
+                next_beat = time.monotonic() + 0.1
+            r = c.get(f"/v1/groups/{group}/members/{mid}/records", params={"max_records": fetch, "wait_ms": 100})
+            r.raise_for_status()
+            n = count(r.content, fmt)
+            with consumed.get_lock():
+                consumed.value += n
+                if consumed.value >= total:
+                    done.set()
+        c.delete(f"/v1/groups/{group}/members/{mid}")
 
-    def member(i: int) -> None:
-        with httpx.Client(base_url=url, timeout=60) as c:
-            mid = join(c, group)
-            barrier.wait()
-            next_beat = 0.0
-            while not done.is_set():
-                if time.monotonic() >= next_beat:
-                    c.post(f"/v1/groups/{group}/members/{mid}/heartbeat").raise_for_status()
-                    next_beat = time.monotonic() + 0.1
-                r = c.get(f"/v1/groups/{group}/members/{mid}/records", params={"max_records": fetch, "wait_ms": 100})
-                n = len(orjson.loads(r.content)["records"])
-                counts[i] += n
-                with lock:
-                    consumed[0] += n
-                    if consumed[0] >= total:
-                        done.set()
-            c.delete(f"/v1/groups/{group}/members/{mid}")
 
-    threads = [threading.Thread(target=member, args=(i,)) for i in range(members)]
-    for t in threads:
-        t.start()
+def _consumer(url: str, group: str, fetch: int, total: int, consumed: Any, barrier: Any, done: Any) -> None:
+    """One Python ``Consumer`` (Arrow fetches, a ``Message`` per record) in a process of its own."""
+    conf = {
+        "bootstrap.servers": url,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "max.poll.records": fetch,
+        "heartbeat.interval.ms": 100,  # as the raw members: a joining member's share comes by heartbeat
+    }
+    with Consumer(conf) as cons:
+        cons.subscribe(["t"])
+        barrier.wait()
+        while not done.is_set():
+            n = len(cons.consume(fetch, timeout=0.1))
+            with consumed.get_lock():
+                consumed.value += n
+                if consumed.value >= total:
+                    done.set()
+
+
+def _plain(url: str, partitions: list[int], fetch: int, barrier: Any, out: Any) -> None:
+    """Read ``partitions`` whole through the node's plain fetch route (JSON), one after another."""
+    with httpx.Client(base_url=url, timeout=60) as c:
+        barrier.wait()
+        n = 0
+        for p in partitions:
+            offset = 0
+            while True:
+                r = c.get(f"/v1/topics/t/partitions/{p}/records", params={"offset": offset, "max_records": fetch})
+                r.raise_for_status()
+                recs = orjson.loads(r.content)["records"]
+                if not recs:
+                    break
+                n += len(recs)
+                offset = recs[-1]["offset"] + 1
+        with out.get_lock():
+            out.value += n
+
+
+def count(body: bytes, fmt: str) -> int:
+    if fmt == "arrow":
+        return int(pa.ipc.open_stream(body).read_all().num_rows)
+    return len(orjson.loads(body)["records"])
+
+
+def throughput(url: str, members: int, total: int, fetch: int, fmt: str) -> float:
+    """records/s of ``members`` member processes of a fresh group reading the whole topic.
+
+    ``fmt``: ``arrow`` or ``json`` (raw HTTP members that count rows), or ``consumer`` (Python ``Consumer``s).
+    """
+    ctx = mp.get_context("spawn")
+    consumed, done, barrier = ctx.Value("q", 0), ctx.Event(), ctx.Barrier(members + 1)
+    group = f"tp-{fmt}-{members}"
+    procs = [
+        ctx.Process(target=_consumer, args=(url, group, fetch, total, consumed, barrier, done))
+        if fmt == "consumer"
+        else ctx.Process(target=_member, args=(url, group, fmt, fetch, total, consumed, barrier, done))
+        for _ in range(members)
+    ]
+    for p in procs:
+        p.start()
     barrier.wait()
-    started[0] = time.perf_counter()
+    started = time.perf_counter()
     done.wait()
-    elapsed = time.perf_counter() - started[0]
-    for t in threads:
-        t.join()
-    return consumed[0] / elapsed
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join()
+    return int(consumed.value) / elapsed
+
+
+def plain_route(url: str, clients: int, total: int, fetch: int) -> float:
+    """records/s of the node's plain fetch route (JSON) read by ``clients`` processes, partitions split among them."""
+    ctx = mp.get_context("spawn")
+    out, barrier = ctx.Value("q", 0), ctx.Barrier(clients + 1)
+    split = [list(range(PARTITIONS))[i::clients] for i in range(clients)]
+    procs = [ctx.Process(target=_plain, args=(url, parts, fetch, barrier, out)) for parts in split]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for p in procs:
+        p.join()
+    elapsed = time.perf_counter() - started
+    assert out.value == total, (out.value, total)
+    return total / elapsed
+
+
+def direct_read(root: Path, total: int, fetch: int) -> float:
+    """records/s of ``logstore.reader`` reading the same records in this process: the storage's own limit."""
+    store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
+    reader = store.reader("t")
+    started = time.perf_counter()
+    n = 0
+    for p in range(PARTITIONS):
+        offset = 0
+        while True:
+            recs = reader.fetch(p, offset, max_records=fetch, max_bytes=1024 * 1024).records
+            if not len(recs):
+                break
+            n += len(recs)
+            offset = int(recs["offset"][-1].as_py()) + 1
+    assert n == total, (n, total)
+    return total / (time.perf_counter() - started)
 
 
 class Beater:
@@ -187,7 +287,7 @@ def rebalances(url: str, trials: int, session_ms: int) -> dict[str, dict[str, fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=500_000)
     ap.add_argument("--fetch", type=int, default=10_000, help="max_records per fetch")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--session-ms", type=int, default=1000)
@@ -197,11 +297,27 @@ def main() -> None:
         fill(root, args.records)
         srv = LogstoreServer(root).start()
         try:
-            tp = {str(n): round(throughput(srv.url, n, args.records, args.fetch)) for n in (1, 2, 4)}
+            tp = {
+                fmt: {str(n): round(throughput(srv.url, n, args.records, args.fetch, fmt)) for n in (1, 2, 4)}
+                for fmt in ("arrow", "json", "consumer")
+            }
+            limits = {
+                "plain_fetch_route_json_4_clients": round(plain_route(srv.url, 4, args.records, args.fetch)),
+                "direct_reader_1_thread": round(direct_read(root, args.records, args.fetch)),
+            }
             rb = rebalances(srv.url, args.trials, args.session_ms)
         finally:
             srv.stop()
-    print(json.dumps({"records": args.records, "records_per_s": tp, "rebalance": rb}, indent=2))
+    best = tp["arrow"]["4"]
+    out = {
+        "records": args.records,
+        "records_per_s": tp,
+        "same_run_limits_records_per_s": limits,
+        "ratios_of_arrow_4_members": {k: round(best / v, 2) for k, v in limits.items()},
+        "rebalance": rb,
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

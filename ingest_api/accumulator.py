@@ -165,6 +165,11 @@ class Accumulator:
         self._promising = False
         """Acks=1 batches may be promised offsets: the writer lock is held and the writer caught up."""
         self._wal_seq = 0
+        self.led: frozenset[int] | None = None
+        """Cluster mode: the partitions this node leads *and has claimed* (it accepts produce for these only);
+        None = embedded mode, every partition."""
+        self.available = True
+        """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
 
     def open(self) -> None:
         """Start from the table as committed (after the WAL's replay): log end offsets and the WAL's next sequence."""
@@ -185,6 +190,10 @@ class Accumulator:
         """
         if self.dead is not None:
             raise NotLeaderOrFollowerError(f"this node no longer commits topic '{self.topic}': {self.dead.message}")
+        if not self.available:
+            raise NotLeaderOrFollowerError(
+                f"this node lost touch with ZooKeeper; retry topic '{self.topic}' shortly or at another node"
+            )
         explicit = parsed.partitions
         if any(p is not None and p >= self._num_partitions for p in explicit):
             self.refresh_partitions()
@@ -212,6 +221,13 @@ class Accumulator:
                 producer_id=parsed.producer_id,
                 sequence=parsed.sequence,
             )
+        led = self.led
+        if led is not None:
+            missing = set(np.unique(parts.to_numpy(zero_copy_only=False)).tolist()) - led
+            if missing:
+                raise NotLeaderOrFollowerError(
+                    f"this node does not lead partitions {sorted(missing)} of topic '{self.topic}' (yet); retry"
+                )
         records = pa.Table.from_arrays(
             [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
         )
@@ -233,7 +249,7 @@ class Accumulator:
             if self.closing:
                 raise NotLeaderOrFollowerError(f"this node is shutting down; retry topic '{self.topic}' elsewhere")
             # Only an acks=1 batch is in the WAL, so only it can be replayed at a promised offset.
-            predicted = acks == "1" and self._promising
+            predicted = acks == "1" and self._promising and self.available
             if pid is not None:
                 assert seq is not None
                 last = self._last_seq.get(pid)
@@ -338,6 +354,33 @@ class Accumulator:
         with self._cond:
             self._sync_partitions()
             self._leo = self._writer_hw() + self._promised_pending()
+
+    def set_led(self, partitions: frozenset[int]) -> None:
+        """Cluster mode: accept produce for exactly these partitions (led and claimed).
+
+        The log end offsets are taken from the writer in the same step: a
+        partition just claimed must not be promised offsets from before the
+        claim (its previous leader's commits moved them).
+        """
+        with self._cond:
+            self._sync_partitions()
+            self._leo = self._writer_hw() + self._promised_pending()
+            self.led = partitions
+
+    def drop_led(self, partitions: tuple[int, ...] | list[int] | set[int]) -> None:
+        """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now)."""
+        with self._cond:
+            self.led = frozenset(self.led or ()) - set(partitions)
+
+    def set_available(self, available: bool) -> None:
+        """Cluster mode: accept produce (and promise acks=1) only while the ZooKeeper session is connected."""
+        with self._cond:
+            self.available = available
+
+    def wake(self) -> None:
+        """Wake the committer (leadership changed)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def kill(self, error: LogstoreError) -> list[Pending]:
         """Refuse every later request with ``error``; return the pending batches for the caller to fail."""

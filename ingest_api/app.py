@@ -28,6 +28,7 @@ from ingest_api.broker import Broker
 from ingest_api.console import mount_console
 from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
+from ingest_api.forwarding import Forwarder
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.config import LogstoreConfig
@@ -57,7 +58,7 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from logstore.security import FileSecurityStore, Guard, parse_super_users
+from logstore.security import FileSecurityStore, Guard, PrincipalMapper, parse_super_users
 
 __all__ = ["create_app", "create_guard", "status_for"]
 
@@ -93,7 +94,13 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
 
 
 def status_for(error: LogstoreError) -> int:
-    """The HTTP status of a logstore error (400 for invalid input)."""
+    """The HTTP status of a logstore error (400 for invalid input).
+
+    ``NOT_LEADER_OR_FOLLOWER`` naming the leader (cluster mode, ``?forward=false``)
+    is 421 Misdirected Request: the client should send it there.
+    """
+    if isinstance(error, NotLeaderOrFollowerError) and error.leader is not None:
+        return 421
     for cls, status in _STATUS:
         if isinstance(error, cls):
             return status
@@ -109,6 +116,7 @@ def create_guard(config: LogstoreConfig) -> Guard | None:
         super_users=parse_super_users(config.super_users),
         quota_window_samples=config.quota_window_num,
         quota_window_sample_s=config.quota_window_size_seconds,
+        principal_mapper=PrincipalMapper(config.ssl_principal_mapping_rules),
     )
 
 
@@ -120,6 +128,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         broker = Broker(config)
         app.state.broker = broker
+        app.state.forwarder = Forwarder()
         await run_in_threadpool(broker.start)
         coordinator = GroupCoordinator(broker.store)
         app.state.coordinator = coordinator
@@ -142,6 +151,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
                     await task
             await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
+            await app.state.forwarder.close()
 
     secured = guard is not None
     app = FastAPI(

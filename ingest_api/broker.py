@@ -11,11 +11,22 @@ parts, one module each:
   commit), answers them and hands the lock over to a writer that asks;
 * :mod:`ingest_api.recovery` — the write-ahead log's replay when the topic is
   opened, before the committer commits anything else.
+
+Cluster mode (``zookeeper.connect`` set): the node is a :class:`~ingest_api.cluster.ClusterNode`
+too. It opens a pipeline for every topic it leads partitions of and hands
+each pipeline its partitions with their ZooKeeper epochs; a pipeline accepts
+produce only for partitions it leads and has claimed. The routes ask
+:meth:`Broker.route` which node leads each record's partition and forward the
+others (:mod:`ingest_api.forwarding`). Fetch is served by any node straight
+from the shared Delta table.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
+import logging
 import os
 import threading
 import uuid
@@ -24,29 +35,29 @@ import numpy as np
 import pyarrow as pa
 
 from ingest_api.accumulator import Accumulator, Acks, BufferPool, Submitted
+from ingest_api.cluster import ClusterNode, advertised_url
 from ingest_api.committer import Committer
 from ingest_api.metrics import Metrics
 from ingest_api.parse import ParsedRecords
-from ingest_api.recovery import replay
-from logstore.cluster.coordinator import ClusterMetadata, NodeInfo
-from logstore.cluster.placement import PartitionState
+from ingest_api.recovery import replay, replay_departed
+from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.config import LogstoreConfig
-from logstore.errors import RecordListTooLargeError, UnknownTopicOrPartitionError
+from logstore.errors import (
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    RecordListTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.partitioner import Partitioner
 from logstore.reader import TopicReader
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wal import DirectoryLock, WriteAheadLog
 from logstore.writer import TopicWriter
 
-__all__ = ["EMBEDDED_NODE_ID", "Acks", "Broker", "Submitted", "TopicPipeline", "wal_dir_of"]
+__all__ = ["Acks", "Broker", "Share", "Submitted", "TopicPipeline", "wal_dir_of"]
 
-EMBEDDED_NODE_ID = 0
-"""The node id an embedded node (no ``zookeeper.connect``) gives itself in cluster metadata.
-
-Its own id (``Broker.node_id``, a random hex string kept in its WAL directory)
-names its write-ahead log and producer state; metadata speaks of node ids as
-ints, like Kafka's broker ids, and a one-node cluster's only node is 0.
-"""
+log = logging.getLogger("logstore.ingest")
 
 
 class TopicPipeline:
@@ -59,7 +70,8 @@ class TopicPipeline:
             LogstoreError: the table cannot be written now (the WAL's frames are kept).
         """
         self.topic = topic
-        self.writer = TopicWriter(broker.store.catalog, topic)
+        cluster = broker.cluster is not None
+        self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
         self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
         self._accumulator = Accumulator(
             topic,
@@ -81,15 +93,44 @@ class TopicPipeline:
             buffer=broker.buffer,
             metrics=broker.metrics,
             on_commit=lambda: broker.notify_commit(topic),
+            cluster=cluster,
+            replay_departed=lambda: self._replay_departed(broker),
         )
+        if cluster:
+            # This node's own frames from a previous run are replayed with the other nodes' ones,
+            # when it first leads a partition of the topic (they may hold any partition).
+            self._accumulator.set_led(frozenset())
+            self._accumulator.set_available(broker.available)
         self._committer.acquire()
         try:
-            replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
+            if not cluster:
+                replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
         except BaseException:
             self._committer.release()
             raise
         self._accumulator.open()
         self._committer.start()
+
+    def _replay_departed(self, broker: Broker) -> None:
+        assert broker.cluster is not None
+        live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
+        wal_root = os.path.dirname(broker.wal_dir)
+        replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
+        if self.wal.recovered():
+            self.wal.discard_recovered()
+
+    def set_leadership(self, epochs: dict[int, int]) -> None:
+        """Cluster mode: lead exactly these partitions of the topic, at these ZooKeeper epochs."""
+        self._committer.want(epochs)
+
+    def set_available(self, available: bool) -> None:
+        """Cluster mode: whether the ZooKeeper session is up (produce and acks=1 promises only then)."""
+        self._accumulator.set_available(available)
+
+    @property
+    def led(self) -> frozenset[int] | None:
+        """Partitions this node accepts produce for (cluster mode); None = all (embedded)."""
+        return self._accumulator.led
 
     def submit(self, parsed: ParsedRecords, acks: Acks) -> Submitted:
         """Queue a produce request; see :meth:`Accumulator.submit`."""
@@ -107,8 +148,16 @@ class TopicPipeline:
 
     def close(self) -> None:
         """Commit what is pending (drain), then stop the committer and the log."""
+        self.drain()
+        self.close_files()
+
+    def drain(self) -> None:
+        """Refuse new requests, commit what is pending and stop the committer."""
         self._accumulator.close()
         self._committer.join()
+
+    def close_files(self) -> None:
+        """Close the write-ahead log and the writer (after :meth:`drain`; may wait for a checkpoint)."""
         self.wal.close()
         self.writer.close()
 
@@ -136,12 +185,33 @@ class Broker:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._readers: dict[str, tuple[threading.Lock, TopicReader]] = {}
-        self._partition_counts: dict[str, tuple[int, int]] = {}
-        """topic → (mtime_ns of its ``_delta_log`` directory, partition count), for :meth:`cluster_metadata`."""
         self.ready = False
+        self.available = True
+        """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
+        self._counts: dict[str, tuple[int, int]] = {}
+        """topic → (mtime_ns of its ``_delta_log`` directory, partition count); see :meth:`partition_count`."""
+        self._partitioner = Partitioner()
+        self._round_robin = itertools.count()
+        self.cluster: ClusterNode | None = None
+        if config.zookeeper_connect:
+            self.cluster = ClusterNode(config, on_change=self._leadership_changed, on_session=self._session_changed)
 
     def start(self) -> None:
-        """Replay every topic's write-ahead log left by a previous run, then accept requests."""
+        """Replay every topic's write-ahead log left by a previous run, then accept requests.
+
+        Cluster mode: register with ZooKeeper instead (the HTTP socket is bound
+        by then) and make every topic known to the controller; the topics this
+        node is given partitions of open as leadership arrives.
+
+        Raises:
+            DuplicateBrokerRegistrationError: cluster mode, a live node holds this ``node.id``.
+        """
+        if self.cluster is not None:
+            self.cluster.start()
+            for topic in self.store.list_topics():
+                self.cluster.register_topic(topic, self.partition_count(topic))
+            self.ready = True
+            return
         for name in sorted(os.listdir(self.wal_dir)):
             path = os.path.join(self.wal_dir, name)
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
@@ -167,7 +237,9 @@ class Broker:
                     self.store.create_topic(topic, self.config.num_partitions)
                 p = TopicPipeline(self, topic)
                 self._pipelines[topic] = p
-            return p
+        if self.cluster is not None:
+            self.cluster.register_topic(topic, p.writer.num_partitions)
+        return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
         """The topic's pipeline if this node has it open, else None; never blocks, so fit for the event loop."""
@@ -188,44 +260,6 @@ class Broker:
                     self._readers.pop(topic, None)  # deleted, or recreated under the same name
                 raise
 
-    def cluster_metadata(self, self_url: str) -> ClusterMetadata:
-        """The cluster as this node sees it: in embedded mode, a one-node cluster of itself.
-
-        The node (id :data:`EMBEDDED_NODE_ID`, at ``self_url``, the base URL the
-        caller reached it at) is the controller, with epoch 0, and leads every
-        partition of every topic at leader epoch 0. Reads each topic's
-        partition count from its table properties, re-read only when its Delta log has
-        changed (blocking: call off the event loop).
-        """
-        partitions: dict[tuple[str, int], PartitionState] = {}
-        for topic in self.store.list_topics():
-            count = self._partition_count(topic)
-            for p in range(count):
-                partitions[(topic, p)] = PartitionState(EMBEDDED_NODE_ID, 0)
-        return ClusterMetadata(
-            controller=EMBEDDED_NODE_ID,
-            controller_epoch=0,
-            nodes=(NodeInfo(EMBEDDED_NODE_ID, self_url),),
-            partitions=partitions,
-        )
-
-    def _partition_count(self, topic: str) -> int:
-        """The topic's partition count; 0 when it was deleted meanwhile."""
-        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
-        try:
-            # every commit (a partition count change too) adds a file to the log, which bumps its mtime:
-            # opening a Delta table per topic on every metadata request would cost ms per topic
-            mtime = os.stat(log_dir).st_mtime_ns
-            cached = self._partition_counts.get(topic)
-            if cached is not None and cached[0] == mtime:
-                return cached[1]
-            count, _ = self.store.catalog.topic_config(topic)
-        except (FileNotFoundError, UnknownTopicOrPartitionError):
-            self._partition_counts.pop(topic, None)
-            return 0
-        self._partition_counts[topic] = (mtime, count)
-        return count
-
     def check_request_size(self, size: int) -> None:
         if size > self.config.max_request_size:
             raise RecordListTooLargeError(
@@ -237,14 +271,149 @@ class Broker:
         with self._lock:
             p = self._pipelines.pop(topic, None)
             self._readers.pop(topic, None)
-            self._partition_counts.pop(topic, None)
+            self._counts.pop(topic, None)
         if p is not None:
             p.close()
+        if self.cluster is not None:
+            self.cluster.unregister_topic(topic)
 
     def reconfigure(self, topic: str) -> None:
+        """Pick up a created topic or a changed partition count (cluster mode: tell the controller)."""
+        self._counts.pop(topic, None)
         p = self._pipelines.get(topic)
         if p is not None:
             p.reconfigure()
+        if self.cluster is not None:
+            self.cluster.register_topic(topic, self.partition_count(topic))
+
+    # -- cluster mode -----------------------------------------------------------
+
+    def cluster_metadata(self, self_url: str | None = None) -> ClusterMetadata:
+        """The cluster as this node sees it (blocking: call off the event loop).
+
+        Cluster mode: ZooKeeper's view as the coordinator's cache holds it.
+        Embedded: a one-node cluster of this node (id ``node.id``, else 0, at
+        ``self_url`` — the base URL the caller reached it at — else its
+        advertised URL), the controller at epoch 0, leading every partition of
+        every topic at leader epoch 0.
+        """
+        if self.cluster is not None:
+            return self.cluster.metadata()
+        me = max(self.config.node_id, 0)
+        partitions: dict[tuple[str, int], PartitionState] = {}
+        for topic in self.store.list_topics():
+            try:
+                count = self.partition_count(topic)
+            except UnknownTopicOrPartitionError:
+                continue  # deleted meanwhile
+            partitions.update(((topic, p), PartitionState(me, 0)) for p in range(count))
+        return ClusterMetadata(me, 0, (NodeInfo(me, self_url or advertised_url(self.config)),), partitions)
+
+    def lease_valid(self) -> bool:
+        """Whether an acks=1 promise may be answered now: always embedded; in a cluster, while the lease holds."""
+        return self.cluster is None or self.cluster.lease_valid()
+
+    def partition_count(self, topic: str, *, fresh: bool = False) -> int:
+        """The topic's partition count, re-read when its Delta log has changed or when ``fresh``.
+
+        Every commit (a partition-count change too, by any process) adds a file
+        to the topic's ``_delta_log``, which bumps the directory's mtime: one
+        ``stat`` per call instead of opening the table (ms per topic).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
+        try:
+            mtime = os.stat(log_dir).st_mtime_ns
+        except FileNotFoundError:
+            self._counts.pop(topic, None)
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        cached = None if fresh else self._counts.get(topic)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        count, _ = self.store.catalog.topic_config(topic)
+        self._counts[topic] = (mtime, count)
+        return count
+
+    def route(self, topic: str, parsed: ParsedRecords) -> list[Share]:
+        """Cluster mode: choose every record's partition and group the records by the node leading it.
+
+        Keyed records go by Kafka's murmur2 partitioner and explicit partitions
+        stay; a request of keyless records goes whole to one partition this
+        node leads (round-robin over them, per request) so that it is rarely
+        forwarded — unless it carries a ``producer_id``, whose partition comes
+        from ``(producer_id, sequence)`` so that a retry at any node lands on the
+        same partition.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+            NotLeaderOrFollowerError: a partition has no live leader yet (retriable).
+            InvalidRequestError: an idempotent request whose records span partitions of
+                different leaders (its sequence belongs to one commit; split it by leader).
+        """
+        assert self.cluster is not None
+        meta = self.cluster.metadata()
+        me = self.cluster.node_id
+        explicit = parsed.partitions
+        count = self.partition_count(topic)
+        if any(p is not None and p >= count for p in explicit):
+            count = self.partition_count(topic, fresh=True)
+        n = len(parsed)
+        keyless = parsed.keys.null_count == n and all(p is None for p in explicit)
+        mine = sorted(p for (t, p), s in meta.partitions.items() if t == topic and s.leader == me and p < count)
+        if keyless and parsed.producer_id is None and mine:
+            parts = np.full(n, mine[next(self._round_robin) % len(mine)], np.int32)
+        else:
+            parts = self._partitioner.assign(
+                topic, parsed.keys, explicit, count, producer_id=parsed.producer_id, sequence=parsed.sequence
+            ).to_numpy(zero_copy_only=False)
+        by_leader: dict[int, list[int]] = {}
+        for p in np.unique(parts).tolist():
+            state = meta.leader(topic, p)
+            if state is None or state.leader < 0 or (state.leader != me and meta.node(state.leader) is None):
+                raise NotLeaderOrFollowerError(f"partition {p} of topic '{topic}' has no live leader yet; retry")
+            by_leader.setdefault(state.leader, []).append(p)
+        if parsed.producer_id is not None and len(by_leader) > 1:
+            raise InvalidRequestError(
+                f"producer '{parsed.producer_id}' sent one sequence for partitions of topic '{topic}' led by "
+                f"nodes {sorted(by_leader)}; an idempotent request must go to one leader: split it by leader"
+            )
+        shares = []
+        for leader, leader_parts in sorted(by_leader.items()):
+            index = np.flatnonzero(np.isin(parts, leader_parts))
+            node = None if leader == me else meta.node(leader)
+            shares.append(Share(node, index, _subset(parsed, index, parts)))
+        return shares
+
+    def leader_of(self, topic: str, partition: int) -> NodeInfo | None:
+        """Cluster mode: the node leading a partition, None when it is this node (or no leader is known)."""
+        assert self.cluster is not None
+        meta = self.cluster.metadata()
+        state = meta.leader(topic, partition)
+        if state is None or state.leader == self.cluster.node_id:
+            return None
+        return meta.node(state.leader)
+
+    def _leadership_changed(self, meta: ClusterMetadata) -> None:
+        """The cluster watch saw new leaders: open the topics this node leads, tell every pipeline its partitions."""
+        assert self.cluster is not None
+        me = self.cluster.node_id
+        mine: dict[str, dict[int, int]] = {}
+        for (topic, p), state in meta.partitions.items():
+            if state.leader == me:
+                mine.setdefault(topic, {})[p] = state.leader_epoch
+        for topic, epochs in sorted(mine.items()):
+            if topic in self._pipelines or self.store.catalog.exists(topic):
+                self.pipeline(topic).set_leadership(epochs)
+        for topic, pipeline in list(self._pipelines.items()):
+            if topic not in mine:
+                pipeline.set_leadership({})
+
+    def _session_changed(self, connected: bool) -> None:
+        self.available = connected
+        for pipeline in list(self._pipelines.values()):
+            pipeline.set_available(connected)
 
     # -- long-poll signalling ---------------------------------------------------
 
@@ -265,18 +434,65 @@ class Broker:
             self._waiters[topic].discard(key)
 
     def close(self) -> None:
-        """Drain: commit everything pending on every topic, then stop."""
+        """Drain: commit everything pending on every topic, then stop.
+
+        Cluster mode: a controlled shutdown — new produce is refused, what is
+        pending is committed, then leadership is handed over (the controller
+        moves this node's partitions at once, without waiting for the session
+        to expire) and the node leaves.
+        """
         self.ready = False
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:
-            p.close()
+            p.drain()
+        if self.cluster is not None:
+            self.cluster.shutdown()  # before closing files: a checkpoint being written must not delay the hand-over
+        for p in pipelines:
+            p.close_files()
         self._node_lock.release()
 
 
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """The records of one produce request that one node leads (cluster mode)."""
+
+    leader: NodeInfo | None
+    """The node to forward them to; None = this node."""
+    index: np.ndarray
+    """Their positions in the request."""
+    parsed: ParsedRecords
+    """Those records, each with its partition set."""
+
+
+def _subset(parsed: ParsedRecords, index: np.ndarray, parts: np.ndarray) -> ParsedRecords:
+    chosen = parts[index].tolist()
+    if len(index) == len(parsed):
+        return dataclasses.replace(parsed, partitions=chosen)
+    take = pa.array(index)
+    return dataclasses.replace(
+        parsed,
+        keys=parsed.keys.take(take),
+        values=parsed.values.take(take),
+        headers=parsed.headers.take(take),
+        timestamps=parsed.timestamps.take(take),
+        partitions=chosen,
+    )
+
+
 def wal_dir_of(config: LogstoreConfig) -> str:
-    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``."""
-    return os.path.abspath(config.wal_dir or os.path.join(config.root, "_wal"))
+    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``.
+
+    In cluster mode the default is ``<logstore.root>/_wal/<node.id>``: on the
+    shared storage, next to the other nodes' ones, where a new leader finds a
+    departed node's acks=1 records (a ``wal.dir`` set in cluster mode should
+    likewise be one ``<node.id>`` directory among its peers').
+    """
+    if config.wal_dir:
+        return os.path.abspath(config.wal_dir)
+    if config.zookeeper_connect:
+        return os.path.abspath(os.path.join(config.root, "_wal", str(config.node_id)))
+    return os.path.abspath(os.path.join(config.root, "_wal"))
 
 
 def _node_id(wal_dir: str) -> str:

@@ -19,6 +19,20 @@ promises, commits every batch promised, and only then lets go.
 No exception ends a committer thread: a commit that raises fails the
 requests of that commit (each batch alone, so only the one that cannot be
 committed fails) and the pipeline goes on.
+
+Cluster mode (``cluster=True``): the committer holds the writer lock shared
+with the topic's other leaders (:meth:`TopicWriter.hold`), and it also owns
+this node's leadership of the topic's partitions. The node's cluster watch
+hands it the partitions ZooKeeper says this node leads (:meth:`Committer.want`);
+on its thread, for partitions newly led, it takes the topic's failover lock,
+replays every other node's logged acks=1 frames of the topic
+(:func:`~ingest_api.recovery.replay_departed`), claims the partitions with
+their epochs (:meth:`TopicWriter.claim`) and only then accepts produce for
+them. A partition ZooKeeper moves away is no longer accepted at once; this
+node stops committing it when the new leader's claim fences it (until then
+its commits are legitimate, and what it promised is committed or replayed).
+A fence of some partitions leaves the others led. Promise markers
+(:mod:`logstore.promises`) are not used: the replay above covers a dead node.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ingest_api.accumulator import Accumulator, BufferPool, Pending
+from ingest_api.cluster import failover_lock
 from ingest_api.metrics import Metrics
 from logstore import promises
 from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
@@ -62,8 +77,14 @@ class Committer:
         buffer: BufferPool,
         metrics: Metrics,
         on_commit: Callable[[], None],
+        cluster: bool = False,
+        replay_departed: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
+        self._cluster = cluster
+        self._replay_departed = replay_departed
+        self._want_lock = threading.Lock()
+        self._wanted: dict[int, int] | None = None
         self._acc = accumulator
         self._writer = writer
         self._wal = wal
@@ -85,6 +106,59 @@ class Committer:
         """Wait for the thread to drain and stop (after :meth:`Accumulator.close`)."""
         self._thread.join()
 
+    # -- leadership (cluster mode) -------------------------------------------------
+
+    def want(self, epochs: dict[int, int]) -> None:
+        """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on this thread)."""
+        moved = set(self._acc.led or ()) - set(epochs)
+        if moved:
+            self._acc.drop_led(moved)  # refuse at once; the commit path stops at the new leader's fence
+        with self._want_lock:
+            self._wanted = dict(epochs)
+        self._acc.wake()
+
+    def _apply_leadership(self) -> None:
+        """Claim newly led partitions (after replaying departed nodes' acks=1 frames); accept what is led."""
+        with self._want_lock:
+            wanted, self._wanted = self._wanted, None
+        if wanted is None:
+            return
+        try:
+            current = self._writer.leader_epochs
+            gained = {p: e for p, e in wanted.items() if current.get(p) != e}
+            if gained:
+                self.acquire()
+                started = time.perf_counter()
+                with failover_lock(self._table_root):
+                    self._replay_departed()
+                    while gained:
+                        try:
+                            self._writer.claim(gained)
+                            break
+                        except FencedLeaderEpochError as e:
+                            if not e.partitions:
+                                raise
+                            log.warning("topic %s: %s", self.topic, e.message)
+                            gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
+                self._metrics.leadership_changes.labels(self.topic).inc(len(gained))
+                self._metrics.failover_seconds.observe(time.perf_counter() - started)
+                log.info("topic %s: leading partitions %s", self.topic, sorted(gained.items()))
+        except BaseException:
+            with self._want_lock:
+                if self._wanted is None:
+                    self._wanted = wanted  # try again on the next turn
+            raise
+        now = self._writer.leader_epochs
+        self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e))
+
+    def _fenced(self, error: FencedLeaderEpochError) -> bool:
+        """Cluster mode: a fence of some partitions; stop accepting them and go on with the others."""
+        if not (self._cluster and error.partitions):
+            return False
+        log.warning("topic %s: %s", self.topic, error.message)
+        self._acc.drop_led(error.partitions)
+        return True
+
     # -- the writer lock ---------------------------------------------------------
 
     def acquire(self) -> None:
@@ -99,11 +173,12 @@ class Committer:
         self._held = True
         try:
             self._writer.catch_up()
-            # Another node that died holding promises on this topic: its records go first.
-            promises.settle(self._writer, self._table_root, own_node=self._node_id)
-            # Durably before the first promise: should this node die now, the next writer
-            # replays its WAL before committing anything.
-            promises.write_marker(self._table_root, self._node_id, self._wal_dir)
+            if not self._cluster:
+                # Another node that died holding promises on this topic: its records go first.
+                promises.settle(self._writer, self._table_root, own_node=self._node_id)
+                # Durably before the first promise: should this node die now, the next writer
+                # replays its WAL before committing anything.
+                promises.write_marker(self._table_root, self._node_id, self._wal_dir)
         except BaseException:
             self.release()
             raise
@@ -115,7 +190,8 @@ class Committer:
         if self._held:
             self._held = False
             try:
-                promises.remove_marker(self._table_root, self._node_id)
+                if not self._cluster:
+                    promises.remove_marker(self._table_root, self._node_id)
             except OSError:
                 log.exception("topic %s: cannot remove this node's promise marker", self.topic)
             self._hold.close()
@@ -138,7 +214,8 @@ class Committer:
         try:
             self._writer.catch_up()
         except FencedLeaderEpochError as e:
-            self._die(e, [])
+            if not self._fenced(e):
+                self._die(e, [])
             return
         self._acc.resync()
 
@@ -150,6 +227,8 @@ class Committer:
         try:
             while True:
                 try:
+                    if self._cluster:
+                        self._apply_leadership()
                     items = self._acc.take(cut_short=lambda: self._held and self._writer.others_waiting())
                     if items is None:
                         return
@@ -160,7 +239,8 @@ class Committer:
                         self.acquire()  # after a hand-over: take turns again, so acks=1 can be promised
                     failures = 0
                 except FencedLeaderEpochError as e:
-                    self._die(e, [])
+                    if not self._fenced(e):
+                        self._die(e, [])
                 except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
                     failures += 1
                     log.exception("topic %s: committer step failed (%d in a row)", self.topic, failures)
@@ -174,7 +254,10 @@ class Committer:
             self.acquire()
             results = self._append(items)
         except FencedLeaderEpochError as e:
-            self._die(e, items)
+            if self._fenced(e):
+                self._commit(items)  # again: the batches of the fenced partitions now fail alone
+            else:
+                self._die(e, items)
             return
         except Exception:  # not a LogstoreError: a bug or a poisoned batch; find it, keep the others
             log.exception("topic %s: commit of %d batches failed unexpectedly", self.topic, len(items))

@@ -17,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ingest_api.broker import Broker
+from ingest_api.tls import client_cert_name
 from logstore.coordinator import Coordinator
 from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
 from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
@@ -81,14 +82,23 @@ class Access:
 async def get_access(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Access:
-    """Authenticate the request (``Authorization: Bearer <key>``) when security is on.
+    """Authenticate the request when security is on: its API key, else its verified client certificate.
+
+    ``Authorization: Bearer <key>`` names the principal when sent; without
+    one, a client certificate the TLS handshake verified
+    (``server.ssl.client.auth``) names it through ``ssl.principal.mapping.rules``.
 
     Raises:
-        SaslAuthenticationFailedError: no key, or an unknown, revoked or wrong one (401).
+        SaslAuthenticationFailedError: neither, an unknown, revoked or wrong key, or a certificate
+            no mapping rule matches (401).
     """
     guard: Guard | None = request.app.state.guard
     if guard is None:
         return Access(ANONYMOUS, None)
+    if credentials is None and (dn := client_cert_name(request.scope)) is not None:
+        certified = guard.certificate_principal(dn)
+        request.state.principal = certified
+        return Access(certified, guard)
     if credentials is None:
         audit("authenticate", principal=None, decision="DENIED", reason="no credentials", path=request.url.path)
         raise SaslAuthenticationFailedError("this server needs an API key: send 'Authorization: Bearer <key>'")

@@ -56,4 +56,22 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.leadership_changes = Counter(
+            "logstore_leadership_changes",
+            "Partitions this node started leading (cluster mode), per topic",
+            ["topic"],
+            registry=r,
+        )
+        self.failover_seconds = Histogram(
+            "logstore_failover_seconds",
+            "Time to take over partitions: replay of departed nodes' acks=1 frames plus the claim",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.forwarded_requests = Counter(
+            "logstore_forwarded_requests", "Produce requests (or their shares) forwarded to a leader", registry=r
+        )
+        self.forwarded_records = Counter(
+            "logstore_forwarded_records", "Records forwarded to their partition's leader", registry=r
+        )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)

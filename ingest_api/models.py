@@ -166,6 +166,13 @@ class JoinGroup(BaseModel):
         alias="auto.offset.reset",
         description="where a partition without a committed offset starts",
     )
+    max_poll_interval_ms: int = Field(
+        default=300_000,
+        ge=1,
+        le=2**31 - 1,
+        alias="max.poll.interval.ms",
+        description="no fetch for this long: the member is removed (it heartbeats but no longer consumes)",
+    )
 
 
 class MemberOut(BaseModel):

@@ -11,15 +11,17 @@ hosts, which do not share the lock, are outside the promise.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Collection, Sequence
 
 from ingest_api.committer import skip_sequence
 from ingest_api.metrics import Metrics
 from logstore.errors import LogstoreError, UnknownServerError
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import WriteAheadLog
+from logstore.wal import Frame, WriteAheadLog, read_frames
 from logstore.writer import TopicWriter
 
-__all__ = ["replay"]
+__all__ = ["replay", "replay_departed"]
 
 log = logging.getLogger("logstore.ingest")
 
@@ -89,3 +91,83 @@ def _replay_one(writer: TopicWriter, batch: ProducerBatch, metrics: Metrics) -> 
         metrics.wal_frames_skipped.labels(writer.topic).inc()
         skip_sequence(writer, batch)
     return result
+
+
+def replay_departed(
+    writer: TopicWriter,
+    wal_root: str,
+    own_dir: str,
+    own_frames: Sequence[Frame],
+    metrics: Metrics,
+    *,
+    live: Collection[str] = (),
+) -> int:
+    """Cluster mode: commit every other node's logged acks=1 frames of this topic, before this node claims partitions.
+
+    Reads ``<wal_root>/<node.id>/<topic>/`` of every other node not in ``live`` read-only
+    (:func:`~logstore.wal.read_frames`: the node may be a paused zombie still
+    holding its directory; its segments are never deleted here), plus
+    ``own_frames`` (this node's own frames from before a restart), and commits
+    them whole — all their partitions, whoever leads them now — in frame order
+    through the idempotent writer (:meth:`TopicWriter.append_foreign`), so
+    promised records land at their promised offsets. A frame whose
+    ``(producer_id, sequence)`` the table already holds is skipped: replay
+    twice, or by two new leaders one after the other, writes each frame once.
+
+    A live node (registered in ZooKeeper now) commits its own frames, and a
+    partition moves only away from a node that is not live (dead, paused past
+    its session, or shut down after committing everything), so the frames of
+    the partitions being taken over are all in directories read here.
+    Caller holds :func:`~ingest_api.cluster.failover_lock` and the writer lock.
+    Returns the records committed.
+
+    Raises:
+        LogstoreError: the table cannot be written now (nothing may be claimed).
+    """
+    replayed = 0
+    sources: list[tuple[str, list[Frame]]] = [("this node's previous run", list(own_frames))]
+    try:
+        names = sorted(os.listdir(wal_root))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        directory = os.path.join(wal_root, name)
+        own = os.path.abspath(directory) == os.path.abspath(own_dir)
+        if own or name in live or not os.path.isdir(directory):
+            continue
+        frames = read_frames(
+            os.path.join(directory, writer.topic),
+            skip=lambda h: _committed(writer, h.get("producer_id"), h.get("sequence")),
+        )
+        sources.append((f"node {name}", frames))
+    for who, frames in sources:
+        batches = [
+            ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])
+            for f in frames
+            if not _committed(writer, f.header["producer_id"], f.header["sequence"])
+        ]
+        for start in range(0, len(batches), _CHUNK_FRAMES):
+            chunk = batches[start : start + _CHUNK_FRAMES]
+            for batch, result in zip(chunk, writer.append_foreign(chunk), strict=True):
+                if isinstance(result, AppendResult):
+                    replayed += 0 if result.duplicate else len(result.offsets)
+                else:
+                    log.error(
+                        "topic %s: a write-ahead log frame of %s (producer %s, sequence %s) cannot be replayed: %s",
+                        writer.topic,
+                        who,
+                        batch.producer_id,
+                        batch.sequence,
+                        result,
+                    )
+                    metrics.wal_frames_skipped.labels(writer.topic).inc()
+    if replayed:
+        log.warning("topic %s: replayed %d acks=1 records of departed leaders", writer.topic, replayed)
+    return replayed
+
+
+def _committed(writer: TopicWriter, producer_id: str | None, sequence: int | None) -> bool:
+    if producer_id is None or sequence is None:
+        return False
+    last = writer.producer_sequence(producer_id)
+    return last is not None and sequence <= last

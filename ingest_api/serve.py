@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import ssl
 from typing import Any
 
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError
 from logstore.security import log_audit_to_stderr
+from logstore.security.principal import PrincipalMapper
 
 __all__ = ["check_exposure", "is_loopback", "serve", "tls_options"]
 
@@ -28,6 +30,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
 
     from ingest_api.app import create_app
     from ingest_api.broker import wal_dir_of
+    from ingest_api.tls import ClientCertProtocol
     from logstore.wal import DirectoryLock
 
     # Refuse early, with the holder's name, when another node runs on this WAL directory
@@ -36,19 +39,40 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     os.makedirs(wal_dir, exist_ok=True)
     DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
+    if config.zookeeper_connect:
+        from ingest_api.cluster import check_node_id_free
+
+        check_node_id_free(config)
+
     log_audit_to_stderr()
     scheme = "https" if tls else "http"
+    # The socket is bound (and listening) before the app starts: in cluster mode the node registers in
+    # ZooKeeper at start-up, and other nodes forward to it as soon as it does.
+    sock = _bind(config.server_host, config.server_port)
     print(f"logstore serving {config.root} on {scheme}://{config.server_host}:{config.server_port}", flush=True)
-    uvicorn.run(
-        create_app(config),
-        host=config.server_host,
-        port=config.server_port,
-        log_level="warning",
-        loop="uvloop",
-        http="httptools",
-        timeout_graceful_shutdown=30,
-        **tls,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            log_level="warning",
+            loop="uvloop",
+            http=ClientCertProtocol if tls else "httptools",
+            timeout_graceful_shutdown=30,
+            **tls,
+        )
     )
+    server.run(sockets=[sock])
+    if not server.started:
+        raise SystemExit(3)  # start-up failed (uvicorn logged why), as uvicorn.run exits
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def is_loopback(host: str) -> bool:
@@ -73,9 +97,14 @@ def check_exposure(config: LogstoreConfig, *, insecure: bool) -> None:
 
 
 def tls_options(config: LogstoreConfig) -> dict[str, Any]:
-    """uvicorn's TLS arguments from ``server.ssl.*``; empty when no certificate is configured."""
+    """uvicorn's TLS arguments from ``server.ssl.*``; empty when no certificate is configured.
+
+    Raises:
+        InvalidConfigError: incomplete settings, or ``ssl.principal.mapping.rules`` that do not parse.
+    """
+    PrincipalMapper(config.ssl_principal_mapping_rules)  # refuse bad rules at start, not on the first client
     if not config.server_ssl_certfile:
-        if config.server_ssl_keyfile or config.server_ssl_client_auth == "required":
+        if config.server_ssl_keyfile or config.server_ssl_client_auth != "none":
             raise InvalidConfigError("server.ssl.keyfile and server.ssl.client.auth need server.ssl.certfile")
         return {}
     options: dict[str, Any] = {
@@ -84,8 +113,11 @@ def tls_options(config: LogstoreConfig) -> dict[str, Any]:
     }
     if config.server_ssl_cafile:
         options["ssl_ca_certs"] = config.server_ssl_cafile
-    if config.server_ssl_client_auth == "required":
+    if config.server_ssl_client_auth != "none":
         if not config.server_ssl_cafile:
-            raise InvalidConfigError("server.ssl.client.auth=required needs server.ssl.cafile to verify clients with")
-        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+            raise InvalidConfigError(
+                f"server.ssl.client.auth={config.server_ssl_client_auth} needs server.ssl.cafile to verify clients with"
+            )
+        required = config.server_ssl_client_auth == "required"
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     return options

@@ -60,6 +60,14 @@ def app_hw(partition: int) -> str:
     return f"logstore.hw.{partition}"
 
 
+def app_leader(partition: int) -> str:
+    """The ``txn`` app id that holds ``partition``'s leader epoch in cluster mode (the per-partition fence)."""
+    return f"{LEADER_PREFIX}{partition}"
+
+
+LEADER_PREFIX = "logstore.leader."
+
+
 def app_producer(producer_id: str) -> str:
     """The ``txn`` app id that holds a producer's last committed sequence."""
     return f"logstore.producer.{producer_id}"

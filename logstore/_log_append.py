@@ -161,16 +161,28 @@ class LogAppender:
         return files
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, *, shared: bool = False) -> Iterator[None]:
         """Hold this table's writer lock (``<table>/_logstore_writer.lock``, ignored by Delta and vacuum).
 
         While it waits for the lock, a writer announces itself with a shared lock on
         ``<table>/_logstore_writer.intent``, so a holder that keeps the lock across
         commits (the ingest node, see :meth:`others_waiting`) hands it over.
+
+        ``shared``: take the lock in shared mode, without announcing itself —
+        for cluster leaders, which share a topic between them (the per-partition
+        leader epochs keep them apart) but not with a cooperative writer, which
+        takes it exclusively: while one holds it no leader commits or promises.
         """
         with self._lock:  # threads of this process
             if self._lock_fd is None:
                 self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            if shared:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                return
             if self._intent_fd is None:
                 self._intent_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self._intent_fd, fcntl.LOCK_SH)

@@ -149,8 +149,18 @@ class LogstoreConfig:
         default="none",
         metadata=_key(
             "server.ssl.client.auth",
-            "none | required: with required, a TLS client must present a certificate signed by server.ssl.cafile.",
-            choices=("none", "required"),
+            "none | requested | required: whether a TLS client is asked for a certificate signed by "
+            "server.ssl.cafile (requested: may present one; required: must). A verified certificate names the "
+            "principal of a request that sends no API key (ssl.principal.mapping.rules).",
+            choices=("none", "requested", "required"),
+        ),
+    )
+    ssl_principal_mapping_rules: str = field(
+        default="DEFAULT",
+        metadata=_key(
+            "ssl.principal.mapping.rules",
+            "How a client certificate's subject (RFC 2253 DN) becomes a principal, as in Kafka: "
+            "RULE:pattern/replacement/[L|U] rules and DEFAULT (the DN itself), first match wins.",
         ),
     )
     security_enabled: bool = field(
@@ -231,8 +241,44 @@ class LogstoreConfig:
     zookeeper_connect: str = field(
         default="", metadata=_key("zookeeper.connect", "host:port[,host:port][/chroot]; empty = embedded, one node.")
     )
+    node_id: int = field(
+        default=-1,
+        metadata=_key(
+            "node.id",
+            "This node's id in a cluster (unique, >= 0); required with zookeeper.connect, unused when embedded.",
+            minimum=-1,
+        ),
+    )
+    zookeeper_session_timeout_ms: int = field(
+        default=18_000,
+        metadata=_key(
+            "zookeeper.session.timeout.ms",
+            "A node silent this long (ms) is dead and its partitions move; also bounds an acks=1 leader's lease.",
+            minimum=1_000,
+        ),
+    )
+    leader_placement: str = field(
+        default="partition",
+        metadata=_key(
+            "leader.placement",
+            "partition: spread every topic's partition leaders over the nodes; topic: one node leads a whole topic.",
+            choices=("partition", "topic"),
+        ),
+    )
+    advertised_url: str = field(
+        default="",
+        metadata=_key(
+            "advertised.url",
+            "Base URL other nodes and clients reach this node at; empty = http(s)://<server.host>:<server.port>.",
+        ),
+    )
     wal_dir: str = field(
-        default="", metadata=_key("wal.dir", "Local write-ahead log of acks=1 records; empty = <logstore.root>/_wal.")
+        default="",
+        metadata=_key(
+            "wal.dir",
+            "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
+            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+        ),
     )
     commit_fsync: bool = field(
         default=True,

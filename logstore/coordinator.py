@@ -25,8 +25,13 @@ Invariants, all kept under the group's lock:
   :class:`~logstore.errors.UnknownMemberIdError` for an id the group never had
   or, on heartbeat, for an expired member (it must join again).
 - **Sessions.** A member that does not heartbeat for ``session_timeout_ms``
-  is removed; expiry is checked on every call and by :meth:`expire`, which
-  the node calls on a timer.
+  is removed; so is one that does not fetch for ``max_poll_interval_ms``
+  (Kafka's ``max.poll.interval.ms``: it is alive but no longer consuming).
+  Expiry is checked on every call and by :meth:`expire`, which the node calls
+  on a timer.
+- **Metadata.** A subscribed topic that gains partitions (or is deleted)
+  rebalances the group, as a metadata change does in Kafka: :meth:`expire`
+  compares the partition counts with those of the last assignment.
 - **Positions.** The next offset a member fetches from a partition is held
   here; a partition newly given to a member starts at the group's committed
   offset, else at the member's ``auto.offset.reset``. Commits go to the
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
     from logstore.store import LogStore
 
 __all__ = [
+    "DEFAULT_MAX_POLL_INTERVAL_MS",
     "DEFAULT_SESSION_TIMEOUT_MS",
     "Coordinator",
     "FetchFn",
@@ -75,6 +81,9 @@ __all__ = [
 
 DEFAULT_SESSION_TIMEOUT_MS = 45_000
 """Kafka's ``session.timeout.ms`` default."""
+
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+"""Kafka's ``max.poll.interval.ms`` default: the longest a member may go without fetching."""
 
 OffsetReset = Literal["earliest", "latest"]
 
@@ -105,6 +114,10 @@ class _Member:
     session_timeout_ms: int
     auto_offset_reset: OffsetReset
     last_seen: float
+    """Clock time of its last heartbeat (or join)."""
+    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    last_fetch: float = 0.0
+    """Clock time of its last fetch (or join)."""
     generation: int = 0
     delivered: int = 0
     """The generation last sent to the member (a heartbeat without one acknowledges it)."""
@@ -127,7 +140,10 @@ class _Group:
     pending: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
     """Revoked partitions → (old owner, generation of the revocation), until the old owner acknowledges."""
     positions: dict[TopicPartition, int] = field(default_factory=dict)
-    fenced: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Partition count of each subscribed topic when the target was computed."""
+    fenced: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Departed members → why they went (for the error their next call gets)."""
     leases: dict[str, GroupLease] = field(default_factory=dict)
 
 
@@ -142,6 +158,7 @@ class Coordinator(Protocol):
         assignor: str = "range",
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         auto_offset_reset: OffsetReset = "latest",
+        max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
     ) -> MemberState: ...
 
     def heartbeat(self, group: str, member_id: str, acknowledged: int | None = None) -> MemberState: ...
@@ -198,8 +215,12 @@ class GroupCoordinator:
         assignor: str = "range",
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         auto_offset_reset: OffsetReset = "latest",
+        max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
     ) -> MemberState:
         """Add a member subscribed to ``topics``; it gets its id, generation and partitions at once.
+
+        The member is removed when no heartbeat comes for ``session_timeout_ms``
+        or no fetch for ``max_poll_interval_ms``.
 
         Partitions that other members still own (until they acknowledge their
         revocation) come to the new member in later generations, by heartbeat.
@@ -220,6 +241,8 @@ class GroupCoordinator:
             raise InvalidRequestError(f"assignor must be one of {', '.join(ASSIGNORS)}, got '{assignor}'")
         if auto_offset_reset not in ("earliest", "latest"):
             raise InvalidRequestError(f"auto.offset.reset must be earliest or latest, got '{auto_offset_reset}'")
+        if max_poll_interval_ms < 1:
+            raise InvalidRequestError(f"max.poll.interval.ms must be positive, got {max_poll_interval_ms}")
         for t in wanted:
             self._store.describe_topic(t)  # UnknownTopicOrPartitionError before anything changes
         g = self._group(group)
@@ -233,12 +256,15 @@ class GroupCoordinator:
             self._hold_leases(g, wanted)
             if not g.members:
                 g.assignor = assignor
+            now = self._clock()
             member = _Member(
                 member_id=f"member-{uuid.uuid4().hex}",
                 topics=wanted,
                 session_timeout_ms=session_timeout_ms,
                 auto_offset_reset=auto_offset_reset,
-                last_seen=self._clock(),
+                last_seen=now,
+                max_poll_interval_ms=max_poll_interval_ms,
+                last_fetch=now,
             )
             g.members[member.member_id] = member
             self._rebalance(g, joined=member)
@@ -313,12 +339,24 @@ class GroupCoordinator:
             return [m.state() for _, m in sorted(g.members.items())]
 
     def expire(self) -> None:
-        """Remove every member whose session expired, in every group (the node calls it on a timer)."""
+        """Remove expired members and rebalance groups whose topics' partition counts changed.
+
+        The node calls it on a timer, so a topic that gains partitions gets
+        owners for them within one period, whoever altered it.
+        """
         with self._guard:
             groups = list(self._groups.values())
         for g in groups:
             with g.lock:
                 self._expire_group(g)
+                topics = sorted(g.counts) if g.members else []
+            if not topics:
+                continue
+            # Read outside the group's lock: it opens Delta tables, and members must not wait on it.
+            counts = {t: self._partition_count(t) for t in topics}
+            with g.lock:
+                if g.members and any(g.counts.get(t) not in (None, n) for t, n in counts.items()):
+                    self._rebalance(g)
 
     def close(self) -> None:
         """Release every group lease this node holds (members are forgotten)."""
@@ -420,10 +458,8 @@ class GroupCoordinator:
     def _live(self, g: _Group, member_id: str) -> _Member:
         m = g.members.get(member_id)
         if m is None:
-            raise UnknownMemberIdError(
-                f"consumer group '{g.name}' has no member '{member_id}' (it left, or no heartbeat came within "
-                f"session.timeout.ms); join again"
-            )
+            why = g.fenced.get(member_id, "it left, or no heartbeat came within session.timeout.ms")
+            raise UnknownMemberIdError(f"consumer group '{g.name}' has no member '{member_id}' ({why}); join again")
         return m
 
     def _member_for_commit(self, g: _Group, member_id: str, generation: int) -> _Member:
@@ -444,20 +480,25 @@ class GroupCoordinator:
 
     def _expire_group(self, g: _Group) -> None:
         now = self._clock()
-        dead = [mid for mid, m in g.members.items() if now - m.last_seen > m.session_timeout_ms / 1000]
-        for mid in dead:
-            self._remove(g, mid)
+        dead: dict[str, str] = {}
+        for mid, m in g.members.items():
+            if now - m.last_seen > m.session_timeout_ms / 1000:
+                dead[mid] = f"no heartbeat came within session.timeout.ms={m.session_timeout_ms}"
+            elif now - m.last_fetch > m.max_poll_interval_ms / 1000:
+                dead[mid] = f"no fetch came within max.poll.interval.ms={m.max_poll_interval_ms}"
+        for mid, why in dead.items():
+            self._remove(g, mid, why)
         if dead:
             self._rebalance(g)
 
-    def _remove(self, g: _Group, member_id: str) -> None:
+    def _remove(self, g: _Group, member_id: str, why: str = "it left") -> None:
         m = g.members.pop(member_id)
         for tp in m.assigned:
             g.positions.pop(tp, None)
         m.assigned.clear()  # a fetch planned before the removal must not read on for it
         for tp in [tp for tp, (owner, _) in g.pending.items() if owner == member_id]:
             del g.pending[tp]
-        g.fenced[member_id] = None
+        g.fenced[member_id] = why
         while len(g.fenced) > _FENCED_KEPT:
             g.fenced.popitem(last=False)
 
@@ -465,6 +506,7 @@ class GroupCoordinator:
         """A new target after a change of membership, then as much of it as revocations allow."""
         subscriptions = {mid: m.topics for mid, m in g.members.items()}
         counts = {t: self._partition_count(t) for t in {t for m in g.members.values() for t in m.topics}}
+        g.counts = counts
         current = {mid: sorted(m.assigned) for mid, m in g.members.items()}
         g.target = assign(g.assignor, subscriptions, counts, current)
         g.generation += 1
@@ -476,7 +518,7 @@ class GroupCoordinator:
     def _partition_count(self, topic: str) -> int:
         """The topic's partitions; 0 once it is deleted (its members keep the group's other topics)."""
         try:
-            return len(self._store.describe_topic(topic).partitions)
+            return self._store.catalog.topic_config(topic)[0]  # table properties only, no file statistics
         except UnknownTopicOrPartitionError:
             return 0
 
@@ -530,6 +572,7 @@ class GroupCoordinator:
         with g.lock:
             self._expire_group(g)
             m = self._live(g, member_id)
+            m.last_fetch = self._clock()
             parts = sorted(m.assigned)
             if not parts:
                 return []

@@ -13,7 +13,7 @@ never here.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "ERRORS_BY_NAME",
@@ -70,7 +70,7 @@ class LogstoreError(Exception):
     def __str__(self) -> str:
         return f"{self.name}: {self.message}"
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """The error as the HTTP API and CLI show it."""
         return {"error_code": self.name, "message": self.message}
 
@@ -100,6 +100,17 @@ class NotLeaderOrFollowerError(LogstoreError):
     code = 6
     name = "NOT_LEADER_OR_FOLLOWER"
     retriable = True
+
+    def __init__(self, message: str, *, leader: tuple[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+        """(node id, URL) of the partition's leader when known (cluster mode), for the client to go to."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.leader is not None:
+            out["leader"] = {"node_id": self.leader[0], "url": self.leader[1]}
+        return out
 
 
 class RequestTimedOutError(LogstoreError):
@@ -282,6 +293,11 @@ class FencedLeaderEpochError(LogstoreError):
 
     code = 74
     name = "FENCED_LEADER_EPOCH"
+
+    def __init__(self, message: str, *, partitions: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+        """In cluster mode, the partitions whose leadership was lost (the others stay led); empty = the topic."""
 
 
 class GroupSubscribedToTopicError(LogstoreError):

@@ -21,9 +21,6 @@ from deltalake import DeltaTable
 
 __all__ = ["DataFile", "data_files", "file_stats", "offset_range", "offsets_sorted", "table_path"]
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MS = dt.timedelta(milliseconds=1)
-
 
 @dataclass(frozen=True)
 class DataFile:
@@ -58,7 +55,10 @@ def data_files(table: DeltaTable) -> list[DataFile]:
     column read once, from that file alone. Offset ranges of one partition's
     files may overlap (Delta's ``OPTIMIZE`` bins files by size).
     """
-    actions = pa.table(table.get_add_actions(flatten=True))
+    # Through the Arrow C stream, not pa.table(): pa.table() first asks whether its argument is a
+    # pandas DataFrame, which imports pandas (~0.4 s) in every process that plans, e.g. the Python
+    # process Spark starts for each streaming query of the logstore source.
+    actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
     if actions.num_rows == 0:
         return []
     root = table_path(table)
@@ -76,7 +76,7 @@ def data_files(table: DeltaTable) -> list[DataFile]:
         col("num_records"),
         col("size_bytes"),
         col("modification_time"),
-        col("max.timestamp"),
+        _epoch_ms(actions["max.timestamp"]) if "max.timestamp" in actions.column_names else [None] * n,
         strict=True,
     ):
         assert isinstance(log_path, str)
@@ -85,7 +85,6 @@ def data_files(table: DeltaTable) -> list[DataFile]:
             lo, hi, num = offset_range(full)
         if num == 0:
             continue
-        ts_ms = (ts - _EPOCH) // _MS if isinstance(ts, dt.datetime) else None
         out.append(
             DataFile(
                 path=full,
@@ -96,11 +95,25 @@ def data_files(table: DeltaTable) -> list[DataFile]:
                 size_bytes=int(size),
                 modification_time_ms=int(mtime),
                 log_path=log_path,
-                max_timestamp_ms=ts_ms,
+                max_timestamp_ms=ts,
             )
         )
     out.sort(key=lambda f: (f.partition, f.min_offset))
     return out
+
+
+def _epoch_ms(column: pa.ChunkedArray) -> list[int | None]:
+    """A timestamp column as ms since the epoch (floored), None where null.
+
+    As integers, not ``datetime``: converting timestamps to Python objects imports pandas.
+    """
+    if not pa.types.is_timestamp(column.type):  # no timestamp statistics in any file (a null column)
+        return [None] * len(column)
+    per_ms = {"s": 0, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]
+    raw = column.cast(pa.int64()).to_pylist()
+    if per_ms == 0:
+        return [None if v is None else v * 1000 for v in raw]
+    return [None if v is None else v // per_ms for v in raw]
 
 
 def offset_range(path: str) -> tuple[int, int, int]:

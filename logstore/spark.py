@@ -10,8 +10,11 @@ Importing this module does not start Spark; :func:`session` does.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +26,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSource
 
-__all__ = ["DATA_SOURCES_GROUP", "DELTA_ARTIFACT", "data_sources", "delta_jars", "session"]
+__all__ = [
+    "DATA_SOURCES_GROUP",
+    "DELTA_ARTIFACT",
+    "data_sources",
+    "delta_jars",
+    "session",
+    "spark_home_without_python_zips",
+]
 
 DATA_SOURCES_GROUP = "logstore.spark_datasources"
 """Entry-point group naming the Python data sources :func:`session` registers (``format("logstore")``)."""
@@ -83,6 +93,9 @@ def session(**overrides: str) -> SparkSession:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    home = spark_home_without_python_zips()
+    if home is not None:
+        os.environ["SPARK_HOME"] = home
     conf: dict[str, str] = {
         "spark.master": "local[*]",
         "spark.app.name": "logstore",
@@ -108,6 +121,48 @@ def session(**overrides: str) -> SparkSession:
     for source in data_sources():
         spark.dataSource.register(source)
     return spark
+
+
+def spark_home_without_python_zips() -> str | None:
+    """A SPARK_HOME for a pip-installed pyspark whose Python workers import pyspark's compiled modules.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python
+    worker's path. Python compiles modules it imports from a zip each time
+    (it caches bytecode only beside source files), so every worker the JVM
+    starts — one per streaming query of a Python data source, every daemon,
+    every non-reused worker — spent ~0.5 s of CPU compiling pyspark. The
+    installed package is the same pyspark with its bytecode cached: this
+    returns a directory of symlinks to everything in the package except
+    ``python/`` (jars, bin, conf…), under the temporary directory, so workers
+    find pyspark in site-packages instead.
+
+    None (leave SPARK_HOME alone) when the user set SPARK_HOME, when pyspark
+    is not a pip install with the zip, or when the directory cannot be made.
+    """
+    if "SPARK_HOME" in os.environ:
+        return None
+    import pyspark
+
+    package = Path(pyspark.__file__).resolve().parent
+    if not (package / "python" / "lib" / "pyspark.zip").is_file() or not (package / "jars").is_dir():
+        return None
+    key = hashlib.sha256(f"{package}:{pyspark.__version__}".encode()).hexdigest()[:16]
+    home = Path(tempfile.gettempdir()) / f"logstore-spark-home-{os.getuid()}-{key}"
+    if (home / "jars").is_dir():
+        return str(home)
+    try:
+        # Made aside and renamed into place: another process may be making the same directory.
+        partial = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
+        for entry in package.iterdir():
+            if entry.name != "python":
+                (partial / entry.name).symlink_to(entry)
+        try:
+            partial.rename(home)
+        except OSError:  # the other process won; its directory is the same
+            shutil.rmtree(partial, ignore_errors=True)
+    except OSError:
+        return None
+    return str(home) if (home / "jars").is_dir() else None
 
 
 def data_sources() -> list[type[DataSource]]:

@@ -38,7 +38,7 @@ import socket
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +49,7 @@ import pyarrow as pa
 from logstore.errors import KafkaStorageError
 from logstore.fs import fsync_path
 
-__all__ = ["DirectoryLock", "Frame", "WriteAheadLog"]
+__all__ = ["DirectoryLock", "Frame", "WriteAheadLog", "read_frames"]
 
 log = logging.getLogger("logstore.ingest.wal")
 
@@ -235,20 +235,60 @@ class WriteAheadLog:
             self._recovered_paths.add(path)
             with open(path, "rb") as f:
                 data = f.read()
-            pos = 0
-            while pos + _HEAD.size <= len(data):
-                length, crc = _HEAD.unpack_from(data, pos)
-                payload = data[pos + _HEAD.size : pos + _HEAD.size + length]
-                if len(payload) < length or zlib.crc32(payload) != crc:
-                    break  # torn tail: never acknowledged
-                head, _, ipc = payload.partition(b"\n")
-                header = orjson.loads(head)
-                records = pa.ipc.open_stream(ipc).read_all()
-                yield Frame(header.pop("frame"), header, records)
-                pos += _HEAD.size + length
+            pos = yield from _frames_in(data)
             if pos < len(data):
                 with open(path, "r+b") as f:
                     f.truncate(pos)
+
+
+def read_frames(directory: str, skip: Callable[[dict[str, Any]], bool] = lambda _header: False) -> list[Frame]:
+    """Every intact frame of a topic's write-ahead log directory, in order, without taking or changing it.
+
+    For a new leader replaying a departed node's acks=1 records: that node may
+    be a paused process still holding its directory (and appending to it), so
+    nothing is locked, cut or deleted here; a torn tail (a frame being written)
+    ends a segment's frames as on recovery. A segment deleted meanwhile (its
+    frames were committed) is skipped, and so is a frame whose header ``skip``
+    rejects (its records are not decoded).
+    """
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".wal"))
+    except FileNotFoundError:
+        return []
+    frames: list[Frame] = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        gen = _frames_in(data, skip)
+        while True:
+            try:
+                frames.append(next(gen))
+            except StopIteration:
+                break
+    return frames
+
+
+def _frames_in(
+    data: bytes, skip: Callable[[dict[str, Any]], bool] = lambda _header: False
+) -> Generator[Frame, None, int]:
+    """The intact frames of one segment's bytes; returns (as the generator's value) where they end."""
+    pos = 0
+    while pos + _HEAD.size <= len(data):
+        length, crc = _HEAD.unpack_from(data, pos)
+        payload = data[pos + _HEAD.size : pos + _HEAD.size + length]
+        if len(payload) < length or zlib.crc32(payload) != crc:
+            break  # torn tail: never acknowledged
+        head, _, ipc = payload.partition(b"\n")
+        header = orjson.loads(head)
+        pos += _HEAD.size + length
+        number = header.pop("frame")
+        if skip(header):
+            continue
+        yield Frame(number, header, pa.ipc.open_stream(ipc).read_all())
+    return pos
 
 
 class DirectoryLock:

@@ -29,6 +29,18 @@ Guarantees, per partition:
 * Two writers opening at once never lead with one epoch: the loser of the
   claim race claims a higher epoch, or is fenced if a coordinator chose it.
 
+Cluster mode (``leader_epochs`` given): the fence is per partition. The
+writer commits only the partitions it leads, each commit carrying
+``logstore.leader.<p>`` = the ZooKeeper ``leader_epoch`` of every partition
+it touches instead of the table-wide ``logstore.epoch`` (which would make two
+leaders of one topic fence each other). :meth:`TopicWriter.claim` commits a
+``CLAIM`` of newly led partitions; a commit in the log holding a higher
+``logstore.leader.<p>`` than this writer's fences it for ``p`` only
+(:class:`~logstore.errors.FencedLeaderEpochError` with ``partitions``), and it
+keeps committing its other partitions. A commit race lost to a commit that
+touched none of this commit's partitions (nor its producers) leaves its
+offsets valid: the same files are committed at the next version, unchanged.
+
 A writer is not thread-safe: one thread (the ingest tier's committer task)
 drives it. The Delta table handle stays open between commits.
 """
@@ -39,7 +51,7 @@ import collections
 import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +72,7 @@ from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
 )
@@ -121,6 +134,9 @@ class TopicWriter:
         max_attempts: commit attempts per :meth:`append` before giving up with
             :class:`~logstore.errors.ConcurrentTransactionsError`.
         clock_ms: wall clock in ms, for CreateTime defaults and LogAppendTime.
+        leader_epochs: cluster mode: the partitions this writer leads, with
+            their ZooKeeper leader epochs, already claimed (usually empty at
+            first; :meth:`claim` adds partitions). None = embedded mode.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic.
@@ -136,8 +152,15 @@ class TopicWriter:
         join: bool = False,
         max_attempts: int = 20,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        leader_epochs: Mapping[int, int] | None = None,
     ) -> None:
         self.topic = topic
+        self._leaders: dict[int, int] | None = None if leader_epochs is None else dict(leader_epochs)
+        self._table_leaders: dict[int, int] = {}
+        """Per partition, the highest ``logstore.leader.<p>`` the log holds (as far as this writer has read)."""
+        self._touching: tuple[set[int], set[str]] | None = None
+        """Partitions and producers of the commit being made (cluster mode), to judge a lost race."""
+        self._foreign_ok = False
         self._catalog = catalog
         self._dt = catalog.table(topic)
         self._version = self._dt.version()
@@ -155,7 +178,7 @@ class TopicWriter:
         self._unsettled: _Unsettled | None = None
         self._load_state()
         current = self._table_epoch()
-        if join:
+        if join or self._leaders is not None:
             self.epoch = current
         else:
             self.epoch = current + 1 if epoch is None else epoch
@@ -175,6 +198,76 @@ class TopicWriter:
     def table_version(self) -> int:
         """The newest Delta version this writer knows of (its own last commit, or what it loaded)."""
         return self._version
+
+    @property
+    def leader_epochs(self) -> dict[int, int]:
+        """Cluster mode: the partitions this writer leads and their epochs (empty when embedded)."""
+        return dict(self._leaders or {})
+
+    def claim(self, epochs: Mapping[int, int]) -> None:
+        """Cluster mode: lead ``epochs``' partitions, committing a ``CLAIM`` of ``logstore.leader.<p>`` = epoch.
+
+        After it returns, no commit of an older leader of these partitions can
+        land (every commit is made at the log's next version, after reading the
+        versions before it, and a writer that reads a higher epoch than its own
+        stops). Call with the writer lock held, after the previous leader's
+        acks=1 records are replayed.
+
+        Raises:
+            FencedLeaderEpochError: the log already holds a higher epoch for one of
+                them (``partitions`` names which); nothing was claimed.
+        """
+        assert self._leaders is not None, "claim() is for cluster mode"
+        wanted = {int(p): int(e) for p, e in epochs.items()}
+        if not wanted:
+            return
+        for _attempt in range(self._max_attempts):
+            self.catch_up()
+            if max(wanted) >= self._num_partitions:
+                self._refresh()
+            newer = tuple(sorted(p for p, e in wanted.items() if self._table_leaders.get(p, -1) > e))
+            if newer:
+                raise FencedLeaderEpochError(
+                    f"topic '{self.topic}': partitions {list(newer)} are held by a newer leader epoch",
+                    partitions=newer,
+                )
+            self._touching = (set(wanted), set())
+            try:
+                self._commit_files(
+                    [], [(_delta.app_leader(p), e) for p, e in sorted(wanted.items())], {"operation": "CLAIM"}
+                )
+            except CommitInDoubt as e:
+                raise KafkaStorageError(f"cannot claim partitions of topic '{self.topic}': {e}") from e
+            except _Replan as replan:
+                if replan.full:
+                    self._refresh()
+                continue
+            finally:
+                self._touching = None
+            for p, epoch in wanted.items():
+                self._table_leaders[p] = max(self._table_leaders.get(p, -1), epoch)
+            self._leaders.update(wanted)
+            return
+        raise ConcurrentTransactionsError(f"topic '{self.topic}': could not claim partitions {sorted(wanted)}")
+
+    def resign(self, partitions: Sequence[int]) -> None:
+        """Cluster mode: stop leading ``partitions`` (another node leads them now); commits nothing."""
+        if self._leaders is not None:
+            for p in partitions:
+                self._leaders.pop(p, None)
+
+    def append_foreign(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """Cluster mode: :meth:`append_held` for any partition, led or not, carrying no leader epochs.
+
+        For the replay of a departed leader's acks=1 write-ahead log before its
+        partitions are claimed: the records go where its promises put them, and
+        the commit claims no leadership (the claims that follow do).
+        """
+        self._foreign_ok = True
+        try:
+            return self._append(batches)
+        finally:
+            self._foreign_ok = False
 
     def high_watermark(self, partition: int) -> int:
         """The offset the next record of ``partition`` will get (as of the last commit seen)."""
@@ -258,9 +351,11 @@ class TopicWriter:
 
         While it is held no writer on this host that takes turns through it
         (:meth:`append`, cooperative or not) commits; :meth:`others_waiting`
-        tells the holder that one waits for its turn.
+        tells the holder that one waits for its turn. A cluster-mode writer
+        holds it shared with the other leaders of the topic
+        (:meth:`LogAppender.exclusive`).
         """
-        return self._appender.exclusive()
+        return self._appender.exclusive(shared=self._leaders is not None)
 
     def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
         """:meth:`append` for a caller inside :meth:`hold` (which settles stopped nodes' promises itself)."""
@@ -334,6 +429,7 @@ class TopicWriter:
                     self._refresh()  # partitions may have been added since we last looked
                     refreshed = True
                 self._check_partitions(records)
+                self._check_leading(records)
                 if not batch.validated:
                     self.check_records(records)
                 if batch.producer_id is not None:
@@ -394,6 +490,16 @@ class TopicWriter:
             bad = lo if lo < 0 else hi
             raise UnknownTopicOrPartitionError(
                 f"partition {bad} of topic '{self.topic}' does not exist (partitions: 0..{self._num_partitions - 1})"
+            )
+
+    def _check_leading(self, records: pa.Table) -> None:
+        if self._leaders is None or self._foreign_ok or not len(records):
+            return
+        parts = np.unique(records["partition"].combine_chunks().to_numpy(zero_copy_only=False))
+        missing = [int(p) for p in parts if int(p) not in self._leaders]
+        if missing:
+            raise NotLeaderOrFollowerError(
+                f"this node does not lead partitions {missing} of topic '{self.topic}'; retry at their leader"
             )
 
     def _producer(self, producer_id: str) -> _Producer:
@@ -488,7 +594,10 @@ class TopicWriter:
         if len(parts) > 1 and np.any(parts[1:] < parts[:-1]):
             out = out.take(pa.array(np.argsort(parts, kind="stable")))
 
-        txns = [(_delta.APP_EPOCH, self.epoch)]
+        if self._leaders is None:
+            txns = [(_delta.APP_EPOCH, self.epoch)]
+        else:
+            txns = [(_delta.app_leader(p), self._leaders[p]) for p in touched if p in self._leaders]
         txns += [(_delta.app_hw(p), int(new_hw[p])) for p in touched]
         landed: list[tuple[str, int, dict[int, tuple[int, int]]]] = []
         per_batch: list[pa.Array] = []
@@ -510,12 +619,18 @@ class TopicWriter:
             for pid, seq, firsts in landed
         ]
         files = self._appender.write_files(out)
+        if self._leaders is not None:
+            self._touching = (set(touched), set(last_seq))
         try:
             self._commit_files(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None)
         except CommitInDoubt as e:
             raise _InDoubt(e.version, e.commit_id, str(e), per_batch) from e
+        finally:
+            self._touching = None
 
-        self._hw = [int(h) for h in new_hw]
+        # Only this commit's partitions: a race lost to commits elsewhere moved the others' meanwhile.
+        for p in touched:
+            self._hw[p] = int(new_hw[p])
         for pid, seq, firsts in landed:
             state = self._producer(pid)
             state.last_seq = seq
@@ -532,24 +647,34 @@ class TopicWriter:
                 self._appender.discard(files)
                 raise _Replan(True) from None
             except VersionTaken:
-                moved, full = self._absorb(version)
+                moved, full = self._absorb(version, self._touching)
                 if moved:
                     self._appender.discard(files)
                     raise _Replan(full) from None
+                if full:
+                    # The winner changed what only a re-read shows (other partitions' offsets, say);
+                    # this commit's partitions are untouched, so its files and offsets stay valid.
+                    self._refresh()
                 version = self._version + 1
                 continue
             self._version = version
             return
 
-    def _absorb(self, version: int) -> tuple[bool, bool]:
-        """Step over the commits from ``version`` on; (did any move offsets, is a re-read needed)."""
+    def _absorb(self, version: int, touching: tuple[set[int], set[str]] | None = None) -> tuple[bool, bool]:
+        """Step over the commits from ``version`` on; (did any move offsets, is a re-read needed).
+
+        With ``touching`` (cluster mode: the partitions and producers of the
+        commit being made), "moved" means moved offsets of those partitions or
+        sequences of those producers; commits elsewhere are folded in but leave
+        the commit being made valid.
+        """
         commits: dict[int, list[dict[str, Any]]] = {}
         for v, action in self._appender.actions_since(version):
             commits.setdefault(v, []).append(action)
         moved = full = False
         for actions in commits.values():
             if any(_moves_offsets(a) for a in actions):
-                moved = True
+                moved = moved or touching is None or _touches(actions, *touching)
                 full = full or not self._apply_winner(actions)
         if commits:
             self._version = max(commits)
@@ -566,15 +691,22 @@ class TopicWriter:
             FencedLeaderEpochError: the winner holds a newer epoch.
         """
         txns = {str(a["txn"].get("appId")): int(a["txn"].get("version", 0)) for a in actions if "txn" in a}
-        if _delta.APP_EPOCH not in txns or any("metaData" in a or "protocol" in a for a in actions):
+        leaders = {int(app.removeprefix(_delta.LEADER_PREFIX)): v for app, v in txns.items() if _is_leader_app(app)}
+        ours = _delta.APP_EPOCH in txns or leaders or any(app.startswith("logstore.hw.") for app in txns)
+        if not ours or any("metaData" in a or "protocol" in a for a in actions):
             return False
-        epoch = txns[_delta.APP_EPOCH]
-        if self._join:
+        epoch = txns.get(_delta.APP_EPOCH)
+        if epoch is None:
+            pass
+        elif self._join or self._leaders is not None:
+            # A cluster leader shares the table with cooperative writers, whose table-wide epoch fences no leader.
             self.epoch = max(self.epoch, epoch)
         elif epoch > self.epoch:
             raise FencedLeaderEpochError(
                 f"topic '{self.topic}' was claimed by epoch {epoch}; this committer (epoch {self.epoch}) is fenced"
             )
+        for p, e in leaders.items():
+            self._table_leaders[p] = max(self._table_leaders.get(p, -1), e)
         for app, version in txns.items():
             if app.startswith("logstore.hw."):
                 p = int(app.removeprefix("logstore.hw."))
@@ -584,7 +716,23 @@ class TopicWriter:
             elif app.startswith("logstore.producer."):
                 pid = app.removeprefix("logstore.producer.")
                 self._producers.setdefault(pid, _Producer(version)).last_seq = version
+        self._check_fence()
         return True
+
+    def _check_fence(self) -> None:
+        """Cluster mode: stop leading every partition the log holds a newer epoch of, and say which."""
+        if self._leaders is None:
+            return
+        fenced = tuple(sorted(p for p, e in self._leaders.items() if self._table_leaders.get(p, -1) > e))
+        if not fenced:
+            return
+        epochs = {p: (self._leaders[p], self._table_leaders[p]) for p in fenced}
+        self.resign(fenced)
+        raise FencedLeaderEpochError(
+            f"topic '{self.topic}': partitions {list(fenced)} were claimed by newer leader epochs "
+            f"(ours, theirs: {epochs}); this node no longer commits them",
+            partitions=fenced,
+        )
 
     def _stamp(self, table: pa.Table, offsets: np.ndarray, now_ms: int) -> pa.Table:
         n = len(table)
@@ -678,6 +826,10 @@ class TopicWriter:
         for f in files:
             by_part[f.partition].append(f)
         self._hw = [high_watermark(self._dt, p, by_part[p]) for p in range(self._num_partitions)]
+        for p in range(self._num_partitions):
+            e = _delta.txn_version(self._dt, _delta.app_leader(p))
+            if e is not None:
+                self._table_leaders[p] = max(self._table_leaders.get(p, -1), e)
 
     def _refresh(self) -> None:
         try:
@@ -693,7 +845,10 @@ class TopicWriter:
         for pid, state in self._producers.items():
             state.last_seq = _delta.txn_version(self._dt, _delta.app_producer(pid))
         current = self._table_epoch()
-        if self._join:
+        if self._leaders is not None:
+            self.epoch = current
+            self._check_fence()
+        elif self._join:
             self.epoch = current
         elif current > self.epoch:
             raise FencedLeaderEpochError(
@@ -720,9 +875,35 @@ class _Replan(Exception):
         self.full = full
 
 
+def _is_leader_app(app: str) -> bool:
+    return app.startswith(_delta.LEADER_PREFIX) and app.removeprefix(_delta.LEADER_PREFIX).isdigit()
+
+
+def _touches(actions: list[dict[str, Any]], partitions: set[int], producers: set[str]) -> bool:
+    """Whether a commit moved offsets of ``partitions`` or sequences of ``producers`` (or may have: not ours)."""
+    for a in actions:
+        if "metaData" in a or "protocol" in a:
+            return True
+        if "add" in a and a["add"].get("dataChange", True):
+            p = a["add"].get("partitionValues", {}).get("partition")
+            if p is None or int(p) in partitions:
+                return True
+        if "txn" in a:
+            app = str(a["txn"].get("appId"))
+            if app == _delta.APP_EPOCH:
+                return True  # a table-wide claim or a cooperative writer: it may have moved any offset
+            for prefix in ("logstore.hw.", _delta.LEADER_PREFIX):
+                if app.startswith(prefix) and int(app.removeprefix(prefix)) in partitions:
+                    return True
+            if app.startswith("logstore.producer.") and app.removeprefix("logstore.producer.") in producers:
+                return True
+    return False
+
+
 def _moves_offsets(action: dict[str, Any]) -> bool:
     if "txn" in action:
-        return bool(action["txn"].get("appId") == _delta.APP_EPOCH)
+        app = str(action["txn"].get("appId"))
+        return app == _delta.APP_EPOCH or _is_leader_app(app)
     if "metaData" in action or "protocol" in action:
         return True
     return "add" in action and bool(action["add"].get("dataChange", True))

@@ -2,6 +2,6 @@
 
 import sys
 
-from logstore_cli.commands import main
+from logstore_cli.cli import main
 
 sys.exit(main())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
@@ -107,11 +108,12 @@ def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
     columns = ["offset", "timestamp", "timestamp_type", "key", "value"]
     if s.include_headers:
         columns.append("headers")
+    constants = _Constants(s.topic, s.partition)
     for run in offset_runs(s.files):
         if len(run) == 1 and run[0].min_offset >= s.start and run[0].max_offset < s.end:
             pf = pq.ParquetFile(run[0].path)
             for rb in pf.iter_batches(batch_size=_READ_BATCH_ROWS, columns=columns):
-                yield _to_kafka(rb, s)
+                yield _to_kafka(rb, s, constants)
             continue
         filters = [("offset", ">=", s.start), ("offset", "<", s.end)]
         # One schema for every file: another engine's rewrite may store types differently.
@@ -121,16 +123,50 @@ def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
         if not offsets_sorted(t["offset"]):
             t = t.sort_by("offset")
         for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
-            yield _to_kafka(rb, s)
+            yield _to_kafka(rb, s, constants)
 
 
-def _to_kafka(rb: pa.RecordBatch, s: TopicSlice) -> pa.RecordBatch:
-    n = rb.num_rows
+class _Constants:
+    """The ``topic`` and ``partition`` columns of a slice: built once, then sliced (zero-copy) to each batch.
+
+    Built from buffers: ``pa.array`` and ``pa.scalar`` import pandas on first use
+    (pyarrow checks Python values for pandas' missing-value markers), which
+    would cost every new Python worker ~0.4 s of CPU on its first batch.
+    """
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self._topic = topic.encode()
+        self._partition = partition
+        self._size = 0
+        self.topic = _strings(self._topic, 0)
+        self.partition = _int32s(partition, 0)
+
+    def columns(self, n: int) -> tuple[pa.Array, pa.Array]:
+        """The two columns for a batch of ``n`` rows."""
+        if n > self._size:
+            self._size = max(n, _READ_BATCH_ROWS)
+            self.topic = _strings(self._topic, self._size)
+            self.partition = _int32s(self._partition, self._size)
+        return self.topic.slice(0, n), self.partition.slice(0, n)
+
+
+def _strings(value: bytes, n: int) -> pa.Array:
+    # int32 offsets hold n * len(value): a topic name is at most 249 bytes, a batch _READ_BATCH_ROWS rows.
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(value))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(value * n))
+
+
+def _int32s(value: int, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, np.int32))])
+
+
+def _to_kafka(rb: pa.RecordBatch, s: TopicSlice, constants: _Constants) -> pa.RecordBatch:
+    topic, partition = constants.columns(rb.num_rows)
     arrays = [
         rb.column("key"),
         rb.column("value"),
-        pa.repeat(pa.scalar(s.topic, pa.string()), n),
-        pa.repeat(pa.scalar(s.partition, pa.int32()), n),
+        topic,
+        partition,
         rb.column("offset"),
         rb.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
         rb.column("timestamp_type").cast(pa.int32()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import random
 import time
 from collections import Counter
@@ -10,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from logstore.client import TIMESTAMP_CREATE_TIME, Consumer, Producer
-from logstore.errors import InvalidConfigError
+from logstore.errors import InvalidConfigError, UnknownMemberIdError
 from logstore.structs import TopicPartition
 from tests.server import Server
 
@@ -137,4 +138,73 @@ def test_an_expired_consumer_gives_up_its_partitions_and_joins_again(server: Sta
     m = cons.poll(5)
     assert m is not None and m.value() == b"x"
     assert cons.member_id != first and revoked == [[TopicPartition("t", 0)]]
+    cons.close()
+
+
+def test_a_consumer_that_stops_polling_leaves_and_its_next_poll_says_so(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+    revoked: list[list[TopicPartition]] = []
+    slow = consumer(srv.url, "g", max_poll_interval_ms=500)
+    slow.subscribe(["t"], on_revoke=lambda _c, parts: revoked.append(parts))
+    fast = consumer(srv.url, "g")
+    fast.subscribe(["t"])
+    deadline = time.monotonic() + 10
+    while (len(slow.assignment()), len(fast.assignment())) != (1, 1) and time.monotonic() < deadline:
+        slow.poll(0.05)
+        fast.poll(0.05)
+    mine = slow.assignment()
+    assert len(mine) == 1, (mine, fast.assignment())
+    first = slow.member_id
+    revoked.clear()  # what fast's joining took
+    # slow's application stops polling: its heartbeat thread leaves the group, so fast gets both partitions
+    while len(fast.assignment()) < 2 and time.monotonic() < deadline:
+        fast.poll(0.05)
+    assert len(fast.assignment()) == 2
+    with pytest.raises(UnknownMemberIdError, match=r"max\.poll\.interval\.ms=500"):
+        slow.poll(0)
+    assert revoked == [mine] and slow.assignment() == []
+    slow.poll(0)  # joins again
+    assert slow.member_id not in (None, first)
+    for cons in (slow, fast):
+        cons.close()
+
+
+def test_a_consumer_draining_its_buffer_slowly_is_not_taken_for_a_stopped_one(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    records = [{"value": f"v{i}"} for i in range(8)]
+    assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+    cons = consumer(srv.url, "g", max_poll_interval_ms=600, max_poll_records=8)
+    cons.subscribe(["t"])
+    first = cons.poll(5)  # one fetch buffers all 8
+    assert first is not None
+    member, got = cons.member_id, [first.value()]
+    for _ in range(7):
+        time.sleep(0.2)  # the application's processing, well within max.poll.interval.ms between polls
+        m = cons.poll(5)
+        assert m is not None
+        got.append(m.value())
+    # 1.4 s after the one fetch that brought them: the server would have removed a member that fetched no more
+    assert got == [f"v{i}".encode() for i in range(8)] and cons.member_id == member
+    cons.close()
+
+
+def test_raw_bytes_and_repeated_header_keys_reach_the_consumer_as_produced(server: StartServer) -> None:
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    raw = bytes(range(256))
+    headers = [{"key": "h", "value": "1"}, {"key": "h", "value": None}]
+    records = [{"value": {"b64": base64.b64encode(raw).decode()}, "headers": headers}, {"value": None, "key": "k"}]
+    assert c.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+    cons = consumer(srv.url, "g")
+    cons.subscribe(["t"])
+    got = cons.consume(2, timeout=5)
+    assert [(m.value(), m.key(), m.headers()) for m in got] == [
+        (raw, None, [("h", b"1"), ("h", None)]),
+        (None, b"k", []),
+    ]
     cons.close()

@@ -116,6 +116,68 @@ def test_expire_alone_removes_silent_members_and_releases_the_lease(
     GroupLease(store.config.root, "g").acquire([t])  # a Spark query may read the topic now
 
 
+def test_a_member_that_heartbeats_but_does_not_fetch_leaves_after_max_poll_interval(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], clock: Clock, store: LogStore
+) -> None:
+    t = make_topic(partitions=4)
+    a = coordinator.join("g", [t], max_poll_interval_ms=1000)
+    b = coordinator.join("g", [t], max_poll_interval_ms=1000)
+    coordinator.heartbeat("g", a.member_id)  # acknowledged: b has its share
+    for now in (0.5, 0.9):  # both heartbeat; only b fetches
+        clock.now = now
+        coordinator.heartbeat("g", a.member_id)
+        coordinator.heartbeat("g", b.member_id)
+        coordinator.fetch("g", b.member_id, store_fetch(store), max_records=1, max_bytes=1)
+    clock.now = 1.4  # a last fetched at 0 (its join): gone at 1.0, though its session is alive; b fetched at 0.9
+    with pytest.raises(UnknownMemberIdError, match=r"max\.poll\.interval\.ms=1000"):
+        coordinator.heartbeat("g", a.member_id)
+    assert coordinator.heartbeat("g", b.member_id).assignment == tuple(TP(t, p) for p in range(4))
+    with pytest.raises(IllegalGenerationError, match="fenced"):
+        coordinator.commit("g", a.member_id, a.generation, {TP(t, 0): 0})
+
+
+def test_a_topic_that_gains_partitions_rebalances_the_group(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
+) -> None:
+    t = make_topic(partitions=2)
+    a = coordinator.join("g", [t])
+    b = coordinator.join("g", [t])
+    for _ in range(2):  # the first response tells a of its revocation, the second acknowledges it
+        coordinator.heartbeat("g", a.member_id)
+    assert sorted(owners(coordinator, "g")) == [TP(t, 0), TP(t, 1)]
+    store.alter_topic(t, partitions=6)
+    assert sorted(owners(coordinator, "g")) == [TP(t, 0), TP(t, 1)]
+    coordinator.expire()  # the node's timer: compares partition counts with the last assignment's
+    # range over the sorted member ids: 0-2 and 3-5; the new partitions have owners at once, and the one
+    # of 0 and 1 that moves waits until its old owner lets it go
+    assert len(owners(coordinator, "g")) == 5
+    for _ in range(2):
+        for m in (a, b):
+            coordinator.heartbeat("g", m.member_id)
+    assert sorted(owners(coordinator, "g")) == [TP(t, p) for p in range(6)]
+    assert [len(m.assignment) for m in coordinator.members("g")] == [3, 3]
+
+
+def test_a_subscribed_topic_deleted_then_created_again_is_followed(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
+) -> None:
+    t, other = make_topic(partitions=2), make_topic(partitions=1)
+    m = coordinator.join("g", [t, other])
+    coordinator.expire()
+    store.delete_topic(t)
+    coordinator.expire()
+    assert coordinator.heartbeat("g", m.member_id).assignment == (TP(other, 0),)
+    store.create_topic(t, 3)
+    coordinator.expire()
+    assert sorted(coordinator.heartbeat("g", m.member_id).assignment) == sorted(
+        [TP(other, 0), *(TP(t, p) for p in range(3))]
+    )
+    store.delete_topic(t)
+    store.create_topic(t, 5)  # both between two sweeps
+    coordinator.expire()
+    assert len(coordinator.heartbeat("g", m.member_id).assignment) == 6
+
+
 def test_members_and_another_reader_of_the_group_exclude_each_other(
     coordinator: GroupCoordinator, make_topic: Callable[..., str], store: LogStore
 ) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 
 from logstore.errors import GroupSubscribedToTopicError
+from logstore.fetch_format import ARROW_STREAM, MEMBER_RECORDS_SCHEMA
 from logstore.leases import GroupLease
 from tests.server import Server
 
@@ -208,3 +211,78 @@ def test_offsets_of_a_group_with_live_members_move_only_through_its_members(serv
     assert c.get("/v1/groups").json() == {"groups": ["g"]}
     assert c.delete(f"/v1/groups/g/members/{m}").status_code == 204
     assert c.post("/v1/groups/g/reset", json={"topic": "t", "to": "earliest"}).status_code == 200
+
+
+def test_a_topic_that_gains_partitions_rebalances_and_the_new_ones_get_owners(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 4)
+    ids = [join(c, "g", ["t"], **{"auto.offset.reset": "earliest"})["member_id"] for _ in range(2)]
+    assert sorted(len(owned(s)) for s in settle(c, "g", ids, 4).values()) == [2, 2]
+    r = c.patch("/v1/topics/t", json={"partitions": 6})
+    assert r.status_code == 200, r.text
+    produce_each(c, "t", 6, 1)
+    states = settle(c, "g", ids, 6)  # the node's sweep sees the new count and rebalances; no member rejoins
+    assert set().union(*(owned(s) for s in states.values())) == {("t", p) for p in range(6)}
+    assert sorted(len(owned(s)) for s in states.values()) == [3, 3]
+    got = {
+        r["partition"]
+        for m in ids
+        for r in c.get(f"/v1/groups/g/members/{m}/records", params={"max_records": 100}).json()["records"]
+    }
+    assert got == set(range(6))
+
+
+def test_a_member_that_heartbeats_but_never_fetches_is_removed_after_max_poll_interval(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 2)
+    idle = join(c, "g", ["t"], **{"max.poll.interval.ms": 400})["member_id"]
+    busy = join(c, "g", ["t"], **{"max.poll.interval.ms": 60_000})["member_id"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = c.post(f"/v1/groups/g/members/{idle}/heartbeat")
+        if r.status_code != 200:
+            break
+        c.get(f"/v1/groups/g/members/{busy}/records").raise_for_status()
+    error(r, 404, "UNKNOWN_MEMBER_ID")
+    assert "max.poll.interval.ms=400" in r.json()["message"]
+    assert owned(settle(c, "g", [busy], 2)[busy]) == {("t", 0), ("t", 1)}
+    r = c.post("/v1/groups/g/members", json={"topics": ["t"], "max.poll.interval.ms": 0})
+    error(r, 422, "INVALID_REQUEST")
+
+
+def test_member_fetch_in_arrow_form_when_asked_json_otherwise(server: StartServer) -> None:
+    c = server().client()
+    create(c, "t", 2)
+    raw = bytes([0xFF, 0x00, 0x80])  # not UTF-8: JSON must base64 it, Arrow sends it as is
+    records = [
+        {"partition": 0, "key": "k", "value": {"b64": base64.b64encode(raw).decode()}, "timestamp": 1_000},
+        {"partition": 1, "value": "plain", "headers": [{"key": "h", "value": "1"}, {"key": "h", "value": "2"}]},
+        {"partition": 1, "value": None},
+    ]
+    r = c.post("/v1/topics/t/records", json={"records": records})
+    assert r.status_code == 200, r.text
+    m = join(c, "g", ["t"], **{"auto.offset.reset": "earliest"})["member_id"]
+    r = c.get(f"/v1/groups/g/members/{m}/records", headers={"Accept": ARROW_STREAM})
+    assert r.status_code == 200 and r.headers["content-type"] == ARROW_STREAM
+    table = pa.ipc.open_stream(r.content).read_all()
+    assert table.schema == MEMBER_RECORDS_SCHEMA
+    rows = sorted(table.to_pylist(), key=lambda x: (x["partition"], x["offset"]))
+    assert [(x["topic"], x["partition"], x["offset"], x["key"], x["value"]) for x in rows] == [
+        ("t", 0, 0, b"k", raw),
+        ("t", 1, 0, None, b"plain"),
+        ("t", 1, 1, None, None),
+    ]
+    assert rows[0]["timestamp"].timestamp() == 1.0
+    assert rows[1]["headers"] == [{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}]
+    # the position moved: nothing more, still a stream with the schema
+    empty = pa.ipc.open_stream(c.get(f"/v1/groups/g/members/{m}/records", headers={"Accept": ARROW_STREAM}).content)
+    assert empty.read_all().num_rows == 0 and empty.schema == MEMBER_RECORDS_SCHEMA
+    # JSON stays the default
+    other = join(c, "h", ["t"], **{"auto.offset.reset": "earliest"})["member_id"]
+    r = c.get(f"/v1/groups/h/members/{other}/records")
+    assert r.headers["content-type"] == "application/json"
+    assert [x["value"] for x in sorted(r.json()["records"], key=lambda x: (x["partition"], x["offset"]))] == [
+        {"b64": "/wCA"},
+        "plain",
+        None,
+    ]

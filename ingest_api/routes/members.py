@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
@@ -20,6 +20,7 @@ from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, quota, require
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
 from logstore.coordinator import MemberState
+from logstore.fetch_format import ARROW_STREAM, encode_member_records
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
 
@@ -52,6 +53,7 @@ async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep, access:
             assignor=body.assignor,
             session_timeout_ms=body.session_timeout_ms,
             auto_offset_reset=body.auto_offset_reset,
+            max_poll_interval_ms=body.max_poll_interval_ms,
         )
     )
     return member_out(state)
@@ -64,8 +66,19 @@ async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: 
     return member_out(await run_in_threadpool(coordinator.heartbeat, group, member, acknowledged))
 
 
-@router.get("/{member}/records", response_model=MemberRecords, dependencies=[quota("consumer")])
+@router.get(
+    "/{member}/records",
+    response_model=MemberRecords,
+    dependencies=[quota("consumer")],
+    responses={
+        200: {
+            "description": f"JSON; with `Accept: {ARROW_STREAM}`, an Arrow IPC stream (see logstore.fetch_format)",
+            "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def records(
+    request: Request,
     group: str,
     member: str,
     broker: BrokerDep,
@@ -75,7 +88,12 @@ async def records(
     max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
 ) -> Response:
-    """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones."""
+    """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones.
+
+    JSON by default; ``Accept: application/vnd.apache.arrow.stream`` gets an
+    Arrow IPC stream instead (:mod:`logstore.fetch_format`), which the Python
+    ``Consumer`` uses: no per-record JSON on either side.
+    """
     for topic in (await run_in_threadpool(coordinator.member, group, member)).topics:
         access.require(Operation.READ, Resource.topic(topic))
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
@@ -90,6 +108,8 @@ async def records(
         state = await run_in_threadpool(coordinator.member, group, member)
         # commits on this node wake us at once; other writers (and new assignments) are seen on the next poll
         await broker.wait_for_commit(state.topics[0], min(left, 0.1))
+    if ARROW_STREAM in request.headers.get("accept", ""):
+        return Response(encode_member_records(slices), media_type=ARROW_STREAM)
     out = []
     for topic, result in slices:
         body = _fetch_body(result)

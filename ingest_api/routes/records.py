@@ -15,11 +15,18 @@ from fastapi.responses import Response
 
 from ingest_api.broker import Acks, Broker
 from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
+from ingest_api.forwarding import (
+    ARROW_STREAM,
+    PRODUCER_ID_HEADER,
+    SEQUENCE_HEADER,
+    decode_arrow,
+    produce_in_cluster,
+)
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import parse_produce
 from logstore.catalog import validate_topic_name
 from logstore.codec import encode_bytes
-from logstore.errors import RequestTimedOutError
+from logstore.errors import NotLeaderOrFollowerError, RequestTimedOutError
 from logstore.security import Operation, ResourceType
 from logstore.structs import AppendResult, FetchResult
 
@@ -56,11 +63,42 @@ def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
         }
     },
 )
-async def produce(topic: str, request: Request, broker: BrokerDep, acks: Acks = "all") -> Response:
-    """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits."""
+async def produce(
+    topic: str,
+    request: Request,
+    broker: BrokerDep,
+    acks: Acks = "all",
+    forward: Annotated[
+        bool, Query(description="cluster mode: false answers 421 NOT_LEADER_OR_FOLLOWER instead of forwarding")
+    ] = True,
+) -> Response:
+    """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits.
+
+    Cluster mode: records of partitions another node leads are forwarded to it
+    (:mod:`ingest_api.forwarding`); a body of content type
+    ``application/vnd.apache.arrow.stream`` is such a forwarded request.
+    """
     started = time.perf_counter()
     validate_topic_name(topic)
-    parsed = parse_produce(await _read_body(request, broker))
+    body = await _read_body(request, broker)
+    if request.headers.get("content-type", "").startswith(ARROW_STREAM):
+        parsed = decode_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
+    else:
+        parsed = parse_produce(body)
+    if broker.cluster is not None:
+        parts, placed = await produce_in_cluster(
+            broker,
+            request.app.state.forwarder,
+            topic,
+            parsed,
+            acks,
+            forward=forward,
+            authorization=request.headers.get("authorization"),
+        )
+        broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)
+        if acks == "0":
+            return Response(status_code=202)
+        return _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, placed, strict=True)]})
     pipeline = broker.pipeline_if_open(topic)
     if pipeline is None:  # opening one replays its WAL and may create the topic: off the event loop
         pipeline = await run_in_threadpool(broker.pipeline, topic)
@@ -120,12 +158,25 @@ async def fetch(
         int, Query(ge=1, description="bytes of keys and values, at most fetch.max.bytes; the first record always")
     ] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
+    forward: Annotated[
+        bool, Query(description="cluster mode: false answers 421 NOT_LEADER_OR_FOLLOWER on a node that does not lead")
+    ] = True,
 ) -> Response:
     """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones.
 
     ``max_bytes`` is capped by the node's ``fetch.max.bytes``, as Kafka's broker caps a fetch.
+    In cluster mode any node serves committed records straight from the shared
+    Delta table (nothing is forwarded); a long poll wakes at once on this
+    node's own commits and within 100 ms on other nodes'.
     """
     validate_topic_name(topic)
+    if broker.cluster is not None and not forward:
+        leader = broker.leader_of(topic, partition)
+        if leader is not None:
+            raise NotLeaderOrFollowerError(
+                f"node {leader.node_id} leads partition {partition} of topic '{topic}'",
+                leader=(leader.node_id, leader.url),
+            )
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     deadline = time.monotonic() + wait_ms / 1000
     while True:

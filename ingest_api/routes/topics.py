@@ -37,6 +37,7 @@ async def create_topic(body: CreateTopic, broker: BrokerDep, access: AccessDep) 
     """Kafka's CreateTopics: CREATE on the topic or on the cluster."""
     access.require(Operation.CREATE, Resource.topic(body.name), Resource.cluster())
     info = await run_in_threadpool(broker.store.create_topic, body.name, body.partitions, body.config)
+    await run_in_threadpool(broker.reconfigure, body.name)  # cluster mode: the controller gives it leaders
     return topic_out(info)
 
 

@@ -139,9 +139,22 @@ class Nodes:
     bootstrap nodes, which forward.
     """
 
-    def __init__(self, bootstrap: str, *, timeout_s: float, api_key: str | None, ca_file: str | None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        timeout_s: float,
+        api_key: str | None,
+        ca_file: str | None,
+        client_cert: tuple[str, str] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap_urls(bootstrap)
-        self._options: dict[str, Any] = {"timeout_s": timeout_s, "api_key": api_key, "ca_file": ca_file}
+        self._options: dict[str, Any] = {
+            "timeout_s": timeout_s,
+            "api_key": api_key,
+            "ca_file": ca_file,
+            "client_cert": client_cert,
+        }
         self._clients: dict[str, httpx.Client] = {}
         self._lock = threading.Lock()
         self._turn = 0

@@ -23,14 +23,27 @@ def json_headers(h: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[str, by
     return [(x["key"], decode_bytes(f"header {x['key']}", x["value"])) for x in h]
 
 
-def http_client(url: str, *, timeout_s: float, api_key: str | None, ca_file: str | None) -> httpx.Client:
+def http_client(
+    url: str,
+    *,
+    timeout_s: float,
+    api_key: str | None,
+    ca_file: str | None,
+    client_cert: tuple[str, str] | None = None,
+) -> httpx.Client:
     """An HTTP client for ``url``: the API key as a bearer token, TLS verified against ``ca_file`` if given.
 
     ``api_key`` None falls back to ``LOGSTORE_API_KEY``; no key at all sends none (an open server).
+    ``client_cert`` = (certificate PEM, private key PEM) is presented to a server that asks for one
+    (``server.ssl.client.auth``); without an API key, the certificate's subject is the principal.
     """
     key = api_key if api_key is not None else os.environ.get("LOGSTORE_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else None
-    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    verify: ssl.SSLContext | bool = True
+    if ca_file or client_cert:
+        verify = ssl.create_default_context(cafile=ca_file)
+        if client_cert:
+            verify.load_cert_chain(*client_cert)
     return httpx.Client(base_url=url, timeout=timeout_s, headers=headers, verify=verify)
 
 

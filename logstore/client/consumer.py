@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from logstore.client._http import assigned_partitions, http_client, json_headers, raise_for
-from logstore.codec import decode_bytes
+from logstore.client._http import assigned_partitions, http_client, raise_for
 from logstore.errors import (
     IllegalGenerationError,
     InvalidConfigError,
@@ -24,9 +26,8 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownServerError,
 )
-from logstore.structs import (
-    TopicPartition,
-)
+from logstore.fetch_format import ARROW_STREAM, decode_member_records
+from logstore.structs import TopicPartition
 
 __all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "Message", "RebalanceCallback"]
 
@@ -45,7 +46,7 @@ class Message:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
+        headers: list[tuple[str, bytes | None]] | None,
         timestamp_ms: int,
     ) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
@@ -68,6 +69,8 @@ class Message:
 
     def headers(self) -> list[tuple[str, bytes | None]]:
         """In the order produced; a key may repeat."""
+        if self._headers is None:
+            self._headers = []
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
@@ -96,10 +99,13 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.commit.interval.ms": 5_000,
     "session.timeout.ms": 45_000,
     "heartbeat.interval.ms": 3_000,
+    "max.poll.interval.ms": 300_000,
     "partition.assignment.strategy": "range",
     "max.poll.records": 500,
     "api.key": None,
     "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
 }
 
 
@@ -112,10 +118,12 @@ class Consumer:
     ``enable.auto.commit`` (True: positions are committed every
     ``auto.commit.interval.ms`` and before a partition is given up),
     ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
+    ``max.poll.interval.ms`` (300000: see below),
     ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
     ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
     (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
-    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server).
+    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server), ``ssl.certificate.location`` and
+    ``ssl.key.location`` (a client certificate and its key, for a server that asks for one).
 
     Threads: a heartbeat thread keeps the session alive and learns assignment
     changes; everything else — rebalance callbacks, revocation, auto commit —
@@ -131,6 +139,16 @@ class Consumer:
     each message hands partitions over without duplicates. ``on_assign`` gets
     the partitions added (incremental, as with ``cooperative-sticky`` in
     confluent-kafka).
+
+    ``max.poll.interval.ms`` bounds the time the application spends between
+    calls of :meth:`poll` / :meth:`consume`: past it, the heartbeat thread
+    leaves the group (its partitions go to the others), and the next poll
+    gives up the partitions (``on_revoke``) and raises
+    :class:`~logstore.errors.UnknownMemberIdError`; the poll after that joins
+    again. The server enforces the same bound from the member's last fetch,
+    for clients that stop without leaving; a consumer that is draining
+    buffered records fetches once per half interval so that it is not taken
+    for a stopped one.
 
     Raises:
         InvalidConfigError: an unknown key, or no ``bootstrap.servers`` / ``group.id``.
@@ -155,9 +173,11 @@ class Consumer:
         url = str(conf["bootstrap.servers"]).split(",")[0].strip()
         self._url = url if "://" in url else f"http://{url}"
         key, ca = conf["api.key"], conf["ssl.ca.location"]
-        self._client = http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
-        self._hb_client = http_client(self._url, timeout_s=30, api_key=key, ca_file=ca)
-        self._commit_client = http_client(self._url, timeout_s=60, api_key=key, ca_file=ca)
+        cert = conf["ssl.certificate.location"]
+        tls = {"ca_file": ca, "client_cert": (cert, conf["ssl.key.location"] or cert) if cert else None}
+        self._client = http_client(self._url, timeout_s=60, api_key=key, **tls)
+        self._hb_client = http_client(self._url, timeout_s=30, api_key=key, **tls)
+        self._commit_client = http_client(self._url, timeout_s=60, api_key=key, **tls)
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
         self._commits: list[Future[None]] = []
         self._lock = threading.Lock()
@@ -179,6 +199,13 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + conf["auto.commit.interval.ms"] / 1000
         self._heartbeat_thread: threading.Thread | None = None
         self._closed = False
+        self._max_poll_s = conf["max.poll.interval.ms"] / 1000
+        self._polled_at = time.monotonic()
+        """When the application last called (or returned from) poll/consume."""
+        self._in_poll = False
+        self._fetched_at = time.monotonic()
+        self._poll_exceeded: str | None = None
+        """Why the heartbeat thread left the group; raised by the next poll."""
 
     @property
     def member_id(self) -> str | None:
@@ -222,15 +249,26 @@ class Consumer:
         """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for the first (None: forever)."""
         if self._member_id is None:
             raise InvalidRequestError("subscribe() before poll()")
+        self._in_poll = True
+        try:
+            return self._consume(num_messages, timeout)
+        finally:
+            self._polled_at = time.monotonic()
+            self._in_poll = False
+
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             self._raise_errors()
             self._apply_assignment()
             self._maybe_auto_commit()
             if self._buffer:
+                if time.monotonic() - self._fetched_at > self._max_poll_s / 2:
+                    self._fetch(0, max_records=1)  # tells the server this member still consumes
                 out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
-                for m in out:
-                    self._positions[TopicPartition(m.topic(), m.partition())] = m.offset() + 1
+                last = {(m._topic, m._partition): m._offset for m in out}  # offsets ascend within a partition
+                for (topic, partition), offset in last.items():
+                    self._positions[TopicPartition(topic, partition)] = offset + 1
                 return out
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -317,6 +355,7 @@ class Consumer:
                 "assignor": self._conf["partition.assignment.strategy"],
                 "session_timeout_ms": int(self._conf["session.timeout.ms"]),
                 "auto.offset.reset": self._conf["auto.offset.reset"],
+                "max.poll.interval.ms": int(self._conf["max.poll.interval.ms"]),
             },
         )
         with self._lock:
@@ -334,6 +373,8 @@ class Consumer:
             if self._stop.is_set():
                 return
             try:
+                if not self._in_poll and time.monotonic() - self._polled_at > self._max_poll_s:
+                    self._leave_for_poll_interval()
                 self._heartbeat()
             except KafkaStorageError as e:
                 log.warning("heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, e, interval)
@@ -342,6 +383,22 @@ class Consumer:
             except Exception as e:  # reported to the caller by the next poll(), never swallowed
                 log.exception("heartbeat of group '%s' failed", self.group)
                 self._record(UnknownServerError(f"heartbeat failed: {e!r}"))
+
+    def _leave_for_poll_interval(self) -> None:
+        """Leave the group (on the heartbeat thread): the application stopped polling, so others take over."""
+        with self._lock:
+            member = self._member_id
+            if member is None or self._lost:
+                return
+            self._lost = True
+            self._poll_exceeded = (
+                f"consumer of group '{self.group}' did not poll within max.poll.interval.ms="
+                f"{self._conf['max.poll.interval.ms']}: it left the group and its partitions went to other members; "
+                f"the next poll joins again"
+            )
+        log.warning("%s", self._poll_exceeded)
+        with contextlib.suppress(UnknownMemberIdError):  # already gone (the server enforces the bound too)
+            self._call(self._hb_client, "DELETE", f"/v1/groups/{self.group}/members/{member}")
 
     def _heartbeat(self) -> None:
         with self._lock:
@@ -373,6 +430,10 @@ class Consumer:
             self._positions.clear()
             if lost and self._on_revoke is not None:
                 self._on_revoke(self, lost)  # fenced already: its commits would be refused
+            with self._lock:
+                exceeded, self._poll_exceeded = self._poll_exceeded, None
+            if exceeded is not None:
+                raise UnknownMemberIdError(exceeded)  # still lost: the next poll joins again
             self._join()
         with self._lock:
             generation, target = self._latest
@@ -405,39 +466,56 @@ class Consumer:
         if added and self._on_assign is not None:
             self._on_assign(self, sorted(added))
 
-    def _fetch(self, wait_ms: int) -> None:
+    def _fetch(self, wait_ms: int, max_records: int | None = None) -> None:
+        """One fetch of the member's records into the buffer, in the Arrow form (no per-record JSON)."""
+        self._fetched_at = time.monotonic()
         try:
-            body = self._call(
-                self._client,
-                "GET",
+            r = self._client.get(
                 f"/v1/groups/{self.group}/members/{self._member_id}/records",
-                params={"max_records": int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+                params={"max_records": max_records or int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+                headers={"Accept": ARROW_STREAM},
             )
+        except httpx.TransportError as e:
+            raise KafkaStorageError(f"cannot reach {self._url}: {e}") from e
+        try:
+            raise_for(r)
         except UnknownMemberIdError:
             self._lost = True
             return
+        records = decode_member_records(r.content)
         # Apply any change first: records of a partition revoked meanwhile are never delivered.
         self._apply_assignment()
-        if any(TopicPartition(r["topic"], r["partition"]) not in self._assignment for r in body["records"]):
+        if not len(records):
+            return
+        topics = records["topic"].to_pylist()
+        partitions = records["partition"].to_pylist()
+        fetched = {TopicPartition(t, p) for t, p in set(zip(topics, partitions, strict=True))}
+        if not fetched <= self._assignment:
             # The coordinator gave us a partition our heartbeat has not told us of yet: learn it now
             # rather than drop its records (the group's position has already moved past them).
             self._heartbeat()
             self._apply_assignment()
-        for r in body["records"]:
-            tp = TopicPartition(r["topic"], r["partition"])
-            if tp not in self._assignment:
-                continue
-            self._buffer.append(
-                Message(
-                    r["topic"],
-                    r["partition"],
-                    r["offset"],
-                    decode_bytes("key", r["key"]),
-                    decode_bytes("value", r["value"]),
-                    json_headers(r["headers"]),
-                    r["timestamp"],
-                )
-            )
+        dropped = {(tp.topic, tp.partition) for tp in fetched - self._assignment}
+        timestamps = pc.divide(records["timestamp"].cast(pa.int64()), 1000).to_pylist()  # µs → ms
+        column = records["headers"]
+        headers: Iterable[list[tuple[str, bytes | None]] | None] = (
+            itertools.repeat(None)  # the usual case: no record has headers, no per-record work
+            if column.null_count == len(column)
+            else [[(x["key"], x["value"]) for x in h] if h else None for h in column.to_pylist()]
+        )
+        messages: Iterable[Message] = map(
+            Message,
+            topics,
+            partitions,
+            records["offset"].to_pylist(),
+            records["key"].to_pylist(),
+            records["value"].to_pylist(),
+            headers,
+            timestamps,
+        )
+        if dropped:
+            messages = (m for m in messages if (m._topic, m._partition) not in dropped)
+        self._buffer.extend(messages)
 
     def _commit_now(self, offsets: Mapping[TopicPartition, int]) -> None:
         """One commit on the committer thread; retried once with a fresh generation after a rebalance."""

@@ -83,6 +83,8 @@ class Producer:
         api_key: the API key of a secured server (default: ``$LOGSTORE_API_KEY``).
         ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
         metadata_max_age_ms: refresh the cluster metadata at least this often, even without an error.
+        client_cert: (certificate, private key) PEM files to present to a server that asks for
+            client certificates; with no API key, the certificate names the principal.
 
     Raises:
         ValueError: an invalid ``acks`` or no bootstrap URL.
@@ -100,10 +102,11 @@ class Producer:
         api_key: str | None = None,
         ca_file: str | None = None,
         metadata_max_age_ms: int = 300_000,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
-        self._nodes = Nodes(url, timeout_s=30, api_key=api_key, ca_file=ca_file)
+        self._nodes = Nodes(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
         self._metadata_max_age = metadata_max_age_ms / 1000
         self._sequences: dict[tuple[str, str], int] = {}
         """(topic, producer id) → next sequence; the sender thread's alone."""

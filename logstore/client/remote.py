@@ -33,14 +33,20 @@ class RemoteStore:
     several separated by commas (the bootstrap servers, as for
     :class:`Producer`): a request goes to the first node that answers, a fetch
     to the partition's leader first (by the cluster metadata). ``api_key``
-    (default: ``$LOGSTORE_API_KEY``) and ``ca_file`` as for :class:`Producer`.
+    (default: ``$LOGSTORE_API_KEY``), ``ca_file`` and ``client_cert`` as for :class:`Producer`.
     """
 
     def __init__(
-        self, url: str, *, timeout_s: float = 60, api_key: str | None = None, ca_file: str | None = None
+        self,
+        url: str,
+        *,
+        timeout_s: float = 60,
+        api_key: str | None = None,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.url = url
-        self._nodes = Nodes(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file)
+        self._nodes = Nodes(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         return self._nodes.call(method, path, **kw)

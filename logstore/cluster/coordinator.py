@@ -127,6 +127,8 @@ class ZooKeeperCoordinator:
         on_session: called with a :data:`SessionEvent` from kazoo's thread;
             on ``"suspended"`` and ``"lost"`` a leader must stop committing at
             once (its epoch may already belong to another node).
+        on_change: called from kazoo's thread whenever the cached tree
+            changes (nodes, topics, leaders); it must only wake someone up.
     """
 
     def __init__(
@@ -137,12 +139,14 @@ class ZooKeeperCoordinator:
         session_timeout_ms: int = 18_000,
         placement: Placement = "partition",
         on_session: Callable[[SessionEvent], None] | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.node = node
         self._hosts, self._chroot = split_connect(connect)
         self._timeout_s = session_timeout_ms / 1000
         self._placement = placement
         self._on_session = on_session
+        self._on_change = on_change
         self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s)
         self._cache: TreeCache | None = None
         self._wake = threading.Event()
@@ -176,7 +180,7 @@ class ZooKeeperCoordinator:
             self._zk.create(CONTROLLER_EPOCH, b"0")
         self._register()
         self._cache = TreeCache(self._zk, BROKERS)
-        self._cache.listen(lambda _event: self._wake.set())
+        self._cache.listen(lambda _event: self._cache_changed())
         self._cache.start()
         self._zk.DataWatch(CONTROLLER, self._controller_changed)
         self._thread.start()
@@ -250,6 +254,14 @@ class ZooKeeperCoordinator:
         """Forget a deleted topic and its partition states."""
         with contextlib.suppress(NoNodeError):
             self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+
+    def ping(self) -> None:
+        """One round trip to ZooKeeper (a leader's lease: it heard from the ensemble when it sent this).
+
+        Raises:
+            KazooException: no answer (connection lost, session expired).
+        """
+        self._zk.exists(IDS)
 
     @property
     def is_controller(self) -> bool:
@@ -421,6 +433,11 @@ class ZooKeeperCoordinator:
             self._controller = (int(doc["node_id"]), int(doc["epoch"]))
         except (ValueError, KeyError, TypeError):
             log.warning("node %d: unreadable %s: %r", self.node.node_id, CONTROLLER, data)
+
+    def _cache_changed(self) -> None:
+        self._wake.set()
+        if self._on_change is not None:
+            self._on_change()
 
     def _session_changed(self, state: str) -> None:
         if state == KazooState.LOST:

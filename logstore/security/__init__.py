@@ -19,6 +19,7 @@ from logstore.security.acl import (
 from logstore.security.audit import AUDIT_LOGGER, audit, log_audit_to_stderr
 from logstore.security.guard import Guard, parse_super_users
 from logstore.security.keys import ApiKey, new_key
+from logstore.security.principal import PrincipalMapper
 from logstore.security.quotas import Quota, QuotaKind, QuotaManager
 from logstore.security.store import FileSecurityStore, SecurityState, SecurityStore
 
@@ -33,6 +34,7 @@ __all__ = [
     "Operation",
     "PatternType",
     "Permission",
+    "PrincipalMapper",
     "Quota",
     "QuotaKind",
     "QuotaManager",

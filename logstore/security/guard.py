@@ -13,11 +13,13 @@ from logstore.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     LogstoreError,
+    SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
 )
 from logstore.security.acl import Operation, Resource, ResourceType, authorize
 from logstore.security.audit import audit
 from logstore.security.keys import ApiKey, KeyVerifier, split_key
+from logstore.security.principal import PrincipalMapper
 from logstore.security.quotas import QuotaKind, QuotaManager
 from logstore.security.store import SecurityStore
 
@@ -43,6 +45,8 @@ class Guard:
         super_users: principals allowed everything (``super.users``).
         quota_window_samples: ``quota.window.num``.
         quota_window_sample_s: ``quota.window.size.seconds``.
+        principal_mapper: how a verified client certificate names its principal
+            (``ssl.principal.mapping.rules``); Kafka's ``DEFAULT`` when not given.
     """
 
     def __init__(
@@ -52,8 +56,10 @@ class Guard:
         super_users: frozenset[str] = frozenset(),
         quota_window_samples: int = 11,
         quota_window_sample_s: float = 1.0,
+        principal_mapper: PrincipalMapper | None = None,
     ) -> None:
         self.store = store
+        self._mapper = principal_mapper or PrincipalMapper()
         self.super_users = super_users
         self._verifier = KeyVerifier()
         self._quotas = QuotaManager(window_samples=quota_window_samples, window_sample_s=quota_window_sample_s)
@@ -81,6 +87,18 @@ class Guard:
             audit("authenticate", principal=None, decision="DENIED", key_id=found[0].key_id if found else None)
             return None
         return found[0].principal
+
+    def certificate_principal(self, dn: str) -> str:
+        """The principal a verified client certificate with subject ``dn`` (RFC 2253) authenticates.
+
+        Raises:
+            SaslAuthenticationFailedError: no ``ssl.principal.mapping.rules`` rule matches.
+        """
+        try:
+            return self._mapper.principal(dn)
+        except SaslAuthenticationFailedError:
+            audit("authenticate", principal=None, decision="DENIED", certificate=dn)
+            raise
 
     # -- authorization ----------------------------------------------------------------
 

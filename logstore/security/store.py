@@ -3,8 +3,10 @@
 :class:`SecurityStore` is the interface the server and the CLI use;
 :class:`FileSecurityStore` keeps three JSON files under
 ``<logstore.root>/_security/`` (``keys.json``, ``acls.json``,
-``quotas.json``) for embedded mode, one node or several sharing a root. A
-ZooKeeper store for cluster mode can implement the same protocol.
+``quotas.json``) for embedded mode, one node or several sharing a root;
+:class:`~logstore.cluster.security_store.ZooKeeperSecurityStore` keeps the
+same three documents in ZooKeeper for cluster mode. Both are a
+:class:`DocumentStore`: three JSON lists, each replaced whole by a change.
 
 Durability and visibility: a change takes a lock file (``fcntl.flock``: one
 writer at a time, on one host's file system), reads the current file, writes
@@ -32,7 +34,10 @@ from logstore.security.acl import AclBinding
 from logstore.security.keys import ApiKey
 from logstore.security.quotas import Quota
 
-__all__ = ["FileSecurityStore", "SecurityState", "SecurityStore"]
+__all__ = ["DocumentStore", "FileSecurityStore", "SecurityState", "SecurityStore"]
+
+DOCUMENTS = ("keys", "acls", "quotas")
+"""The three documents of a store, each a JSON list."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +75,103 @@ class SecurityStore(Protocol):
         ...
 
 
+Change = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+"""A change of one document: the current list in, the new list out."""
+
+
+class DocumentStore:
+    """A :class:`SecurityStore` over three JSON-list documents (:data:`DOCUMENTS`); subclasses say where they live.
+
+    A subclass implements :meth:`_update` (apply a change atomically against the
+    current document) and keeps :attr:`_state` current in :meth:`snapshot`.
+    """
+
+    _state: SecurityState
+
+    def snapshot(self) -> SecurityState:
+        return self._state
+
+    def _update(self, name: str, change: Change) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _state_of(docs: dict[str, list[dict[str, Any]]]) -> SecurityState:
+        return SecurityState(
+            keys={d["key_id"]: ApiKey.from_dict(d) for d in docs["keys"]},
+            acls=tuple(AclBinding.from_dict(d) for d in docs["acls"]),
+            quotas={(q.principal, q.client_id): q for q in map(Quota.from_dict, docs["quotas"])},
+        )
+
+    def add_key(self, key: ApiKey) -> None:
+        self._update("keys", lambda doc: [*doc, key.to_dict()])
+
+    def revoke_keys(self, *, principal: str | None = None, key_id: str | None = None) -> list[ApiKey]:
+        removed: list[ApiKey] = []
+
+        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            removed.clear()  # a store may apply a change more than once (compare-and-set retries)
+            keep = []
+            for d in doc:
+                if (principal is not None and d["principal"] == principal) or (
+                    key_id is not None and d["key_id"] == key_id
+                ):
+                    removed.append(ApiKey.from_dict(d))
+                else:
+                    keep.append(d)
+            return keep
+
+        self._update("keys", change)
+        return removed
+
+    def add_acls(self, acls: list[AclBinding]) -> list[AclBinding]:
+        added: list[AclBinding] = []
+
+        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            added.clear()
+            have = {AclBinding.from_dict(d) for d in doc}
+            for acl in acls:
+                if acl not in have:
+                    have.add(acl)
+                    added.append(acl)
+                    doc.append(acl.to_dict())
+            return doc
+
+        self._update("acls", change)
+        return added
+
+    def remove_acls(self, acls: list[AclBinding]) -> list[AclBinding]:
+        removed: list[AclBinding] = []
+        drop = set(acls)
+
+        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            removed.clear()
+            keep = []
+            for d in doc:
+                acl = AclBinding.from_dict(d)
+                if acl in drop:
+                    removed.append(acl)
+                else:
+                    keep.append(d)
+            return keep
+
+        self._update("acls", change)
+        return removed
+
+    def set_quota(self, quota: Quota) -> None:
+        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            keep = [d for d in doc if (d["principal"], d.get("client_id")) != (quota.principal, quota.client_id)]
+            if quota.producer_byte_rate is not None or quota.consumer_byte_rate is not None:
+                keep.append(quota.to_dict())
+            return keep
+
+        self._update("quotas", change)
+
+
 _FileId = tuple[int, int, int]
 
 
-class FileSecurityStore:
+class FileSecurityStore(DocumentStore):
     """:class:`SecurityStore` in ``<root>/_security/`` (local file systems; see the module doc)."""
-
-    _FILES = ("keys", "acls", "quotas")
 
     def __init__(self, root: str, *, refresh_s: float = 1.0) -> None:
         self.dir = os.path.join(root, "_security")
@@ -84,7 +179,7 @@ class FileSecurityStore:
         self._lock = threading.Lock()
         self._checked_at = -float("inf")
         self._ids: dict[str, _FileId | None] = {}
-        self._docs: dict[str, list[dict[str, Any]]] = {name: [] for name in self._FILES}
+        self._docs: dict[str, list[dict[str, Any]]] = {name: [] for name in DOCUMENTS}
         self._state = SecurityState()
 
     # -- reading ------------------------------------------------------------------
@@ -101,18 +196,14 @@ class FileSecurityStore:
 
     def _reload(self) -> None:
         changed = False
-        for name in self._FILES:
+        for name in DOCUMENTS:
             fid = self._file_id(name)
             if fid != self._ids.get(name, ()):
                 self._docs[name] = self._read(name)
                 self._ids[name] = fid
                 changed = True
         if changed:
-            self._state = SecurityState(
-                keys={d["key_id"]: ApiKey.from_dict(d) for d in self._docs["keys"]},
-                acls=tuple(AclBinding.from_dict(d) for d in self._docs["acls"]),
-                quotas={(q.principal, q.client_id): q for q in map(Quota.from_dict, self._docs["quotas"])},
-            )
+            self._state = self._state_of(self._docs)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, f"{name}.json")
@@ -146,7 +237,7 @@ class FileSecurityStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _update(self, name: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+    def _update(self, name: str, change: Change) -> None:
         with self._locked():
             doc = change(self._read(name))
             path = self._path(name)
@@ -168,64 +259,3 @@ class FileSecurityStore:
                     os.unlink(tmp)
                 raise KafkaStorageError(f"cannot write {path}: {e}") from e
         self._checked_at = -float("inf")  # this process sees its own change at once
-
-    def add_key(self, key: ApiKey) -> None:
-        self._update("keys", lambda doc: [*doc, key.to_dict()])
-
-    def revoke_keys(self, *, principal: str | None = None, key_id: str | None = None) -> list[ApiKey]:
-        removed: list[ApiKey] = []
-
-        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            keep = []
-            for d in doc:
-                if (principal is not None and d["principal"] == principal) or (
-                    key_id is not None and d["key_id"] == key_id
-                ):
-                    removed.append(ApiKey.from_dict(d))
-                else:
-                    keep.append(d)
-            return keep
-
-        self._update("keys", change)
-        return removed
-
-    def add_acls(self, acls: list[AclBinding]) -> list[AclBinding]:
-        added: list[AclBinding] = []
-
-        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            have = {AclBinding.from_dict(d) for d in doc}
-            for acl in acls:
-                if acl not in have:
-                    have.add(acl)
-                    added.append(acl)
-                    doc.append(acl.to_dict())
-            return doc
-
-        self._update("acls", change)
-        return added
-
-    def remove_acls(self, acls: list[AclBinding]) -> list[AclBinding]:
-        removed: list[AclBinding] = []
-        drop = set(acls)
-
-        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            keep = []
-            for d in doc:
-                acl = AclBinding.from_dict(d)
-                if acl in drop:
-                    removed.append(acl)
-                else:
-                    keep.append(d)
-            return keep
-
-        self._update("acls", change)
-        return removed
-
-    def set_quota(self, quota: Quota) -> None:
-        def change(doc: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            keep = [d for d in doc if (d["principal"], d.get("client_id")) != (quota.principal, quota.client_id)]
-            if quota.producer_byte_rate is not None or quota.consumer_byte_rate is not None:
-                keep.append(quota.to_dict())
-            return keep
-
-        self._update("quotas", change)

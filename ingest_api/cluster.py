@@ -1,0 +1,246 @@
+"""This ingest node's membership of a cluster: registration, leadership watch, the acks=1 lease.
+
+Cluster mode is on when ``zookeeper.connect`` is set (DESIGN §8). A
+:class:`ClusterNode` runs a :class:`~logstore.cluster.ZooKeeperCoordinator`
+(registry, controller election, partition states) and one thread of its own
+that
+
+* whenever the coordinator's cached view of the tree changes (and every
+  second regardless) compares its partition leaders with the last ones it
+  handed on, and on a change calls ``on_change`` (the broker
+  then opens the topics this node leads and tells each pipeline its
+  partitions and their epochs);
+* every ``zookeeper.session.timeout.ms / 6`` makes one ZooKeeper round trip and
+  keeps the time it *sent* the last one that succeeded: the node's **lease**.
+
+The lease closes the window of a paused leader (SIGSTOP, a long GC): an acks=1
+answer before the commit is a promise that the next leader keeps by replaying
+this node's write-ahead log, and the next leader is chosen only once this
+node's session expired — at least a session timeout after the last round trip
+ZooKeeper answered. A node therefore answers an acks=1 promise only while
+:meth:`ClusterNode.lease_valid` (its last successful round trip was sent less
+than two thirds of the session timeout ago, and the session is not suspended);
+otherwise the request waits for its commit, which the Delta fence refuses
+after a takeover (the producer retries at the new leader). Frames logged
+while the lease held are on disk before any new leader reads the log.
+
+Session events: ``suspended`` or ``lost`` stop this node accepting produce
+and promising at once (``on_session(False)``); it keeps committing what it
+accepted — the per-partition fence in the Delta log refuses whatever a new
+leader's claim made stale. ``connected`` lets it serve again, for the
+partitions ZooKeeper still says it leads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, split_connect
+from logstore.config import LogstoreConfig
+from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
+
+__all__ = ["LEASE_FRACTION", "ClusterNode", "advertised_url", "check_node_id_free", "failover_lock"]
+
+log = logging.getLogger("logstore.cluster")
+
+LEASE_FRACTION = 2 / 3
+"""Share of ``zookeeper.session.timeout.ms`` an acks=1 lease lasts after the round trip that renewed it was sent."""
+_WATCH_S = 1.0
+"""Longest wait between two looks at the cached view (changes wake the watch at once)."""
+
+
+def advertised_url(config: LogstoreConfig) -> str:
+    """``advertised.url``, else ``http(s)://<server.host>:<server.port>`` (what other nodes forward to)."""
+    if config.advertised_url:
+        return config.advertised_url.rstrip("/")
+    scheme = "https" if config.server_ssl_certfile else "http"
+    host = config.server_host if config.server_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return f"{scheme}://{host}:{config.server_port}"
+
+
+@contextlib.contextmanager
+def failover_lock(table_root: str) -> Iterator[None]:
+    """Hold ``<table>/_logstore_failover.lock`` exclusively: one new leader of the topic replays and claims at a time.
+
+    Whichever new leader of a departed node's partitions comes first replays
+    all of that node's frames of the topic; the others find them committed.
+    Only replays and claims take it, never a leader's ordinary commits, so a
+    paused (SIGSTOPped) leader does not block it.
+    """
+    fd = os.open(os.path.join(table_root, "_logstore_failover.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the flock
+
+
+def check_node_id_free(config: LogstoreConfig) -> None:
+    """Refuse early, before serving, when a live node holds ``node.id`` (the node registers for good at start).
+
+    Raises:
+        InvalidConfigError: ``node.id`` is not set.
+        DuplicateBrokerRegistrationError: ``/brokers/ids/<node.id>`` exists (a live node's ephemeral znode).
+        KafkaStorageError: ZooKeeper cannot be reached within the session timeout.
+    """
+    if config.node_id < 0:
+        raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
+    hosts, chroot = split_connect(config.zookeeper_connect)
+    timeout_s = config.zookeeper_session_timeout_ms / 1000
+    zk = KazooClient(hosts=f"{hosts}{chroot}", timeout=timeout_s)
+    try:
+        zk.start(timeout=timeout_s)
+    except Exception as e:  # kazoo's timeout is a plain exception class of its own
+        raise KafkaStorageError(f"cannot reach ZooKeeper at zookeeper.connect={config.zookeeper_connect}: {e}") from e
+    try:
+        holder = zk.exists(f"/brokers/ids/{config.node_id}")
+        if holder is not None:
+            data, _ = zk.get(f"/brokers/ids/{config.node_id}")
+            raise DuplicateBrokerRegistrationError(
+                f"node.id {config.node_id} is registered by a live node ({data.decode(errors='replace')}); "
+                "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
+            )
+    finally:
+        zk.stop()
+        zk.close()
+
+
+class ClusterNode:
+    """This node in the cluster (see the module docstring).
+
+    Args:
+        config: needs ``zookeeper.connect`` and ``node.id``.
+        on_change: called on this object's thread with the new view whenever
+            the partition leaders (or live nodes) change.
+        on_session: called from kazoo's thread with True (connected) or False
+            (suspended or lost): whether this node may accept produce now.
+
+    Raises:
+        InvalidConfigError: ``node.id`` is not set.
+    """
+
+    def __init__(
+        self,
+        config: LogstoreConfig,
+        *,
+        on_change: Callable[[ClusterMetadata], None],
+        on_session: Callable[[bool], None],
+    ) -> None:
+        if config.node_id < 0:
+            raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
+        self.node = NodeInfo(config.node_id, advertised_url(config))
+        self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
+        self._changed = threading.Event()
+        self.coordinator = ZooKeeperCoordinator(
+            config.zookeeper_connect,
+            self.node,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            placement="topic" if config.leader_placement == "topic" else "partition",
+            on_session=self._session_changed,
+            on_change=self._changed.set,
+        )
+        self._on_change = on_change
+        self._on_session = on_session
+        self._lease_from = -math.inf
+        self._connected = False
+        self._seen: ClusterMetadata | None = None
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"cluster-node-{config.node_id}", daemon=True)
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    def start(self) -> None:
+        """Register (the HTTP socket is bound by now, so forwarded requests can reach this node) and watch.
+
+        Raises:
+            DuplicateBrokerRegistrationError: a live node holds this ``node.id``.
+        """
+        sent = time.monotonic()
+        self.coordinator.start()
+        self._lease_from, self._connected = sent, True
+        self._thread.start()
+
+    def lease_valid(self) -> bool:
+        """Whether an acks=1 promise may be answered now (see the module docstring)."""
+        return self._connected and time.monotonic() - self._lease_from < self.session_timeout_s * LEASE_FRACTION
+
+    def metadata(self) -> ClusterMetadata:
+        """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
+        return self.coordinator.metadata()
+
+    def register_topic(self, topic: str, partitions: int) -> None:
+        """Make a topic (or its added partitions) known to the controller, which gives them leaders."""
+        self.coordinator.register_topic(topic, partitions)
+
+    def unregister_topic(self, topic: str) -> None:
+        self.coordinator.unregister_topic(topic)
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Controlled shutdown: hand this node's partitions to others, then leave (after the node drained)."""
+        self._closed.set()
+        self._changed.set()
+        self._connected = False
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.coordinator.shutdown(timeout_s)
+
+    def close(self) -> None:
+        """Leave at once (the session ends; partitions move without a hand-over)."""
+        self._closed.set()
+        self._changed.set()
+        self._connected = False
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.coordinator.close()
+
+    # -- the node's thread --------------------------------------------------------
+
+    def _run(self) -> None:
+        next_ping = 0.0
+        while not self._closed.is_set():
+            self._changed.wait(min(_WATCH_S, max(0.0, next_ping - time.monotonic())))
+            self._changed.clear()
+            if self._closed.is_set():
+                return
+            try:
+                now = time.monotonic()
+                if now >= next_ping:
+                    next_ping = now + self.session_timeout_s / 6
+                    self._ping()
+                meta = self.coordinator.metadata()
+                if meta != self._seen:
+                    self._seen = meta
+                    self._on_change(meta)
+            except Exception:  # the watch must outlive any one failure (a topic that cannot be opened now)
+                log.exception("node %d: applying the cluster's leadership failed; retrying", self.node_id)
+                self._seen = None
+                time.sleep(0.5)
+
+    def _ping(self) -> None:
+        sent = time.monotonic()
+        try:
+            self.coordinator.ping()
+        except KazooException as e:
+            log.warning("node %d: ZooKeeper round trip failed (acks=1 lease not renewed): %s", self.node_id, e)
+            return
+        self._lease_from = max(self._lease_from, sent)
+
+    def _session_changed(self, event: str) -> None:
+        connected = event == "connected"
+        self._connected = connected
+        if not connected:
+            self._lease_from = -math.inf
+            log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
+        self._on_session(connected)

@@ -1,0 +1,216 @@
+"""Produce in cluster mode: records go to their partition's leader, here or forwarded.
+
+Any node accepts a produce request. :meth:`Broker.route` picks every record's
+partition and groups the records by the node leading it; the share this node
+leads is submitted here, every other share is forwarded to its leader with
+``?forward=false`` over a warm HTTP connection pool, as an Arrow IPC stream of
+the parsed records (content type :data:`ARROW_STREAM`, the
+:data:`~logstore.schema.INPUT_SCHEMA` columns with partitions chosen;
+``producer_id`` / ``sequence`` in the ``X-Logstore-Producer-Id`` /
+``X-Logstore-Sequence`` headers) — the records are parsed once, not re-encoded
+as JSON. The answers (offsets or an error) are merged in record order.
+
+Atomicity: a request whose records all have one leader commits atomically as
+in embedded mode. A request split between leaders commits atomically per
+leader: when one share fails, the others may have been committed, and the
+error is what the client sees (it retries; an idempotent producer's request
+must have one leader, see :meth:`Broker.route`).
+
+With ``?forward=false`` a node that does not lead every record's partition
+answers ``NOT_LEADER_OR_FOLLOWER`` (HTTP 421) naming a leader, instead of
+forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import numpy as np
+import orjson
+import pyarrow as pa
+from fastapi.concurrency import run_in_threadpool
+
+from ingest_api.accumulator import Acks
+from ingest_api.broker import Broker, Share
+from ingest_api.parse import ParsedRecords
+from logstore.cluster import NodeInfo
+from logstore.errors import (
+    ERRORS_BY_NAME,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+)
+from logstore.schema import INPUT_SCHEMA
+from logstore.structs import AppendResult
+
+__all__ = ["ARROW_STREAM", "Forwarder", "decode_arrow", "encode_arrow", "produce_here", "produce_in_cluster"]
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+PRODUCER_ID_HEADER = "x-logstore-producer-id"
+SEQUENCE_HEADER = "x-logstore-sequence"
+
+Placed = tuple[list[int], list[int | None]]
+"""(partitions, offsets) of records in order; an offset is None where acks=1 could not promise one."""
+
+
+class Forwarder:
+    """HTTP connections to the other nodes (one pool per node, kept warm), on the app's event loop."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self._client = httpx.AsyncClient(
+            timeout=timeout_s, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
+        )
+
+    async def produce(
+        self, leader: NodeInfo, topic: str, parsed: ParsedRecords, acks: Acks, authorization: str | None
+    ) -> Placed:
+        """Forward records to their leader and return its answer.
+
+        Raises:
+            LogstoreError: the leader's error (a leader that moved: NOT_LEADER_OR_FOLLOWER, retriable).
+        """
+        headers = {"content-type": ARROW_STREAM}
+        if parsed.producer_id is not None:
+            headers[PRODUCER_ID_HEADER] = parsed.producer_id
+            headers[SEQUENCE_HEADER] = str(parsed.sequence)
+        if authorization:
+            headers["authorization"] = authorization
+        try:
+            r = await self._client.post(
+                f"{leader.url}/v1/topics/{topic}/records",
+                params={"acks": acks, "forward": "false"},
+                content=encode_arrow(parsed),
+                headers=headers,
+            )
+        except httpx.HTTPError as e:
+            raise NotLeaderOrFollowerError(
+                f"the leader of these records, node {leader.node_id} at {leader.url}, cannot be reached: {e!r}; retry"
+            ) from e
+        if r.status_code == 202:
+            return [], []
+        body = orjson.loads(r.content) if r.content else {}
+        if r.status_code != 200:
+            name = body.get("error_code", "UNKNOWN_SERVER_ERROR")
+            message = f"node {leader.node_id}: {body.get('message', r.text)}"
+            if name == NotLeaderOrFollowerError.name:
+                raise NotLeaderOrFollowerError(message)  # leadership moved meanwhile: the client retries
+            raise ERRORS_BY_NAME.get(name, UnknownServerError)(message)
+        offsets = body["offsets"]
+        return [o["partition"] for o in offsets], [o["offset"] for o in offsets]
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+async def produce_in_cluster(
+    broker: Broker,
+    forwarder: Forwarder,
+    topic: str,
+    parsed: ParsedRecords,
+    acks: Acks,
+    *,
+    forward: bool,
+    authorization: str | None,
+) -> Placed:
+    """Submit the records this node leads, forward the others, merge the answers in record order.
+
+    Raises:
+        NotLeaderOrFollowerError: ``forward`` is false and another node leads some records
+            (``leader`` names it), or a leader could not be reached.
+        LogstoreError: as for a produce in embedded mode, per share.
+    """
+    shares = await run_in_threadpool(broker.route, topic, parsed)
+    remote = [s for s in shares if s.leader is not None]
+    if remote and not forward:
+        leader = remote[0].leader
+        assert leader is not None
+        raise NotLeaderOrFollowerError(
+            f"node {leader.node_id} leads partitions of these records of topic '{topic}'",
+            leader=(leader.node_id, leader.url),
+        )
+    if remote:
+        broker.metrics.forwarded_requests.inc(len(remote))
+        broker.metrics.forwarded_records.inc(sum(len(s.index) for s in remote))
+    answers = await asyncio.gather(
+        *(
+            produce_here(broker, topic, s.parsed, acks)
+            if s.leader is None
+            else forwarder.produce(s.leader, topic, s.parsed, acks, authorization)
+            for s in shares
+        )
+    )
+    if acks == "0":
+        return [], []
+    return _merge(len(parsed), shares, answers)
+
+
+async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: Acks) -> Placed:
+    """Submit records to this node's pipeline of ``topic`` and wait for what ``acks`` asks.
+
+    An acks=1 batch promised offsets is answered once its write-ahead log
+    frame is fsynced — in cluster mode only while the node's lease holds
+    (:meth:`Broker.lease_valid`); otherwise it waits for the commit.
+    """
+    pipeline = broker.pipeline_if_open(topic)
+    if pipeline is None:  # opening one replays its WAL and may create the topic: off the event loop
+        pipeline = await run_in_threadpool(broker.pipeline, topic)
+    sub = pipeline.submit(parsed, acks)
+    if acks == "0":
+        return [], []
+    if acks == "1" and sub.promised is not None and sub.logged is not None:
+        await asyncio.wrap_future(sub.logged)
+        if broker.lease_valid():
+            return sub.partitions.to_pylist(), sub.promised.tolist()
+    result: AppendResult = await asyncio.wrap_future(sub.committed)
+    return result.partitions.to_pylist(), result.offsets.to_pylist()
+
+
+def _merge(n: int, shares: list[Share], answers: list[Placed]) -> Placed:
+    parts: list[int] = [0] * n
+    offsets: list[int | None] = [None] * n
+    for share, (share_parts, share_offsets) in zip(shares, answers, strict=True):
+        for i, p, o in zip(share.index.tolist(), share_parts, share_offsets, strict=True):
+            parts[i], offsets[i] = p, o
+    return parts, offsets
+
+
+def encode_arrow(parsed: ParsedRecords) -> bytes:
+    """Records with their partitions chosen, as an Arrow IPC stream of :data:`INPUT_SCHEMA`."""
+    parts = pa.array(np.asarray(parsed.partitions, np.int32), pa.int32())
+    table = pa.Table.from_arrays(
+        [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, INPUT_SCHEMA) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def decode_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> ParsedRecords:
+    """A forwarded request (:func:`encode_arrow`) back into records.
+
+    Raises:
+        InvalidRequestError: not an Arrow stream of the expected columns, or a bad sequence header.
+    """
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+        if not table.schema.equals(INPUT_SCHEMA):
+            table = table.cast(INPUT_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+        raise InvalidRequestError(f"a forwarded produce body must be an Arrow stream of the record columns: {e}") from e
+    try:
+        seq = None if sequence is None else int(sequence)
+    except ValueError:
+        raise InvalidRequestError(f"{SEQUENCE_HEADER} must be an integer, got '{sequence}'") from None
+    if (producer_id is None) != (seq is None):
+        raise InvalidRequestError(f"{PRODUCER_ID_HEADER} and {SEQUENCE_HEADER} go together")
+    return ParsedRecords(
+        keys=table["key"].combine_chunks(),
+        values=table["value"].combine_chunks(),
+        headers=table["headers"].combine_chunks(),
+        timestamps=table["timestamp"].combine_chunks(),
+        partitions=table["partition"].to_pylist(),
+        producer_id=producer_id,
+        sequence=seq,
+    )

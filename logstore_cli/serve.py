@@ -1,0 +1,37 @@
+"""``logstore serve``: run the HTTP API (``ingest_api``) in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from logstore.config import LogstoreConfig
+from logstore_cli._common import Subparsers
+
+__all__ = ["register"]
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    """Add ``serve``; ``common`` holds the options every command takes."""
+    p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on a non-loopback address with security.enabled=false (anyone reachable gets full access)",
+    )
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    """Run the HTTP API (``ingest_api``) until SIGTERM/SIGINT, with ``--host``/``--port``/``--insecure`` applied."""
+    # Imported here: the other commands do not pay for FastAPI and uvicorn at start-up.
+    from ingest_api.serve import serve
+
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["server.host"] = args.host
+    if args.port is not None:
+        overrides["server.port"] = args.port
+    serve(config.with_overrides(overrides), insecure=args.insecure)

@@ -1,0 +1,112 @@
+"""The logstore source's fixed cost per query and per Python worker: what its Python processes import and build.
+
+Spark starts a new Python process for every streaming query of the source (its
+offsets, plans and group commits run there) and reuses Python workers for
+``read()``. Both run the source's code in a plain interpreter, so these tests
+drive the same methods in a child process, without a JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType
+
+from logstore.config import LogstoreConfig
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+
+# One streaming query's life in the source, as Spark drives it (availableNow, no group), then read() of every slice.
+_QUERY = """
+import json, sys
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from spark_source import LogstoreDataSource
+
+options = json.loads(sys.argv[1])
+reader = LogstoreDataSource(options).streamReader(None)
+start = reader.initialOffset()
+reader.prepareForTriggerAvailableNow()
+end = reader.latestOffset(start, ReadAllAvailable())
+batches = []
+for part in reader.partitions(start, end):
+    for rb in reader.read(part):
+        batches.append({
+            "rows": rb.num_rows,
+            "topics": sorted(set(rb.column("topic").to_pylist())),
+            "partitions": sorted(set(rb.column("partition").to_pylist())),
+            "partition": part.partition,
+            "offsets": [rb.column("offset")[0].as_py(), rb.column("offset")[-1].as_py()],
+        })
+reader.latestOffset(end, ReadAllAvailable())
+reader.commit(end)
+reader.stop()
+print(json.dumps({"pandas_imported": "pandas" in sys.modules, "batches": batches}))
+"""
+
+
+def _run_query(options: dict[str, str]) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", _QUERY, json.dumps(options)], check=True, capture_output=True, text=True, timeout=120
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_planning_and_reading_never_import_pandas(
+    config: LogstoreConfig, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # pandas costs ~0.4 s of CPU to import: once per streaming query in the planning process, once per new
+    # Python worker in read(). Nothing the source does needs it (pa.table() and pa.scalar() would import it).
+    t = make_topic(partitions=2)
+    store.append(t, [ProducerBatch(input_table([0, 1, 0], [b"a", b"b", b"c"]))])
+
+    result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
+
+    assert sum(b["rows"] for b in result["batches"]) == 3  # type: ignore[attr-defined, index]
+    assert result["pandas_imported"] is False
+
+
+def test_every_batch_carries_its_slices_topic_and_partition(
+    config: LogstoreConfig, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # More records than one Arrow batch (65,536 rows): the constant columns are sliced to each batch's length.
+    t = make_topic(partitions=2)
+    n = 70_000
+    values = pa.array(np.arange(n).astype(str).astype(object), pa.string()).cast(pa.binary())
+    store.append(t, [ProducerBatch(input_table(pa.array(np.ones(n, np.int32)), values))])
+    store.append(t, [ProducerBatch(input_table([0], [b"x"]))])
+
+    result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
+
+    batches = result["batches"]
+    assert isinstance(batches, list)
+    assert sorted(b["rows"] for b in batches) == [1, n - 65_536, 65_536]
+    for b in batches:
+        assert b["topics"] == [t]
+        assert b["partitions"] == [b["partition"]]
+    assert sorted((b["partition"], b["offsets"]) for b in batches) == [
+        (0, [0, 0]),
+        (1, [0, 65_535]),
+        (1, [65_536, n - 1]),
+    ]
+
+
+@pytest.mark.spark
+def test_python_workers_import_compiled_pyspark_not_the_zip(spark: SparkSession) -> None:
+    # Every Python process Spark starts (the planning process of each streaming query, every worker) compiled
+    # pyspark from $SPARK_HOME/python/lib/pyspark.zip (~0.5 s of CPU): Python caches no bytecode for a zip.
+    where = udf(lambda: __import__("pyspark").__file__, StringType())
+
+    path = spark.range(1).select(where()).first()[0]  # type: ignore[index]
+
+    assert ".zip" not in path
+    assert path.endswith("__init__.py")
