@@ -30,7 +30,7 @@ from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import groups, members, ops, records, stats, topic_log, topics
+from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.config import LogstoreConfig
 from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
@@ -166,7 +166,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, topic_log, records, groups, members, ops, stats):
+    for module in (topics, topic_log, records, groups, members, ops, stats, metadata):
         app.include_router(module.router)
     mount_console(app)
     if guard is not None:

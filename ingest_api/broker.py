@@ -188,7 +188,8 @@ class Broker:
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, tuple[int, int]] = {}
+        """topic → (mtime_ns of its ``_delta_log`` directory, partition count); see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
         self.cluster: ClusterNode | None = None
@@ -287,32 +288,52 @@ class Broker:
 
     # -- cluster mode -----------------------------------------------------------
 
-    def cluster_metadata(self) -> ClusterMetadata:
-        """ZooKeeper's view in cluster mode; embedded, this node alone, leading every partition at epoch 0."""
+    def cluster_metadata(self, self_url: str | None = None) -> ClusterMetadata:
+        """The cluster as this node sees it (blocking: call off the event loop).
+
+        Cluster mode: ZooKeeper's view as the coordinator's cache holds it.
+        Embedded: a one-node cluster of this node (id ``node.id``, else 0, at
+        ``self_url`` — the base URL the caller reached it at — else its
+        advertised URL), the controller at epoch 0, leading every partition of
+        every topic at leader epoch 0.
+        """
         if self.cluster is not None:
             return self.cluster.metadata()
         me = max(self.config.node_id, 0)
-        partitions = {
-            (topic, p): PartitionState(me, 0)
-            for topic in self.store.list_topics()
-            for p in range(self.partition_count(topic))
-        }
-        return ClusterMetadata(me, 0, (NodeInfo(me, advertised_url(self.config)),), partitions)
+        partitions: dict[tuple[str, int], PartitionState] = {}
+        for topic in self.store.list_topics():
+            try:
+                count = self.partition_count(topic)
+            except UnknownTopicOrPartitionError:
+                continue  # deleted meanwhile
+            partitions.update(((topic, p), PartitionState(me, 0)) for p in range(count))
+        return ClusterMetadata(me, 0, (NodeInfo(me, self_url or advertised_url(self.config)),), partitions)
 
     def lease_valid(self) -> bool:
         """Whether an acks=1 promise may be answered now: always embedded; in a cluster, while the lease holds."""
         return self.cluster is None or self.cluster.lease_valid()
 
     def partition_count(self, topic: str, *, fresh: bool = False) -> int:
-        """The topic's partition count (cached; ``fresh`` re-reads it).
+        """The topic's partition count, re-read when its Delta log has changed or when ``fresh``.
+
+        Every commit (a partition-count change too, by any process) adds a file
+        to the topic's ``_delta_log``, which bumps the directory's mtime: one
+        ``stat`` per call instead of opening the table (ms per topic).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
-        count = None if fresh else self._counts.get(topic)
-        if count is None:
-            count, _ = self.store.catalog.topic_config(topic)
-            self._counts[topic] = count
+        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
+        try:
+            mtime = os.stat(log_dir).st_mtime_ns
+        except FileNotFoundError:
+            self._counts.pop(topic, None)
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        cached = None if fresh else self._counts.get(topic)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        count, _ = self.store.catalog.topic_config(topic)
+        self._counts[topic] = (mtime, count)
         return count
 
     def route(self, topic: str, parsed: ParsedRecords) -> list[Share]:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from logstore.errors import LogstoreError
-from logstore_cli import demo, groups, maintain, records, security, serve, topics, zookeeper
+from logstore_cli import cluster, demo, groups, maintain, records, security, serve, topics, zookeeper
 from logstore_cli._common import Subparsers, config_of
 
 __all__ = ["COMMAND_GROUPS", "build_parser", "main"]
@@ -28,6 +28,7 @@ COMMAND_GROUPS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...
     serve.register,
     security.register,
     zookeeper.register,
+    cluster.register,
     maintain.register,
     demo.register,
 )
@@ -56,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
     )
     common.add_argument(
-        "--server", default=argparse.SUPPRESS, metavar="URL", help="work through a running server instead of --root"
+        "--server",
+        default=argparse.SUPPRESS,
+        metavar="URL[,URL…]",
+        help="work through a running server (or a cluster: any of its nodes, comma-separated) instead of --root",
     )
     common.add_argument(
         "--api-key", default=argparse.SUPPRESS, help="with --server: the API key (default: $LOGSTORE_API_KEY)"

@@ -42,6 +42,8 @@ ACLS = [
     AclBinding("User:bob", G, "*", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.CREATE, A),
+    # carol may describe the cluster (its metadata), not its topics
+    AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
     # everyone may describe "public", except eve
     AclBinding("User:*", T, "public", LIT, Operation.DESCRIBE, A),
     AclBinding("User:eve", T, "public", LIT, Operation.DESCRIBE, D),
@@ -243,6 +245,10 @@ TABLE: list[Case] = [
     Case("GET /metrics", "alice", "/metrics", None, 403, CF),
     Case("GET /metrics", "admin", "/metrics", None, 200),
     Case("GET /metrics", None, "/metrics", None, 401, AUTH),
+    Case("GET /v1/metadata", "bob", "/v1/metadata", None, 200),  # DESCRIBE on the cluster
+    Case("GET /v1/metadata", "carol", "/v1/metadata", None, 200),  # lists only "public"
+    Case("GET /v1/metadata", "alice", "/v1/metadata", None, 403, CF),
+    Case("GET /v1/metadata", None, "/v1/metadata", None, 401, AUTH),
     Case("GET /healthz", None, "/healthz", None, 200),
     Case("GET /readyz", None, "/readyz", None, 200),
 ]
@@ -356,6 +362,15 @@ def test_group_offsets_show_only_topics_the_principal_may_describe(secured: Secu
     with secured.client("alice") as alice:
         shown = [t["topic"] for t in alice.get("/v1/groups/orders-mixed").json()["topics"]]
     assert shown == ["orders-eu"]
+
+
+@pytest.mark.parametrize(("who", "topics"), [("admin", TOPICS), ("bob", TOPICS), ("carol", {"public"})])
+def test_metadata_lists_only_topics_the_principal_may_describe(secured: Secured, who: str, topics: set[str]) -> None:
+    with secured.client(who) as c:
+        listed = {t["name"] for t in c.get("/v1/metadata").json()["topics"]}
+    assert listed & TOPICS == topics
+    if who == "carol":
+        assert listed == {"public"}
 
 
 def test_denials_are_audited_without_keys(secured: Secured) -> None:

@@ -113,7 +113,8 @@ def _cells(page: Page, row: str) -> list[str]:
 
 def test_every_page_loads_within_budget_with_200_topics_and_50_groups(page: Page, big: Server) -> None:
     timings = {}
-    for name, route in (("overview", "/"), ("topic", "/topics/t000"), ("groups", "/groups"), ("group", "/groups/g00")):
+    pages = (("overview", "/"), ("cluster", "/cluster"), ("topic", "/topics/t000"), ("groups", "/groups"))
+    for name, route in (*pages, ("group", "/groups/g00")):
         # best of three loads: the machine is shared, the budget is about the page, not the neighbours
         timings[name] = min(_open(page, big, route) for _ in range(3))
         nav = page.evaluate("performance.getEntriesByType('navigation')[0].toJSON()")
@@ -156,6 +157,7 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
             str(p["high_watermark"] - p["log_start_offset"]),
         ]
         assert cells[5] == str(p["num_files"])
+        assert cells[6:] == [f"node 0 ({big.url.split('://')[1]})", "0"]  # the embedded node leads, epoch 0
     expect(page.get_by_test_id("config")).to_contain_text("retention.ms")
     expect(page.get_by_test_id("snippet")).to_contain_text('.option("subscribe", "t000")')
     # partition 0 holds JSON values, then one binary value: JSON pretty-printed, binary as hex
@@ -178,6 +180,60 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
     expect(browse.locator("input[name=offset]")).to_have_value(str(listed))
     expect(records.first.locator("td").first).to_have_text(str(listed))
     expect(page.get_by_test_id("maintenance")).to_contain_text("no retention, compaction or vacuum yet")
+
+
+def test_cluster_page_shows_nodes_controller_and_every_partitions_leader(page: Page, big: Server) -> None:
+    _open(page, big, "/cluster")
+    with big.client() as c:
+        md = c.get("/v1/metadata").json()
+    controller = page.get_by_test_id("controller")
+    expect(controller).to_have_attribute("data-controller", str(md["controller"]))
+    expect(controller).to_have_attribute("data-epoch", str(md["controller_epoch"]))
+    expect(controller).to_contain_text(f"node 0 ({big.url.split('://')[1]})")
+    expect(page.locator("[data-testid=nodes] .card")).to_have_count(1)
+    expect(page.locator("[data-testid=nodes] .card[data-node='0']")).to_contain_text("leader of every partition")
+    expect(page.get_by_test_id("under-led")).to_contain_text("none: every partition has a live leader")
+    leaders = page.locator("[data-testid=leaders] tbody tr")
+    expect(leaders).to_have_count(sum(len(t["partitions"]) for t in md["topics"]))
+    for t in md["topics"][:3]:
+        for p in t["partitions"]:
+            row = page.locator(f"[data-testid=leaders] tr[data-tp='{t['name']}-{p['partition']}']")
+            expect(row).to_have_attribute("data-leader", str(p["leader"]))
+            expect(row).to_have_attribute("data-epoch", str(p["leader_epoch"]))
+    _shot(page, "cluster")
+
+
+def test_partitions_without_a_live_leader_are_highlighted(page: Page, big: Server) -> None:
+    # an embedded node always leads everything: the answer of a cluster that lost node 2 is served to the page
+    degraded = {
+        "controller": 1,
+        "controller_epoch": 7,
+        "nodes": [{"node_id": 1, "url": big.url}],
+        "topics": [
+            {
+                "name": "t000",
+                "partitions": [
+                    {"partition": 0, "leader": 1, "leader_epoch": 3},
+                    {"partition": 1, "leader": 2, "leader_epoch": 4},
+                    {"partition": 2, "leader": -1, "leader_epoch": 5},
+                ],
+            }
+        ],
+    }
+    page.route("**/v1/metadata*", lambda route: route.fulfill(json=degraded))
+    _open(page, big, "/cluster")
+    under = page.locator("[data-testid=under-led] tbody tr.under-led")
+    expect(under).to_have_count(2)
+    expect(under.nth(0)).to_contain_text("node 2 (not live)")
+    expect(under.nth(1)).to_contain_text("none")
+    expect(page.locator("[data-testid=leaders] tbody tr.under-led")).to_have_count(2)
+    expect(page.locator("[data-testid=nodes] .under-led")).to_contain_text("2 under-led")
+    _shot(page, "cluster-under-led")
+    _open(page, big, "/topics/t000")
+    expect(page.locator("[data-testid=partitions] tr[data-partition='1'] td.under-led")).to_have_text(
+        "node 2 (not live)"
+    )
+    expect(page.locator("[data-testid=partitions] tr[data-partition='0'] td").nth(7)).to_have_text("3")
 
 
 def test_alter_a_topics_config_through_the_ui(page: Page, big: Server) -> None:
@@ -289,6 +345,7 @@ def test_with_security_on_the_console_asks_for_a_key_and_shows_only_what_it_may_
         expect(page.locator("body[data-ready='1']")).to_have_count(1)
         expect(page.locator("[data-testid=topics] tbody tr")).to_have_count(1)
         expect(page.locator("[data-testid=topics] tbody tr")).to_have_attribute("data-topic", "public")
+        expect(page.get_by_test_id("nodes")).to_contain_text("Not authorized to describe the cluster")
         _shot(page, "secured-overview")
         _open(page, srv, "/groups")  # the key stays for the tab's session
         expect(dialog).not_to_be_visible()

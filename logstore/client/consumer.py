@@ -169,7 +169,8 @@ class Consumer:
                 raise InvalidConfigError(f"consumer config '{required}' is required")
         self._conf = conf
         self.group: str = conf["group.id"]
-        url = str(conf["bootstrap.servers"])
+        # the first bootstrap server: a member talks to one node, which forwards what another node leads
+        url = str(conf["bootstrap.servers"]).split(",")[0].strip()
         self._url = url if "://" in url else f"http://{url}"
         key, ca = conf["api.key"], conf["ssl.ca.location"]
         cert = conf["ssl.certificate.location"]

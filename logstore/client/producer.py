@@ -1,14 +1,26 @@
-"""The Python :class:`Producer`: batching, idempotent retries, delivery callbacks.
+"""The Python :class:`Producer`: batching, routing to partition leaders, idempotent retries, delivery callbacks.
 
 It follows confluent-kafka and aiokafka: ``produce()`` only buffers; a sender
 thread sends one batch per topic when ``linger_ms`` has passed or
 ``batch_records`` are waiting, and retries retriable failures with the same
 ``(producer_id, sequence)`` — idempotent by default, so a retry never writes a
 record twice. Delivery callbacks run on the sender thread.
+
+Routing (DESIGN §8): the sender asks the cluster for its metadata at start,
+every ``metadata_max_age_ms`` and when a topic is unknown to it, splits each
+batch by partition leader (:func:`~logstore.client._cluster.plan_routes`) and
+sends a leader its records with ``?forward=false``. A node that is not the
+leader any more answers 421 ``NOT_LEADER_OR_FOLLOWER``: the sender refreshes
+the metadata and resends the same request (same producer id and sequence)
+to the new leader. A node it cannot reach makes it ask another node for
+metadata and retry, until ``delivery_timeout_ms``. Keyless records go to any
+live node, round-robin per batch, which places them. An embedded server is a
+one-node cluster: every batch goes to it whole, as one request.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -18,7 +30,8 @@ from typing import Any
 
 import httpx
 
-from logstore.client._http import http_client, raise_for
+from logstore.client._cluster import ClusterView, Nodes, Route, is_leadership_error, plan_routes
+from logstore.client._http import raise_for
 from logstore.codec import encode_bytes
 from logstore.errors import (
     KafkaStorageError,
@@ -26,6 +39,11 @@ from logstore.errors import (
 )
 
 __all__ = ["DeliveryCallback", "Producer", "RecordMetadata"]
+
+log = logging.getLogger("logstore.client")
+
+_UNKNOWN_TOPIC_REFRESH_S = 0.1
+"""Least time between two metadata refreshes for a topic the view does not know (Kafka's retry.backoff.ms)."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +62,19 @@ DeliveryCallback = Callable[[LogstoreError | None, RecordMetadata | None], None]
 @dataclass
 class _TopicBuffer:
     records: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    partitions: list[int | None] = field(default_factory=list)
     callbacks: list[DeliveryCallback | None] = field(default_factory=list)
     first_at: float = 0.0
-    sequence: int = 0
 
 
 class Producer:
-    """Buffers records and sends them in batches to a logstore server.
+    """Buffers records and sends them in batches to the leaders of their partitions.
 
     Args:
-        url: the server, e.g. ``http://127.0.0.1:8080``.
+        url: the bootstrap servers, e.g. ``http://127.0.0.1:8080``, or several separated by commas
+            (``"http://a:8080,http://b:8080"``, like Kafka's ``bootstrap.servers``): any of them that
+            answers tells the producer every node of the cluster.
         acks: ``"0"``, ``"1"`` or ``"all"`` (default): see DESIGN §3.
         linger_ms: how long a batch waits for more records before it is sent.
         batch_records: records that trigger a send without waiting for linger_ms.
@@ -61,8 +82,12 @@ class Producer:
         delivery_timeout_ms: give up on a batch (error to its callbacks) after this long.
         api_key: the API key of a secured server (default: ``$LOGSTORE_API_KEY``).
         ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
+        metadata_max_age_ms: refresh the cluster metadata at least this often, even without an error.
         client_cert: (certificate, private key) PEM files to present to a server that asks for
             client certificates; with no API key, the certificate names the principal.
+
+    Raises:
+        ValueError: an invalid ``acks`` or no bootstrap URL.
     """
 
     def __init__(
@@ -76,11 +101,15 @@ class Producer:
         delivery_timeout_ms: int = 120_000,
         api_key: str | None = None,
         ca_file: str | None = None,
+        metadata_max_age_ms: int = 300_000,
         client_cert: tuple[str, str] | None = None,
     ) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
-        self._client = http_client(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
+        self._nodes = Nodes(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
+        self._metadata_max_age = metadata_max_age_ms / 1000
+        self._sequences: dict[tuple[str, str], int] = {}
+        """(topic, producer id) → next sequence; the sender thread's alone."""
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records
@@ -104,6 +133,7 @@ class Producer:
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Buffer one record for ``topic``; it is sent by the sender thread."""
+        raw_key = key.encode() if isinstance(key, str) else key
         record: dict[str, Any] = {"value": encode_bytes(value)}
         if key is not None:
             record["key"] = encode_bytes(key)
@@ -120,6 +150,8 @@ class Producer:
             if not buf.records:
                 buf.first_at = time.monotonic()
             buf.records.append(record)
+            buf.keys.append(raw_key)
+            buf.partitions.append(partition)
             buf.callbacks.append(on_delivery)
             self._cond.notify()
 
@@ -139,7 +171,7 @@ class Producer:
             self._closed = True
             self._cond.notify()
         self._sender.join()
-        self._client.close()
+        self._nodes.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -151,6 +183,7 @@ class Producer:
         return sum(len(b.records) for b in self._buffers.values()) + self._in_flight
 
     def _run(self) -> None:
+        self._refresh()
         while True:
             with self._cond:
                 ready = None
@@ -169,50 +202,143 @@ class Producer:
                             return
                         self._cond.wait(self._linger or 0.001)
                 buf = self._buffers[ready]
-                records, callbacks = buf.records[: self._batch_records], buf.callbacks[: self._batch_records]
-                del buf.records[: len(records)], buf.callbacks[: len(callbacks)]
+                n = min(len(buf.records), self._batch_records)
+                records, keys, parts, callbacks = buf.records[:n], buf.keys[:n], buf.partitions[:n], buf.callbacks[:n]
+                del buf.records[:n], buf.keys[:n], buf.partitions[:n], buf.callbacks[:n]
                 buf.first_at = time.monotonic()
-                sequence = buf.sequence
-                buf.sequence += 1
-                self._in_flight += len(records)
+                self._in_flight += n
             try:
-                self._send(ready, records, callbacks, sequence)
+                self._send(ready, records, keys, parts, callbacks)
             finally:
                 with self._cond:
                     self._in_flight -= len(records)
                     self._cond.notify_all()
 
+    def _refresh(self, avoid: str | None = None) -> ClusterView | None:
+        """Refresh the metadata; a server's error is logged and the old view kept (the sender must not die)."""
+        try:
+            return self._nodes.refresh(avoid)
+        except LogstoreError as e:
+            log.warning("cannot refresh cluster metadata: %s", e)
+            return self._nodes.view
+
+    def _view_for(self, topic: str) -> ClusterView | None:
+        view, age = self._nodes.view, time.monotonic() - self._nodes.refreshed_at
+        unknown = self._nodes.routable and (view is None or topic not in view.leaders)
+        if age >= self._metadata_max_age or (unknown and age >= _UNKNOWN_TOPIC_REFRESH_S):
+            view = self._refresh()
+        return view
+
     def _send(
-        self, topic: str, records: list[dict[str, Any]], callbacks: list[DeliveryCallback | None], seq: int
+        self,
+        topic: str,
+        records: list[dict[str, Any]],
+        keys: list[bytes | None],
+        parts: list[int | None],
+        callbacks: list[DeliveryCallback | None],
     ) -> None:
-        body: dict[str, Any] = {"records": records}
-        if self._producer_id is not None:
-            body |= {"producer_id": self._producer_id, "sequence": seq}
         deadline = time.monotonic() + self._delivery_timeout
-        backoff = 0.01
-        error: LogstoreError | None = None
-        offsets: list[Any] | None = None
-        while offsets is None:
-            try:
-                r = self._client.post(f"/v1/topics/{topic}/records", params={"acks": self._acks}, json=body)
-                raise_for(r)
-                offsets = r.json()["offsets"] if r.status_code == 200 else [None] * len(records)
-                break
-            except httpx.TransportError as e:
-                error = KafkaStorageError(f"cannot reach {self._client.base_url}: {e}")
-            except LogstoreError as e:
-                error = e
-                if not e.retriable:
-                    break
-            if time.monotonic() + backoff > deadline:
-                break
-            time.sleep(backoff)  # retriable: the same sequence again, so nothing is written twice
-            backoff = min(1.0, backoff * 2)
+        routes = plan_routes(self._view_for(topic), topic, keys, parts, any_url=self._nodes.next_url())
+        results: list[Any] = [None] * len(records)
+        errors: list[LogstoreError | None] = [None] * len(records)
+        for route in routes:
+            body: dict[str, Any] = {"records": [records[i] for i in route.indexes]}
+            if self._producer_id is not None:
+                # one sequence per leader: each leader checks the sequences of what it commits, so sequences
+                # sent to two leaders must be two producers' (as Kafka's are per partition)
+                pid = self._producer_id if route.forward else f"{self._producer_id}-n{route.node_id}"
+                seq = self._sequences.get((topic, pid), 0)
+                self._sequences[(topic, pid)] = seq + 1
+                body |= {"producer_id": pid, "sequence": seq}
+            sub_keys, sub_parts = [keys[i] for i in route.indexes], [parts[i] for i in route.indexes]
+            offsets, error = self._deliver(topic, body, route, sub_keys, sub_parts, deadline)
+            for j, i in enumerate(route.indexes):
+                results[i] = offsets[j] if offsets is not None else None
+                errors[i] = error if offsets is None else None
         for i, cb in enumerate(callbacks):
             if cb is None:
                 continue
-            if offsets is None:
-                cb(error, None)
+            if errors[i] is not None:
+                cb(errors[i], None)
             else:
-                o = offsets[i]
+                o = results[i]
                 cb(None, RecordMetadata(topic, o["partition"], o["offset"]) if o else None)
+
+    def _deliver(
+        self,
+        topic: str,
+        body: dict[str, Any],
+        route: Route,
+        keys: list[bytes | None],
+        parts: list[int | None],
+        deadline: float,
+    ) -> tuple[list[Any] | None, LogstoreError | None]:
+        """Send one request until it succeeds, fails for good or ``deadline`` passes: (offsets, error).
+
+        Offsets are None per record for acks=0. Retries go to the leader the
+        refreshed metadata names, with the same body, so they are idempotent.
+        """
+        url, forward = route.url, route.forward
+        backoff = 0.01
+        error: LogstoreError
+        while True:
+            params = {"acks": self._acks} | ({} if forward else {"forward": "false"})
+            named: str | None = None
+            try:
+                r = self._nodes.client(url).post(f"/v1/topics/{topic}/records", params=params, json=body)
+                named = _named_leader(r)
+                raise_for(r)
+                return (r.json()["offsets"] if r.status_code == 200 else [None] * len(keys)), None
+            except httpx.TransportError as e:
+                error = KafkaStorageError(f"cannot reach {url}: {e}")
+                url, forward = self._retarget(topic, keys, parts, avoid=url)
+            except LogstoreError as e:
+                error = e
+                if not e.retriable:
+                    return None, e
+                if is_leadership_error(e):
+                    url, forward = self._retarget(topic, keys, parts, refused=url, named=named)
+            if time.monotonic() + backoff > deadline:
+                return None, error
+            time.sleep(backoff)  # retriable: the same sequence again, so nothing is written twice
+            backoff = min(1.0, backoff * 2)
+
+    def _retarget(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        parts: list[int | None],
+        *,
+        avoid: str | None = None,
+        refused: str | None = None,
+        named: str | None = None,
+    ) -> tuple[str, bool]:
+        """Where to resend records after a failure: refresh the metadata, then route them again.
+
+        ``avoid`` is a node that could not be reached (asked last for metadata);
+        ``refused`` a node that answered it is not the leader, ``named`` the
+        leader its 421 named, which wins over metadata that still names the
+        refusing node (a view not updated yet). Records that now have more
+        than one leader go to a node that forwards them.
+        """
+        view = self._refresh(avoid)
+        any_url = named or self._nodes.next_url(avoid=avoid or refused)
+        routes = plan_routes(view, topic, keys, parts, any_url=any_url)
+        if len(routes) == 1:
+            route = routes[0]
+            if named is not None and route.url == refused:
+                return named, False
+            return route.url, route.forward
+        return any_url, True
+
+
+def _named_leader(r: httpx.Response) -> str | None:
+    """The leader's URL a 421 ``NOT_LEADER_OR_FOLLOWER`` answer names (``{"leader": {"node_id", "url"}}``)."""
+    if r.status_code != 421:
+        return None
+    try:
+        leader = r.json().get("leader") or {}
+    except ValueError:
+        return None
+    url = leader.get("url")
+    return url.rstrip("/") if isinstance(url, str) else None

@@ -1,21 +1,18 @@
-"""The store behind a running server: :class:`RemoteStore`, what the CLI's ``--server`` mode runs on."""
+"""The store behind a running server or cluster: :class:`RemoteStore`, what the CLI's ``--server`` mode runs on."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import pyarrow as pa
 
-from logstore.client._http import assigned_partitions, http_client, json_headers, raise_for
+from logstore.client._cluster import Nodes
+from logstore.client._http import assigned_partitions, json_headers
 from logstore.codec import decode_bytes
 from logstore.config import TopicConfig
 from logstore.coordinator import MemberState
-from logstore.errors import (
-    KafkaStorageError,
-    LogstoreError,
-)
+from logstore.errors import LogstoreError
 from logstore.schema import input_table
 from logstore.structs import (
     FetchResult,
@@ -32,8 +29,11 @@ __all__ = ["RemoteStore"]
 class RemoteStore:
     """Topic, record and group operations of a running server, shaped like :class:`~logstore.store.LogStore`.
 
-    The CLI's ``--server URL`` mode runs on it. ``api_key`` (default:
-    ``$LOGSTORE_API_KEY``) and ``ca_file`` and ``client_cert`` as for :class:`Producer`.
+    The CLI's ``--server URL`` mode runs on it. ``url`` is one server or
+    several separated by commas (the bootstrap servers, as for
+    :class:`Producer`): a request goes to the first node that answers, a fetch
+    to the partition's leader first (by the cluster metadata). ``api_key``
+    (default: ``$LOGSTORE_API_KEY``), ``ca_file`` and ``client_cert`` as for :class:`Producer`.
     """
 
     def __init__(
@@ -46,15 +46,15 @@ class RemoteStore:
         client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.url = url
-        self._client = http_client(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
+        self._nodes = Nodes(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
-        try:
-            r = self._client.request(method, path, **kw)
-        except httpx.TransportError as e:
-            raise KafkaStorageError(f"cannot reach {self.url}: {e}") from e
-        raise_for(r)
-        return r.json() if r.content else None
+        return self._nodes.call(method, path, **kw)
+
+    def metadata(self) -> dict[str, Any]:
+        """``GET /v1/metadata`` as the server answers it (DESIGN §8), from the first node that answers."""
+        body: dict[str, Any] = self._call("GET", "/v1/metadata")
+        return body
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
         return _topic(
@@ -82,8 +82,14 @@ class RemoteStore:
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
     ) -> FetchResult:
-        """A slice of ``partition`` from ``offset``, as the embedded store returns it."""
-        body = self._call(
+        """A slice of ``partition`` from ``offset``, as the embedded store returns it (asked of its leader first)."""
+        if self._nodes.refreshed_at == 0:
+            self._nodes.refresh()
+        view = self._nodes.view
+        leader = view.leader_url(topic, partition) if view is not None else None
+        urls = self._nodes.urls()
+        body = self._nodes.call_at(
+            [leader, *(u for u in urls if u != leader)] if leader else urls,
             "GET",
             f"/v1/topics/{topic}/partitions/{partition}/records",
             params={"offset": offset, "max_records": max_records, "max_bytes": max_bytes},

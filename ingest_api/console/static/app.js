@@ -1,5 +1,5 @@
 // The logstore console: a hash-routed page whose every number comes from the public /v1 API.
-// Views: #/ (overview), #/topics/<t>, #/groups, #/groups/<g>. Each view renders its skeleton once, then
+// Views: #/ (overview), #/cluster, #/topics/<t>, #/groups, #/groups/<g>. Each view renders its skeleton once, then
 // refresh() fills in data every REFRESH_MS, so forms keep what the user typed.
 import uPlot from "./vendor/uPlot.esm.js";
 
@@ -124,16 +124,92 @@ function section(title, inner, id = "") {
   return `<section ${id ? `id="${id}"` : ""}><h2>${esc(title)}</h2>${inner}</section>`;
 }
 
-function nodeCard() {
-  // Embedded mode: this server is the only node, the controller and every partition's leader.
-  // Cluster mode will fill this card from /v1/metadata (nodes, controller, leaders).
-  return `<div class="cards" data-testid="nodes"><div class="card"><b>${esc(location.host)}</b>
-    <div class="muted">embedded node · controller · leader of every partition</div></div></div>`;
+// ---------------------------------------------------------------- cluster metadata
+async function metadata(topic) {
+  // /v1/metadata needs DESCRIBE on the cluster: without it the pages show no leaders, not an error
+  try {
+    return await api(topic === undefined ? "/v1/metadata" : `/v1/metadata?topic=${encodeURIComponent(topic)}`);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 403) return null;
+    throw e;
+  }
+}
+
+function leadership(md) {
+  // per node: partitions led; the partitions whose leader is none (-1) or not a live node are under-led
+  const live = new Map(md.nodes.map((n) => [n.node_id, n]));
+  const led = new Map(md.nodes.map((n) => [n.node_id, 0]));
+  const under = [];
+  let total = 0;
+  for (const t of md.topics) {
+    for (const p of t.partitions) {
+      total++;
+      if (live.has(p.leader)) led.set(p.leader, led.get(p.leader) + 1);
+      else under.push({ topic: t.name, ...p });
+    }
+  }
+  return { live, led, under, total };
+}
+
+const nodeName = (md, id) => {
+  const n = md && md.nodes.find((x) => x.node_id === id);
+  return n ? `node ${id} (${new URL(n.url).host})` : id === -1 ? "none" : `node ${id} (not live)`;
+};
+
+function nodeCards(md) {
+  if (!md) return `<p class="muted">Not authorized to describe the cluster.</p>`;
+  const { led, under, total } = leadership(md);
+  const cards = md.nodes.map((n) => {
+    const role = n.node_id === md.controller ? " · controller" : "";
+    const count = led.get(n.node_id);
+    const leads = count === total && total > 0 ? "leader of every partition" : `leader of ${count} of ${total} partitions`;
+    return `<div class="card" data-node="${n.node_id}"><b>node ${n.node_id}</b> <a href="${esc(n.url)}/ui/">${esc(n.url)}</a>
+      <div class="muted">${leads}${role}</div></div>`;
+  });
+  const warn = under.length
+    ? `<div class="card under-led"><b>${under.length} under-led</b><div>partitions without a live leader</div></div>`
+    : "";
+  return `${cards.join("")}${warn}`;
+}
+
+async function clusterPage() {
+  view.innerHTML = `<h1>Cluster</h1>
+    ${section("Nodes", `<p data-testid="controller"></p><div class="cards" data-testid="nodes"></div>`)}
+    ${section(
+      "Under-led partitions",
+      `<table data-testid="under-led"><thead><tr><th>Topic</th><th class="num">Partition</th><th>Leader</th>
+        <th class="num">Epoch</th></tr></thead><tbody></tbody></table>`,
+    )}
+    ${section(
+      "Partition leaders",
+      `<table data-testid="leaders"><thead><tr><th>Topic</th><th class="num">Partition</th><th>Leader</th>
+        <th class="num">Epoch</th></tr></thead><tbody></tbody></table>`,
+    )}`;
+  async function refresh() {
+    const md = await metadata();
+    if (!md) throw new ApiError(403, { message: "describing the cluster needs DESCRIBE on the cluster" });
+    const { live, under } = leadership(md);
+    const controller = md.controller === null ? "none (election under way)" : nodeName(md, md.controller);
+    const p = document.querySelector("[data-testid=controller]");
+    p.dataset.controller = String(md.controller);
+    p.dataset.epoch = String(md.controller_epoch);
+    p.innerHTML = `Controller: <b>${esc(controller)}</b>, controller epoch ${md.controller_epoch}`;
+    document.querySelector("[data-testid=nodes]").innerHTML = nodeCards(md);
+    const row = (t, q) => `<tr data-tp="${esc(t)}-${q.partition}" data-leader="${q.leader}" data-epoch="${q.leader_epoch}"
+        ${live.has(q.leader) ? "" : `class="under-led"`}><td><a href="${topicHref(t)}">${esc(t)}</a></td>
+        <td class="num">${q.partition}</td><td>${esc(nodeName(md, q.leader))}</td><td class="num">${q.leader_epoch}</td></tr>`;
+    document.querySelector("[data-testid=under-led] tbody").innerHTML =
+      under.map((q) => row(q.topic, q)).join("") || `<tr><td colspan="4" class="muted">none: every partition has a live leader</td></tr>`;
+    document.querySelector("[data-testid=leaders] tbody").innerHTML = md.topics
+      .flatMap((t) => t.partitions.map((q) => row(t.name, q)))
+      .join("");
+  }
+  return refresh;
 }
 
 async function overview() {
   view.innerHTML = `<h1>Overview</h1>
-    ${section("Nodes", nodeCard())}
+    ${section("Nodes", `<div class="cards" data-testid="nodes"></div>`)}
     ${section(
       "Throughput",
       `<form class="inline"><label>Topic<select id="chart-topic"></select></label>
@@ -180,7 +256,8 @@ async function overview() {
   }
 
   async function refresh() {
-    const [list, stats] = await Promise.all([api("/v1/topics"), api("/v1/stats/topics")]);
+    const [list, stats, md] = await Promise.all([api("/v1/topics"), api("/v1/stats/topics"), metadata()]);
+    document.querySelector("[data-testid=nodes]").innerHTML = nodeCards(md);
     const latest = new Map(stats.topics.map((s) => [s.topic, s.latest]));
     const rows = list.topics.map((t) => {
       const s = latest.get(t);
@@ -310,19 +387,28 @@ df.show()</pre>`,
       if (e instanceof ApiError && e.status === 404) return null;
       throw e;
     };
-    const [described, history, stats] = await Promise.all([
+    const [described, history, stats, md] = await Promise.all([
       api(`/v1/topics/${enc}`),
       api(`/v1/topics/${enc}/maintenance`),
       api(`/v1/stats/topics/${enc}`).catch(notSampled),
+      metadata(topic),
     ]);
     info = described;
+    const leaders = new Map(((md && md.topics.find((t) => t.name === topic)) || { partitions: [] }).partitions.map((p) => [p.partition, p]));
+    const live = new Set(md ? md.nodes.map((n) => n.node_id) : []);
+    const leaderCells = (partition) => {
+      const l = leaders.get(partition);
+      if (!l) return `<td class="muted">${md ? "none" : "not authorized"}</td><td class="num">—</td>`;
+      return `<td data-leader="${l.leader}" ${live.has(l.leader) ? "" : `class="under-led"`}>${esc(nodeName(md, l.leader))}</td>
+        <td class="num">${l.leader_epoch}</td>`;
+    };
     document.querySelector("[data-testid=partitions] tbody").innerHTML = info.partitions
       .map(
         (p) => `<tr data-partition="${p.partition}"><td class="num">${p.partition}</td>
           <td class="num">${p.log_start_offset}</td><td class="num">${p.high_watermark}</td>
           <td class="num">${p.high_watermark - p.log_start_offset}</td>
           <td class="num" data-bytes="${p.size_bytes}">${fmtBytes(p.size_bytes)}</td><td class="num">${p.num_files}</td>
-          <td>${esc(location.host)}</td><td class="num">—</td></tr>`,
+          ${leaderCells(p.partition)}</tr>`,
       )
       .join("");
     document.querySelector("[data-testid=config] tbody").innerHTML = Object.entries(info.config)
@@ -494,12 +580,13 @@ async function route() {
   const [kind, ...rest] = hash.split("/");
   const name = decodeURIComponent(rest.join("/"));
   document.querySelectorAll("[data-nav]").forEach((a) => {
-    a.classList.toggle("active", a.dataset.nav === (kind === "groups" ? "groups" : "overview"));
+    a.classList.toggle("active", a.dataset.nav === (kind === "groups" || kind === "cluster" ? kind : "overview"));
   });
   let refresh;
   if (kind === "topics" && name) refresh = await topicPage(name);
   else if (kind === "groups" && name) refresh = await groupPage(name);
   else if (kind === "groups") refresh = await groupsPage();
+  else if (kind === "cluster") refresh = await clusterPage();
   else refresh = await overview();
   const here = location.hash;
   const ready = () => {
