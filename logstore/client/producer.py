@@ -110,6 +110,8 @@ class Producer:
         self._metadata_max_age = metadata_max_age_ms / 1000
         self._sequences: dict[tuple[str, str], int] = {}
         """(topic, producer id) → next sequence; the sender thread's alone."""
+        self._unknown_asked: dict[str, float] = {}
+        """Topic the metadata did not know → when it was last refreshed for it; the sender thread's alone."""
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records
@@ -223,11 +225,22 @@ class Producer:
             return self._nodes.view
 
     def _view_for(self, topic: str) -> ClusterView | None:
-        view, age = self._nodes.view, time.monotonic() - self._nodes.refreshed_at
+        """The metadata to route ``topic`` by, refreshed when old or when it does not know the topic.
+
+        A topic the view does not know is asked about at once the first time
+        (it may have just been created), then at most every
+        ``_UNKNOWN_TOPIC_REFRESH_S`` while it stays unknown.
+        """
+        now = time.monotonic()
+        view, age = self._nodes.view, now - self._nodes.refreshed_at
         unknown = self._nodes.routable and (view is None or topic not in view.leaders)
-        if age >= self._metadata_max_age or (unknown and age >= _UNKNOWN_TOPIC_REFRESH_S):
-            view = self._refresh()
-        return view
+        asked = self._unknown_asked.get(topic)
+        if unknown and (asked is None or now - asked >= _UNKNOWN_TOPIC_REFRESH_S):
+            self._unknown_asked[topic] = now
+            return self._refresh()
+        if not unknown:
+            self._unknown_asked.pop(topic, None)
+        return self._refresh() if age >= self._metadata_max_age else view
 
     def _send(
         self,
