@@ -18,6 +18,9 @@ once:
   leader (asked with ``?forward=false``); p50 and max, against
   ``zookeeper.session.timeout.ms`` (``--session-timeout-ms``). The killed
   node is restarted (same node id) before the next kill.
+* ``placement``: three nodes, ``--placement-topics`` topics at once, with
+  ``leader.placement`` = ``partition`` and = ``topic``: records/s of each
+  (one Delta log per topic is a single serialization point; see README).
 
 Without cluster mode in this build (no ``node.id`` config key) it measures the
 embedded one-node case only and says so. Run: ``.venv/bin/python bench/cluster.py``
@@ -80,20 +83,20 @@ class Cluster:
                     continue
         raise RuntimeError("no node answers /v1/metadata")
 
-    def leaders(self) -> dict[int, int]:
-        """Partition → leader's node id of the bench topic."""
+    def leaders(self, topic: str = TOPIC) -> dict[int, int]:
+        """Partition → leader's node id of ``topic``."""
         for t in self.metadata()["topics"]:
-            if t["name"] == TOPIC:
+            if t["name"] == topic:
                 return {p["partition"]: p["leader"] for p in t["partitions"]}
         return {}
 
-    def wait_led(self, timeout_s: float = 60) -> dict[int, int]:
-        """Wait until every partition of the topic has a live leader; returns the leaders."""
+    def wait_led(self, timeout_s: float = 60, topic: str = TOPIC) -> dict[int, int]:
+        """Wait until every partition of ``topic`` has a live leader; returns the leaders."""
         deadline = time.monotonic() + timeout_s
         while True:
             md = self.metadata()
             live = {n["node_id"] for n in md["nodes"]}
-            leaders = self.leaders()
+            leaders = self.leaders(topic)
             if len(leaders) == PARTITIONS and all(v in live for v in leaders.values()):
                 return leaders
             if time.monotonic() > deadline:
@@ -108,12 +111,43 @@ class Cluster:
             node.stop()
 
 
-def throughput(cluster: Cluster, urls: list[str], concurrency: int, seconds: float) -> float:
-    """acks=all records/s summed over one generator per URL, all running at once."""
-    per = max(1, concurrency // len(urls))
-    with ThreadPoolExecutor(len(urls)) as pool:
-        results = list(pool.map(lambda u: closed_loop(u, TOPIC, "all", per, seconds=seconds), urls))
+def throughput(
+    cluster: Cluster, urls: list[str], concurrency: int, seconds: float, topics: tuple[str, ...] = (TOPIC,)
+) -> float:
+    """acks=all records/s summed over one generator per URL and topic, all running at once."""
+    pairs = [(u, t) for u in urls for t in topics]
+    per = max(1, concurrency // len(pairs))
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        results = list(pool.map(lambda ut: closed_loop(ut[0], ut[1], "all", per, seconds=seconds), pairs))
     return sum(r["records_per_s"] for r in results)
+
+
+def placement(
+    zk_connect: str, node_config: dict[str, object], nodes: int, topics: int, concurrency: int, seconds: float
+) -> dict[str, int]:
+    """acks=all records/s of ``nodes`` nodes over ``topics`` topics, per ``leader.placement``.
+
+    ``partition`` spreads every topic's partition leaders over the nodes, so
+    the nodes race for each topic's one Delta log; ``topic`` gives each topic
+    one leader, which commits alone but is the topic's only writer.
+    """
+    out = {}
+    names = tuple(TOPIC if i == 0 else f"{TOPIC}{i}" for i in range(topics))
+    for how in ("partition", "topic"):
+        with tempfile.TemporaryDirectory() as d:
+            config = node_config | {"leader.placement": how}
+            cluster = Cluster(Path(d), f"{zk_connect}/bench-placement-{how}-{time.monotonic_ns()}", **config)
+            try:
+                for node_id in range(1, nodes + 1):
+                    cluster.start_node(node_id)
+                for name in names:
+                    cluster.nodes[1].create_topic(name, PARTITIONS)
+                    cluster.wait_led(topic=name)
+                urls = [node.url for node in cluster.nodes.values()]
+                out[how] = round(throughput(cluster, urls, concurrency, seconds, names))
+            finally:
+                cluster.stop()
+    return out
 
 
 def produce_once(url: str, partition: int) -> bool:
@@ -164,6 +198,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3, help="length of each throughput run")
     ap.add_argument("--concurrency", type=int, default=16, help="requests in flight, over all nodes")
     ap.add_argument("--kills", type=int, default=2, help="kill -9s for the failover distribution")
+    ap.add_argument("--placement-topics", default="1,3", help="topic counts for the placement comparison (3 nodes)")
     ap.add_argument("--session-timeout-ms", type=int, default=3000, help="zookeeper.session.timeout.ms of the nodes")
     args = ap.parse_args()
     counts = [int(n) for n in args.nodes.split(",") if n.strip()]
@@ -237,6 +272,10 @@ def main() -> None:
                     }
                 finally:
                     cluster.stop()
+            out["placement_records_per_s"] = {
+                f"{t}_topics": placement(zk_connect, node_config, 3, t, args.concurrency, args.seconds)
+                for t in (int(x) for x in args.placement_topics.split(",") if x.strip())
+            }
     out["throughput_records_per_s"] = {k: round(v) for k, v in rates.items()}
     if "1" in rates and "2" in rates:
         out["scaling_2_over_1"] = round(rates["2"] / rates["1"], 2)
