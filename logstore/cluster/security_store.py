@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from logstore.cluster.coordinator import split_connect
 from logstore.errors import KafkaStorageError
@@ -64,7 +65,7 @@ class ZooKeeperSecurityStore(DocumentStore):
                 with contextlib.suppress(NodeExistsError):
                     self._zk.create(f"{SECURITY}/{name}", b"[]", makepath=True)
                 self._zk.DataWatch(f"{SECURITY}/{name}", self._watcher(name))
-        except KazooException as e:
+        except (KazooException, KazooTimeoutError) as e:  # kazoo's start timeout is not a KazooException
             self.close()
             raise KafkaStorageError(f"cannot reach ZooKeeper at {connect} for keys and ACLs: {e}") from e
         for event in self._ready.values():
