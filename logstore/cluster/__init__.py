@@ -3,11 +3,12 @@
 :class:`ZooKeeperCoordinator` registers a node, elects the one controller and
 keeps partition leaders (with their epochs) placed on live nodes;
 :func:`place_leaders` is the placement rule; :class:`ZooKeeperServer` runs the
-real ZooKeeper server from the project's jar cache. Embedded mode (empty
-``zookeeper.connect``) needs none of it.
+real ZooKeeper server from the project's jar cache; :func:`ensure_chroot`
+creates the chroot every client of the cluster connects under. Embedded mode
+(empty ``zookeeper.connect``) needs none of it.
 """
 
-from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, split_connect
+from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
 from logstore.cluster.placement import PartitionState, Placement, place_leaders
 from logstore.cluster.zkserver import ZooKeeperServer
 
@@ -18,6 +19,7 @@ __all__ = [
     "Placement",
     "ZooKeeperCoordinator",
     "ZooKeeperServer",
+    "ensure_chroot",
     "place_leaders",
     "split_connect",
 ]

@@ -29,7 +29,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from logstore.cluster.coordinator import split_connect
+from logstore.cluster.coordinator import ensure_chroot, split_connect
 from logstore.errors import KafkaStorageError
 from logstore.security.store import DOCUMENTS, Change, DocumentStore, SecurityState
 
@@ -59,7 +59,7 @@ class ZooKeeperSecurityStore(DocumentStore):
         self._state = SecurityState()
         self._ready = {name: threading.Event() for name in DOCUMENTS}
         try:
-            _ensure_chroot(hosts, chroot, timeout_s)
+            ensure_chroot(hosts, chroot, timeout_s)
             self._zk.start(timeout=timeout_s)
             for name in DOCUMENTS:
                 with contextlib.suppress(NodeExistsError):
@@ -117,13 +117,3 @@ class ZooKeeperSecurityStore(DocumentStore):
                 return
             self._docs[name], self._versions[name] = doc, version
             self._state = self._state_of(self._docs)
-
-
-def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
-    plain = KazooClient(hosts=hosts, timeout=timeout_s)
-    plain.start(timeout=timeout_s)
-    try:
-        plain.ensure_path(chroot)
-    finally:
-        plain.stop()
-        plain.close()
