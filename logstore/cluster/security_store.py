@@ -14,6 +14,10 @@ refused by every node within one ZooKeeper round trip, not a polling
 interval. A znode holds at most ``jute.maxbuffer`` (1 MiB by default): about
 4,000 API keys or 5,000 ACL bindings.
 
+:func:`open_security_store` is the one place that chooses the store: this one
+when ``zookeeper.connect`` is set, else the root's files. The server's guard
+and the ``logstore keys|acls|quotas`` commands both open it.
+
 Where code runs: kazoo's event thread delivers the watches; changes run on
 the caller's thread.
 """
@@ -30,10 +34,11 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 
 from logstore.cluster.coordinator import ensure_chroot, split_connect
+from logstore.config import LogstoreConfig
 from logstore.errors import KafkaStorageError
-from logstore.security.store import DOCUMENTS, Change, DocumentStore, SecurityState
+from logstore.security.store import DOCUMENTS, Change, DocumentStore, FileSecurityStore, SecurityState
 
-__all__ = ["ZooKeeperSecurityStore"]
+__all__ = ["ZooKeeperSecurityStore", "open_security_store"]
 
 SECURITY = "/security"
 
@@ -72,14 +77,9 @@ class ZooKeeperSecurityStore(DocumentStore):
             event.wait(timeout_s)
 
     def close(self) -> None:
+        """End the ZooKeeper session (and its watches); the store answers from its last snapshot after."""
         self._zk.stop()
         self._zk.close()
-
-    def __enter__(self) -> ZooKeeperSecurityStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     def _watcher(self, name: str) -> Any:
         def changed(data: bytes | None, stat: Any) -> None:
@@ -117,3 +117,17 @@ class ZooKeeperSecurityStore(DocumentStore):
                 return
             self._docs[name], self._versions[name] = doc, version
             self._state = self._state_of(self._docs)
+
+
+def open_security_store(config: LogstoreConfig) -> DocumentStore:
+    """The store of keys, ACLs and quotas ``config`` names: ZooKeeper in cluster mode, else ``<root>/_security/``.
+
+    With ``zookeeper.connect`` set, every node and the CLI share the znodes under its chroot (the coordinator's),
+    wherever their roots are; embedded, the root's files. The caller closes the store (``with`` or ``close()``).
+
+    Raises:
+        KafkaStorageError: cluster mode and ZooKeeper could not be reached within ``zookeeper.session.timeout.ms``.
+    """
+    if config.zookeeper_connect:
+        return ZooKeeperSecurityStore(config.zookeeper_connect, timeout_s=config.zookeeper_session_timeout_ms / 1000)
+    return FileSecurityStore(config.root)
