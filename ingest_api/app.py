@@ -31,6 +31,7 @@ from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
+from logstore.cluster.security_store import open_security_store
 from logstore.config import LogstoreConfig
 from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
@@ -58,7 +59,7 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from logstore.security import FileSecurityStore, Guard, PrincipalMapper, parse_super_users
+from logstore.security import Guard, PrincipalMapper, parse_super_users
 
 __all__ = ["create_app", "create_guard", "status_for"]
 
@@ -108,11 +109,19 @@ def status_for(error: LogstoreError) -> int:
 
 
 def create_guard(config: LogstoreConfig) -> Guard | None:
-    """The node's security decisions over ``<root>/_security/``; None when ``security.enabled`` is false."""
+    """The node's security decisions; None when ``security.enabled`` is false.
+
+    Keys, ACLs and quotas are read from :func:`~logstore.cluster.security_store.open_security_store`: ZooKeeper in
+    cluster mode (shared by every node, whatever its root), else ``<root>/_security/``. The app closes the store on
+    shutdown.
+
+    Raises:
+        KafkaStorageError: cluster mode and ZooKeeper could not be reached.
+    """
     if not config.security_enabled:
         return None
     return Guard(
-        FileSecurityStore(config.root),
+        open_security_store(config),
         super_users=parse_super_users(config.super_users),
         quota_window_samples=config.quota_window_num,
         quota_window_sample_s=config.quota_window_size_seconds,
@@ -152,6 +161,8 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
             await app.state.forwarder.close()
+            if guard is not None:
+                await run_in_threadpool(guard.store.close)  # last: requests still check keys while draining
 
     secured = guard is not None
     app = FastAPI(

@@ -4,8 +4,9 @@ Every command works on a root directory directly (``--root``, default: the
 config's ``logstore.root``); topics, produce, consume and groups can go through
 a running server instead (``--server URL``, with ``--api-key`` /
 ``LOGSTORE_API_KEY`` and ``--ca-file`` when it is secured). Keys, ACLs and
-quotas are managed on the root only: whoever can write the root is the
-administrator. Errors print as ``ERROR_NAME: message`` on stderr with exit
+quotas are managed on the store itself, never through a server: the root, or
+ZooKeeper in cluster mode (``zookeeper.connect`` or ``--zookeeper``); whoever
+can write it is the administrator. Errors print as ``ERROR_NAME: message`` on stderr with exit
 status 1.
 """
 

@@ -1,26 +1,33 @@
-"""``logstore keys``, ``acls`` and ``quotas``: API keys, Kafka ACLs and byte-rate quotas, managed on the root.
+"""``logstore keys``, ``acls`` and ``quotas``: API keys, Kafka ACLs and byte-rate quotas, managed on the store itself.
 
-There is no ``--server`` path: whoever can write the root is the administrator. Every change writes an audit line
-on stderr naming the local OS user who made it.
+The store is the one the servers read (:func:`~logstore.cluster.security_store.open_security_store`): in cluster
+mode (``zookeeper.connect`` in the config, or ``--zookeeper HOST:PORT[/chroot]`` as Kafka's old
+``kafka-acls --authorizer-properties zookeeper.connect=``) the znodes every node shares, else the root's
+``_security/`` files. There is no ``--server`` path: whoever can write the store is the administrator. Every change
+writes an audit line on stderr naming the local OS user who made it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import getpass
 import sys
+from collections.abc import Iterator
 
+from logstore.cluster.security_store import open_security_store
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidRequestError
 from logstore.security import (
     AclBinding,
-    FileSecurityStore,
     Operation,
     PatternType,
     Permission,
     Quota,
     ResourceType,
+    SecurityStore,
     audit,
     log_audit_to_stderr,
     new_key,
@@ -34,7 +41,17 @@ __all__ = ["register"]
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     """Add ``keys``, ``acls`` and ``quotas`` and their actions; ``common`` holds the options every command takes."""
-    keys = sub.add_parser("keys", help="API keys: create, list, revoke (on the root)", parents=[common])
+    zookeeper = argparse.ArgumentParser(add_help=False)
+    zookeeper.add_argument(
+        "--zookeeper",
+        default=argparse.SUPPRESS,  # given before or after the action, as the common options
+        metavar="HOST:PORT[/chroot]",
+        help="manage the cluster's store in ZooKeeper (overrides zookeeper.connect of the config)",
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[common, zookeeper])
+    keys = sub.add_parser(
+        "keys", help="API keys: create, list, revoke (root, or ZooKeeper in cluster mode)", parents=[common]
+    )
     ksub = keys.add_subparsers(dest="action", required=True)
     p = ksub.add_parser("create", parents=[common], help="create a key; it is printed once, on the last line")
     p.add_argument("--principal", required=True, help="TYPE:NAME, e.g. User:alice")
@@ -47,7 +64,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     which.add_argument("--key-id")
     p.set_defaults(func=_keys_revoke)
 
-    acls = sub.add_parser("acls", help="Kafka ACLs: add, remove, list (on the root)", parents=[common])
+    acls = sub.add_parser(
+        "acls", help="Kafka ACLs: add, remove, list (root, or ZooKeeper in cluster mode)", parents=[common]
+    )
     asub = acls.add_subparsers(dest="action", required=True)
     for action, func in (("add", _acls_add), ("remove", _acls_remove)):
         p = asub.add_parser(action, parents=[common])
@@ -70,7 +89,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = asub.add_parser("list", parents=[common])
     p.set_defaults(func=_acls_list)
 
-    quotas = sub.add_parser("quotas", help="client byte-rate quotas: set, list (on the root)", parents=[common])
+    quotas = sub.add_parser(
+        "quotas", help="client byte-rate quotas: set, list (root, or ZooKeeper in cluster mode)", parents=[common]
+    )
     qsub = quotas.add_subparsers(dest="action", required=True)
     p = qsub.add_parser("set", parents=[common], help="set a principal's (or one client id's) byte rates")
     p.add_argument("--principal", required=True)
@@ -82,9 +103,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_quotas_list)
 
 
-def _security_store(config: LogstoreConfig) -> FileSecurityStore:
+@contextlib.contextmanager
+def _security_store(args: argparse.Namespace, config: LogstoreConfig) -> Iterator[SecurityStore]:
+    """The store the servers read, closed after the command (``--zookeeper`` wins over ``zookeeper.connect``)."""
     log_audit_to_stderr()
-    return FileSecurityStore(config.root)
+    if getattr(args, "zookeeper", None):
+        config = dataclasses.replace(config, zookeeper_connect=args.zookeeper)
+    with open_security_store(config) as store:
+        yield store
 
 
 def _operator() -> str:
@@ -93,16 +119,17 @@ def _operator() -> str:
 
 
 def _keys_create(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    store = _security_store(config)
     record, key = new_key(parse_principal(args.principal))
-    store.add_key(record)
+    with _security_store(args, config) as store:
+        store.add_key(record)
     audit("key.create", principal=_operator(), decision="CHANGED", key_id=record.key_id, subject=record.principal)
     print(f"Created key {record.key_id} for {record.principal}. It is shown only now; store it safely:")
     print(key)
 
 
 def _keys_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    keys = sorted(_security_store(config).snapshot().keys.values(), key=lambda k: (k.principal, k.created_ms))
+    with _security_store(args, config) as store:
+        keys = sorted(store.snapshot().keys.values(), key=lambda k: (k.principal, k.created_ms))
     print(f"{'KEY-ID':<18} {'PRINCIPAL':<30} CREATED")
     for k in keys:
         created = datetime.datetime.fromtimestamp(k.created_ms / 1000, datetime.UTC).isoformat(timespec="seconds")
@@ -111,7 +138,8 @@ def _keys_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
 def _keys_revoke(args: argparse.Namespace, config: LogstoreConfig) -> int:
     principal = parse_principal(args.principal) if args.principal else None
-    removed = _security_store(config).revoke_keys(principal=principal, key_id=args.key_id)
+    with _security_store(args, config) as store:
+        removed = store.revoke_keys(principal=principal, key_id=args.key_id)
     for k in removed:
         audit("key.revoke", principal=_operator(), decision="CHANGED", key_id=k.key_id, subject=k.principal)
         print(f"Revoked key {k.key_id} of {k.principal}.")
@@ -151,8 +179,8 @@ def _acls_remove(args: argparse.Namespace, config: LogstoreConfig) -> None:
 def _change_acls(args: argparse.Namespace, config: LogstoreConfig, *, add: bool) -> None:
     """Add or remove the ACLs the arguments name; one line each, and an audit line per ACL that changed."""
     acls = _acl_bindings(args)
-    store = _security_store(config)
-    changed = set(store.add_acls(acls) if add else store.remove_acls(acls))
+    with _security_store(args, config) as store:
+        changed = set(store.add_acls(acls) if add else store.remove_acls(acls))
     done, unchanged = ("Added", "Already present") if add else ("Removed", "Not present")
     for acl in acls:
         if acl in changed:
@@ -161,19 +189,23 @@ def _change_acls(args: argparse.Namespace, config: LogstoreConfig, *, add: bool)
 
 
 def _acls_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    for acl in _security_store(config).snapshot().acls:
+    with _security_store(args, config) as store:
+        acls = store.snapshot().acls
+    for acl in acls:
         print(acl)
 
 
 def _quotas_set(args: argparse.Namespace, config: LogstoreConfig) -> None:
     quota = Quota(parse_principal(args.principal), args.client_id, args.producer_byte_rate, args.consumer_byte_rate)
-    _security_store(config).set_quota(quota)
+    with _security_store(args, config) as store:
+        store.set_quota(quota)
     audit("quota.set", principal=_operator(), decision="CHANGED", quota=quota.to_dict())
     print(f"Set quota {_quota_line(quota)}")
 
 
 def _quotas_list(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    quotas = _security_store(config).snapshot().quotas
+    with _security_store(args, config) as store:
+        quotas = store.snapshot().quotas
     for key in sorted(quotas, key=lambda k: (k[0], k[1] or "")):
         print(_quota_line(quotas[key]))
 

@@ -3,12 +3,16 @@
 :class:`ZooKeeperCoordinator` registers a node, elects the one controller and
 keeps partition leaders (with their epochs) placed on live nodes;
 :func:`place_leaders` is the placement rule; :class:`ZooKeeperServer` runs the
-real ZooKeeper server from the project's jar cache. Embedded mode (empty
-``zookeeper.connect``) needs none of it.
+real ZooKeeper server from the project's jar cache; :func:`ensure_chroot`
+creates the chroot every client of the cluster connects under.
+:func:`open_security_store` opens the keys, ACLs and quotas of a config (in
+ZooKeeper in cluster mode). Embedded mode (empty ``zookeeper.connect``) needs
+none of the rest.
 """
 
-from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, split_connect
+from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
 from logstore.cluster.placement import PartitionState, Placement, place_leaders
+from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
 from logstore.cluster.zkserver import ZooKeeperServer
 
 __all__ = [
@@ -17,7 +21,10 @@ __all__ = [
     "PartitionState",
     "Placement",
     "ZooKeeperCoordinator",
+    "ZooKeeperSecurityStore",
     "ZooKeeperServer",
+    "ensure_chroot",
+    "open_security_store",
     "place_leaders",
     "split_connect",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "NodeInfo",
     "SessionEvent",
     "ZooKeeperCoordinator",
+    "ensure_chroot",
     "split_connect",
 ]
 
@@ -105,6 +106,30 @@ def split_connect(connect: str) -> tuple[str, str]:
         raise InvalidConfigError(f"zookeeper.connect needs host:port[,host:port][/chroot], got '{connect}'")
     chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else DEFAULT_CHROOT
     return hosts.strip(), chroot
+
+
+def ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
+    """Create the chroot znode (and its parents) if missing, so a client of ``hosts`` + ``chroot`` can start.
+
+    A kazoo client of a chroot cannot create the chroot itself: this one, of the bare ``hosts``, does.
+    Every client of the cluster (coordinator, security store) calls it before it connects.
+
+    Args:
+        hosts: ``host:port[,host:port…]``, without the chroot (see :func:`split_connect`).
+        chroot: an absolute znode path such as ``/logstore``.
+        timeout_s: how long to wait for ZooKeeper.
+
+    Raises:
+        KazooTimeoutError: ZooKeeper could not be reached within ``timeout_s``.
+        KazooException: ZooKeeper refused the create (e.g. its ACLs).
+    """
+    plain = KazooClient(hosts=hosts, timeout=timeout_s)
+    plain.start(timeout=timeout_s)
+    try:
+        plain.ensure_path(chroot)
+    finally:
+        plain.stop()
+        plain.close()
 
 
 def _state_path(topic: str, partition: int) -> str:
@@ -171,7 +196,7 @@ class ZooKeeperCoordinator:
             DuplicateBrokerRegistrationError: a live node holds this ``node.id``.
             KafkaStorageError: ZooKeeper could not be reached within the session timeout.
         """
-        self._ensure_chroot()
+        ensure_chroot(self._hosts, self._chroot, self._timeout_s)
         self._zk.add_listener(self._session_changed)
         self._zk.start(timeout=self._timeout_s)
         for path in (IDS, TOPICS):
@@ -378,15 +403,6 @@ class ZooKeeperCoordinator:
         log.info("node %d resigned as controller (epoch %s)", self.node.node_id, epoch)
 
     # -- helpers ----------------------------------------------------------------
-
-    def _ensure_chroot(self) -> None:
-        plain = KazooClient(hosts=self._hosts, timeout=self._timeout_s)
-        plain.start(timeout=self._timeout_s)
-        try:
-            plain.ensure_path(self._chroot)
-        finally:
-            plain.stop()
-            plain.close()
 
     def _register(self) -> None:
         path = f"{IDS}/{self.node.node_id}"

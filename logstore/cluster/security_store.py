@@ -14,6 +14,10 @@ refused by every node within one ZooKeeper round trip, not a polling
 interval. A znode holds at most ``jute.maxbuffer`` (1 MiB by default): about
 4,000 API keys or 5,000 ACL bindings.
 
+:func:`open_security_store` is the one place that chooses the store: this one
+when ``zookeeper.connect`` is set, else the root's files. The server's guard
+and the ``logstore keys|acls|quotas`` commands both open it.
+
 Where code runs: kazoo's event thread delivers the watches; changes run on
 the caller's thread.
 """
@@ -27,12 +31,14 @@ from typing import Any
 import orjson
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
-from logstore.cluster.coordinator import split_connect
+from logstore.cluster.coordinator import ensure_chroot, split_connect
+from logstore.config import LogstoreConfig
 from logstore.errors import KafkaStorageError
-from logstore.security.store import DOCUMENTS, Change, DocumentStore, SecurityState
+from logstore.security.store import DOCUMENTS, Change, DocumentStore, FileSecurityStore, SecurityState
 
-__all__ = ["ZooKeeperSecurityStore"]
+__all__ = ["ZooKeeperSecurityStore", "open_security_store"]
 
 SECURITY = "/security"
 
@@ -58,27 +64,22 @@ class ZooKeeperSecurityStore(DocumentStore):
         self._state = SecurityState()
         self._ready = {name: threading.Event() for name in DOCUMENTS}
         try:
-            _ensure_chroot(hosts, chroot, timeout_s)
+            ensure_chroot(hosts, chroot, timeout_s)
             self._zk.start(timeout=timeout_s)
             for name in DOCUMENTS:
                 with contextlib.suppress(NodeExistsError):
                     self._zk.create(f"{SECURITY}/{name}", b"[]", makepath=True)
                 self._zk.DataWatch(f"{SECURITY}/{name}", self._watcher(name))
-        except KazooException as e:
+        except (KazooException, KazooTimeoutError) as e:  # kazoo's start timeout is not a KazooException
             self.close()
             raise KafkaStorageError(f"cannot reach ZooKeeper at {connect} for keys and ACLs: {e}") from e
         for event in self._ready.values():
             event.wait(timeout_s)
 
     def close(self) -> None:
+        """End the ZooKeeper session (and its watches); the store answers from its last snapshot after."""
         self._zk.stop()
         self._zk.close()
-
-    def __enter__(self) -> ZooKeeperSecurityStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     def _watcher(self, name: str) -> Any:
         def changed(data: bytes | None, stat: Any) -> None:
@@ -118,11 +119,15 @@ class ZooKeeperSecurityStore(DocumentStore):
             self._state = self._state_of(self._docs)
 
 
-def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
-    plain = KazooClient(hosts=hosts, timeout=timeout_s)
-    plain.start(timeout=timeout_s)
-    try:
-        plain.ensure_path(chroot)
-    finally:
-        plain.stop()
-        plain.close()
+def open_security_store(config: LogstoreConfig) -> DocumentStore:
+    """The store of keys, ACLs and quotas ``config`` names: ZooKeeper in cluster mode, else ``<root>/_security/``.
+
+    With ``zookeeper.connect`` set, every node and the CLI share the znodes under its chroot (the coordinator's),
+    wherever their roots are; embedded, the root's files. The caller closes the store (``with`` or ``close()``).
+
+    Raises:
+        KafkaStorageError: cluster mode and ZooKeeper could not be reached within ``zookeeper.session.timeout.ms``.
+    """
+    if config.zookeeper_connect:
+        return ZooKeeperSecurityStore(config.zookeeper_connect, timeout_s=config.zookeeper_session_timeout_ms / 1000)
+    return FileSecurityStore(config.root)

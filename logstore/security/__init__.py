@@ -1,7 +1,8 @@
-"""Security of embedded mode: API keys, Kafka's ACLs, client quotas, audit lines.
+"""Security: API keys, Kafka's ACLs, client quotas, audit lines.
 
 No HTTP here: ``ingest_api`` turns these decisions into statuses and headers,
-and the ``logstore`` CLI (``logstore_cli``) manages keys, ACLs and quotas on a root directly.
+and the ``logstore`` CLI (``logstore_cli``) manages keys, ACLs and quotas on their store directly (the root's
+files; in cluster mode ZooKeeper, :mod:`logstore.cluster.security_store`).
 """
 
 from logstore.security.acl import (

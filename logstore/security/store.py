@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 
@@ -74,6 +74,10 @@ class SecurityStore(Protocol):
         """Set (replace) the quota of ``(quota.principal, quota.client_id)``; with no rate at all, remove it."""
         ...
 
+    def close(self) -> None:
+        """Release what the store holds (a ZooKeeper session); the server calls it on shutdown."""
+        ...
+
 
 Change = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 """A change of one document: the current list in, the new list out."""
@@ -93,6 +97,15 @@ class DocumentStore:
 
     def _update(self, name: str, change: Change) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release here (files are opened per read or change); a subclass with a session ends it."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @staticmethod
     def _state_of(docs: dict[str, list[dict[str, Any]]]) -> SecurityState:
