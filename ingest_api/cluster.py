@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, split_connect
+from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
@@ -99,6 +99,7 @@ def check_node_id_free(config: LogstoreConfig) -> None:
     timeout_s = config.zookeeper_session_timeout_ms / 1000
     zk = KazooClient(hosts=f"{hosts}{chroot}", timeout=timeout_s)
     try:
+        ensure_chroot(hosts, chroot, timeout_s)  # a client of a missing chroot warns and cannot create it
         zk.start(timeout=timeout_s)
     except Exception as e:  # kazoo's timeout is a plain exception class of its own
         raise KafkaStorageError(f"cannot reach ZooKeeper at zookeeper.connect={config.zookeeper_connect}: {e}") from e
