@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 
 from ingest_api.committer import skip_sequence
 from ingest_api.metrics import Metrics
+from logstore import promises
 from logstore.errors import LogstoreError, UnknownServerError
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wal import Frame, WriteAheadLog, read_frames
@@ -146,21 +147,10 @@ def replay_departed(
             for f in frames
             if not _committed(writer, f.header["producer_id"], f.header["sequence"])
         ]
-        for start in range(0, len(batches), _CHUNK_FRAMES):
-            chunk = batches[start : start + _CHUNK_FRAMES]
-            for batch, result in zip(chunk, writer.append_foreign(chunk), strict=True):
-                if isinstance(result, AppendResult):
-                    replayed += 0 if result.duplicate else len(result.offsets)
-                else:
-                    log.error(
-                        "topic %s: a write-ahead log frame of %s (producer %s, sequence %s) cannot be replayed: %s",
-                        writer.topic,
-                        who,
-                        batch.producer_id,
-                        batch.sequence,
-                        result,
-                    )
-                    metrics.wal_frames_skipped.labels(writer.topic).inc()
+        records, skipped = promises.replay_batches(writer.append_foreign, batches, topic=writer.topic, source=who)
+        replayed += records
+        if skipped:
+            metrics.wal_frames_skipped.labels(writer.topic).inc(skipped)
     if replayed:
         log.warning("topic %s: replayed %d acks=1 records of departed leaders", writer.topic, replayed)
     return replayed

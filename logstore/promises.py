@@ -28,11 +28,12 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
 
-from logstore.errors import KafkaStorageError
+from logstore.errors import KafkaStorageError, LogstoreError
 from logstore.fs import fsync_path
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wal import DirectoryLock, WriteAheadLog
@@ -40,7 +41,7 @@ from logstore.wal import DirectoryLock, WriteAheadLog
 if TYPE_CHECKING:
     from logstore.writer import TopicWriter
 
-__all__ = ["remove_marker", "settle", "wal_producer_id", "write_marker"]
+__all__ = ["remove_marker", "replay_batches", "settle", "wal_producer_id", "write_marker"]
 
 log = logging.getLogger("logstore.promises")
 
@@ -112,6 +113,41 @@ def settle(writer: TopicWriter, table_root: str, *, own_node: str | None = None)
             lock.release()
 
 
+def replay_batches(
+    append: Callable[[Sequence[ProducerBatch]], list[AppendResult | LogstoreError]],
+    batches: Sequence[ProducerBatch],
+    *,
+    topic: str,
+    source: str,
+) -> tuple[int, int]:
+    """Commit another node's logged batches with ``append``, in order, ``_REPLAY_CHUNK`` per commit.
+
+    A batch the writer answers with an error is logged (naming ``source``, the
+    node whose log it came from) and skipped; the others are committed.
+    Returns (records newly committed — duplicates count 0, batches skipped).
+
+    Raises:
+        LogstoreError: ``append`` raised: the table cannot be written now.
+    """
+    replayed = skipped = 0
+    for start in range(0, len(batches), _REPLAY_CHUNK):
+        chunk = batches[start : start + _REPLAY_CHUNK]
+        for batch, result in zip(chunk, append(chunk), strict=True):
+            if isinstance(result, AppendResult):
+                replayed += 0 if result.duplicate else len(result.offsets)
+                continue
+            skipped += 1
+            log.error(
+                "topic %s: a write-ahead log frame of %s (producer %s, sequence %s) cannot be replayed: %s",
+                topic,
+                source,
+                batch.producer_id,
+                batch.sequence,
+                result,
+            )
+    return replayed, skipped
+
+
 def _replay(writer: TopicWriter, topic_wal: str, node_id: str) -> None:
     if not os.path.isdir(topic_wal):
         return
@@ -125,24 +161,7 @@ def _replay(writer: TopicWriter, topic_wal: str, node_id: str) -> None:
             for f in frames
             if not (f.header["producer_id"] == wal_pid and committed is not None and f.header["sequence"] <= committed)
         ]
-        replayed = 0
-        for start in range(0, len(batches), _REPLAY_CHUNK):
-            for batch, result in zip(
-                batches[start : start + _REPLAY_CHUNK],
-                writer.append_held(batches[start : start + _REPLAY_CHUNK]),
-                strict=True,
-            ):
-                if isinstance(result, AppendResult):
-                    replayed += 0 if result.duplicate else len(result.offsets)
-                else:
-                    log.error(
-                        "topic %s: a frame of node %s (producer %s, sequence %s) cannot be replayed: %s",
-                        writer.topic,
-                        node_id,
-                        batch.producer_id,
-                        batch.sequence,
-                        result,
-                    )
+        replayed, _skipped = replay_batches(writer.append_held, batches, topic=writer.topic, source=f"node {node_id}")
         if replayed:
             log.warning("topic %s: replayed %d acks=1 records of stopped node %s", writer.topic, replayed, node_id)
     finally:
