@@ -12,6 +12,7 @@ from logstore.config import LogstoreConfig, load_config
 from logstore.store import LogStore
 
 if TYPE_CHECKING:
+    from kazoo.client import KazooClient
     from pyspark.sql import SparkSession
 
 
@@ -72,6 +73,54 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def chroot(zookeeper: str) -> str:
+    """A fresh ZooKeeper chroot of the session's server: one cluster per test."""
+    import uuid
+
+    return f"{zookeeper}/test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., object]]:
+    """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
+    from tests.cluster_helpers import SESSION_MS
+    from tests.server import Server
+
+    started: list[Server] = []
+
+    def start(node_id: int, **config: object) -> Server:
+        s = Server(
+            tmp_path / "data",
+            **{
+                "zookeeper.connect": chroot,
+                "node.id": node_id,
+                "zookeeper.session.timeout.ms": SESSION_MS,
+                "linger.ms": 2,
+                **config,
+            },
+        ).start()
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill()
+
+
+@pytest.fixture
+def zk(chroot: str) -> Iterator[KazooClient]:
+    """A ZooKeeper client of the cluster's chroot, for the test to read partition states."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=chroot)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
 
 
 @pytest.fixture

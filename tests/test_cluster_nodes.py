@@ -10,13 +10,10 @@ node id that is taken refuses to start.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,81 +23,11 @@ from kazoo.client import KazooClient
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
+from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, leader_epochs_in_log, led_by, until
 from tests.helpers import assert_gap_free, read_topic
 from tests.server import Server
 
 pytestmark = pytest.mark.zookeeper
-
-SESSION_MS = 4000
-PARTITIONS = 6
-
-
-@pytest.fixture
-def chroot(zookeeper: str) -> str:
-    return f"{zookeeper}/test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
-    """``cluster(node_id)`` starts a node of one cluster over one shared root."""
-    started: list[Server] = []
-
-    def start(node_id: int, **config: object) -> Server:
-        s = Server(
-            tmp_path / "data",
-            **{
-                "zookeeper.connect": chroot,
-                "node.id": node_id,
-                "zookeeper.session.timeout.ms": SESSION_MS,
-                "linger.ms": 2,
-                **config,
-            },
-        ).start()
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            s.kill()
-
-
-@pytest.fixture
-def zk(chroot: str) -> Iterator[KazooClient]:
-    """A ZooKeeper client of the cluster's chroot, for the test to read partition states."""
-    client = KazooClient(hosts=chroot)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-def leaders(zk: KazooClient, topic: str, n: int) -> dict[int, tuple[int, int]]:
-    """Partition → (leader node id, leader epoch), read from ZooKeeper."""
-    out = {}
-    for p in range(n):
-        path = f"/brokers/topics/{topic}/partitions/{p}/state"
-        if zk.exists(path):
-            doc = json.loads(zk.get(path)[0])
-            out[p] = (int(doc["leader"]), int(doc["leader_epoch"]))
-    return out
-
-
-def until(what: Callable[[], object], timeout_s: float = 30, step_s: float = 0.05) -> object:
-    """Poll ``what`` until it returns something truthy (ZooKeeper watches are asynchronous)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(step_s)
-
-
-def led_by(zk: KazooClient, topic: str, live: set[int]) -> dict[int, tuple[int, int]] | None:
-    state = leaders(zk, topic, PARTITIONS)
-    ok = len(state) == PARTITIONS and all(leader in live for leader, _ in state.values())
-    return state if ok else None
 
 
 def produce(url: str, topic: str, body: dict[str, object], acks: str = "all", **params: str) -> httpx.Response:
@@ -120,14 +47,6 @@ def produce_ok(url: str, topic: str, body: dict[str, object], acks: str = "all")
     result = until(attempt)
     assert isinstance(result, list)
     return result
-
-
-def create_topic(node: Server, topic: str, zk: KazooClient, live: set[int]) -> dict[int, tuple[int, int]]:
-    r = httpx.post(f"{node.url}/v1/topics", json={"name": topic, "partitions": PARTITIONS}, timeout=30)
-    assert r.status_code == 201, r.text
-    state = until(lambda: led_by(zk, topic, live))
-    assert isinstance(state, dict)
-    return state
 
 
 def test_every_partition_has_one_leader_and_other_nodes_forward_or_redirect(
@@ -211,18 +130,6 @@ class _Producer:
                 time.sleep(0.02)
 
 
-def _leader_epochs_in_log(root: Path, topic: str) -> dict[int, list[int]]:
-    log_dir = root / "topics" / topic / "_delta_log"
-    out: dict[int, list[int]] = {}
-    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
-        for line in (log_dir / name).read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            app = action.get("txn", {}).get("appId", "")
-            if app.startswith("logstore.leader."):
-                out.setdefault(int(app.removeprefix("logstore.leader.")), []).append(action["txn"]["version"])
-    return out
-
-
 def _check_log(root: Path, producers: list[_Producer]) -> None:
     catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
     by_partition = assert_gap_free(catalog, "orders")  # no gap
@@ -233,7 +140,7 @@ def _check_log(root: Path, producers: list[_Producer]) -> None:
         for value, offset in prod.acked.items():
             found = log[offset] if offset < len(log) else None
             assert found == value, f"acknowledged {value} at offset {offset}, which holds {found}"
-    for p, epochs in _leader_epochs_in_log(root, "orders").items():
+    for p, epochs in leader_epochs_in_log(root, "orders").items():
         assert epochs == sorted(epochs), f"partition {p}: a commit from a stale epoch: {epochs}"
 
 
