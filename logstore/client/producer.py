@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from logstore.client._cluster import ClusterView, Nodes, Route, is_leadership_error, plan_routes
+from logstore.client._cluster import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
 from logstore.client._http import raise_for
 from logstore.codec import encode_bytes
 from logstore.errors import (
@@ -112,6 +112,9 @@ class Producer:
         """(topic, producer id) → next sequence; the sender thread's alone."""
         self._unknown_asked: dict[str, float] = {}
         """Topic the metadata did not know → when it was last refreshed for it; the sender thread's alone."""
+        self._pids: dict[tuple[str, str], str] = {}
+        """(topic, sequence stream) → the producer id it is sent under (a new one after a failed request)."""
+        self._generation = 0
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records
@@ -254,17 +257,22 @@ class Producer:
         routes = plan_routes(self._view_for(topic), topic, keys, parts, any_url=self._nodes.next_url())
         results: list[Any] = [None] * len(records)
         errors: list[LogstoreError | None] = [None] * len(records)
-        for route in routes:
+        view = self._nodes.view
+        for route in self._per_sequence(view, topic, routes, keys, parts):
             body: dict[str, Any] = {"records": [records[i] for i in route.indexes]}
+            stream = None
             if self._producer_id is not None:
-                # one sequence per leader: each leader checks the sequences of what it commits, so sequences
-                # sent to two leaders must be two producers' (as Kafka's are per partition)
-                pid = self._producer_id if route.forward else f"{self._producer_id}-n{route.node_id}"
+                stream = (topic, self._stream(view, topic, route, keys, parts))
+                pid = self._pids.setdefault(stream, self._fresh_pid(stream[1]))
                 seq = self._sequences.get((topic, pid), 0)
                 self._sequences[(topic, pid)] = seq + 1
                 body |= {"producer_id": pid, "sequence": seq}
             sub_keys, sub_parts = [keys[i] for i in route.indexes], [parts[i] for i in route.indexes]
             offsets, error = self._deliver(topic, body, route, sub_keys, sub_parts, deadline)
+            if error is not None and stream is not None:
+                # the failed sequence may never be committed: later ones of this producer id would wait for it
+                # forever (OUT_OF_ORDER_SEQUENCE), so the stream goes on under a new id, as Kafka bumps its epoch
+                self._pids[stream] = self._fresh_pid(stream[1])
             for j, i in enumerate(route.indexes):
                 results[i] = offsets[j] if offsets is not None else None
                 errors[i] = error if offsets is None else None
@@ -276,6 +284,52 @@ class Producer:
             else:
                 o = results[i]
                 cb(None, RecordMetadata(topic, o["partition"], o["offset"]) if o else None)
+
+    def _per_sequence(
+        self,
+        view: ClusterView | None,
+        topic: str,
+        routes: list[Route],
+        keys: list[bytes | None],
+        parts: list[int | None],
+    ) -> list[Route]:
+        """``routes`` split so that each request holds one partition's records (or keyless ones), when leaders differ.
+
+        A ``(producer_id, sequence)`` is committed by one leader in one commit.
+        Were one sequence to hold records of two partitions, a failover that
+        gives them two new leaders would leave its retry nowhere to go (a node
+        refuses to split it, INVALID_REQUEST), and the dead leader's acks=1
+        WAL could not be replayed as one commit either. Sequences per partition,
+        as Kafka's, never span leaders. A node leading every partition of the
+        topic (embedded mode, ``leader.placement=topic``) still takes the batch
+        whole: its partitions move together.
+        """
+        if self._producer_id is None or view is None or len(set(view.leaders.get(topic, ()))) <= 1:
+            return routes
+        count = len(view.leaders[topic])
+        out: list[Route] = []
+        for route in routes:
+            by_partition: dict[int | None, list[int]] = {}
+            for i in route.indexes:
+                by_partition.setdefault(record_partition(keys[i], parts[i], count), []).append(i)
+            out += [Route(route.url, tuple(ix), route.forward, route.node_id) for ix in by_partition.values()]
+        return sorted(out, key=lambda r: r.indexes[0])
+
+    def _stream(
+        self, view: ClusterView | None, topic: str, route: Route, keys: list[bytes | None], parts: list[int | None]
+    ) -> str:
+        """The sequence stream of a request: ``p<partition>``, ``n<node>`` (it leads all) or ``any`` (keyless)."""
+        leaders = view.leaders.get(topic, ()) if view is not None else ()
+        first = route.indexes[0]
+        partition = record_partition(keys[first], parts[first], len(leaders)) if leaders else None
+        if len(set(leaders)) > 1 and partition is not None:
+            return f"p{partition}"
+        return "any" if route.forward else f"n{route.node_id}"
+
+    def _fresh_pid(self, stream: str) -> str:
+        assert self._producer_id is not None
+        self._generation += 1
+        return f"{self._producer_id}-{stream}-{self._generation}"
 
     def _deliver(
         self,
