@@ -85,6 +85,8 @@ class Producer:
         metadata_max_age_ms: refresh the cluster metadata at least this often, even without an error.
         client_cert: (certificate, private key) PEM files to present to a server that asks for
             client certificates; with no API key, the certificate names the principal.
+        retry_backoff_max_ms: the longest wait between two retries of a request to the same node (the wait
+            doubles from 10 ms; Kafka's ``retry.backoff.max.ms``); a retry to another node (a new leader) waits 10 ms.
 
     Raises:
         ValueError: an invalid ``acks`` or no bootstrap URL.
@@ -103,6 +105,7 @@ class Producer:
         ca_file: str | None = None,
         metadata_max_age_ms: int = 300_000,
         client_cert: tuple[str, str] | None = None,
+        retry_backoff_max_ms: int = 1000,
     ) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
@@ -120,6 +123,7 @@ class Producer:
         self._batch_records = batch_records
         self._producer_id = f"py-{uuid.uuid4().hex}" if enable_idempotence else None
         self._delivery_timeout = delivery_timeout_ms / 1000
+        self._retry_backoff_max = retry_backoff_max_ms / 1000
         self._buffers: dict[str, _TopicBuffer] = {}
         self._cond = threading.Condition()
         self._in_flight = 0
@@ -350,6 +354,7 @@ class Producer:
         error: LogstoreError
         while True:
             params = {"acks": self._acks} | ({} if forward else {"forward": "false"})
+            tried = url
             named: str | None = None
             try:
                 r = self._nodes.client(url).post(f"/v1/topics/{topic}/records", params=params, json=body)
@@ -365,10 +370,12 @@ class Producer:
                     return None, e
                 if is_leadership_error(e):
                     url, forward = self._retarget(topic, keys, parts, refused=url, named=named)
+            if url != tried:
+                backoff = 0.01  # backing off is for a node that keeps failing, not for a new leader
             if time.monotonic() + backoff > deadline:
                 return None, error
             time.sleep(backoff)  # retriable: the same sequence again, so nothing is written twice
-            backoff = min(1.0, backoff * 2)
+            backoff = min(self._retry_backoff_max, backoff * 2)
 
     def _retarget(
         self,
