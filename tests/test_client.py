@@ -83,6 +83,24 @@ def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[.
     assert len(acked) == 300
 
 
+def test_a_request_that_timed_out_does_not_block_the_producers_later_records(server: Callable[..., Server]) -> None:
+    srv = server()
+    RemoteStore(srv.url).create_topic("t", 1)
+    delivered: list[tuple[LogstoreError | None, RecordMetadata | None]] = []
+    with Producer(srv.url, linger_ms=1, delivery_timeout_ms=500) as p:
+        for value in ("before", "lost", "after"):
+            if value == "lost":
+                srv.kill()
+            p.produce("t", value, on_delivery=lambda e, m: delivered.append((e, m)))
+            assert p.flush(timeout=30) == 0
+            if value == "lost":
+                # its sequence never reached the server: sent under the same producer id, the next one skips ahead
+                srv.restart()
+    assert delivered[0] == (None, RecordMetadata("t", 0, 0))
+    assert delivered[1][0] is not None and delivered[1][0].retriable
+    assert delivered[2] == (None, RecordMetadata("t", 0, 1))
+
+
 def cli(srv: Server, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*LOGSTORE, "--server", srv.url, *args], input=stdin, capture_output=True, text=True, timeout=120
