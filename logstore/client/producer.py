@@ -302,9 +302,8 @@ class Producer:
         A ``(producer_id, sequence)`` is committed by one leader in one commit.
         Were one sequence to hold records of two partitions, a failover that
         gives them two new leaders would leave its retry nowhere to go (a node
-        refuses to split it, INVALID_REQUEST), and the dead leader's acks=1
-        WAL could not be replayed as one commit either. Sequences per partition,
-        as Kafka's, never span leaders. A node leading every partition of the
+        refuses to split it, INVALID_REQUEST). Sequences per partition, as
+        Kafka's, never span leaders. A node leading every partition of the
         topic (embedded mode, ``leader.placement=topic``) still takes the batch
         whole: its partitions move together.
         """
