@@ -132,6 +132,13 @@ class _Producer:
 
 def _check_log(root: Path, producers: list[_Producer]) -> None:
     catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
+
+    def holds_every_offset_acknowledged() -> bool:
+        log = assert_gap_free(catalog, "orders")
+        return all(len(log.get(prod.partition, [])) > max(prod.acked.values(), default=-1) for prod in producers)
+
+    # acks=1 records are committed after their acknowledgement: wait until the log reaches every one of them
+    until(holds_every_offset_acknowledged, timeout_s=30)
     by_partition = assert_gap_free(catalog, "orders")  # no gap
     values = read_topic(catalog, "orders")["value"].to_pylist()
     assert len(values) == len(set(values)), "duplicates"
