@@ -34,6 +34,7 @@ import httpx
 import orjson
 import pyarrow as pa
 from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop
+from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
@@ -91,6 +92,24 @@ def metric(url: str, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def stage_p50_ms(url: str) -> dict[str, float]:
+    """Per-stage p50 (ms) of ``logstore_produce_stage_seconds``: the upper bound of the bucket holding the median."""
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        if family.name == "logstore_produce_stage_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    le = float(sample.labels["le"])
+                    buckets.setdefault(sample.labels["stage"], []).append((le, sample.value))
+    p50 = {}
+    for stage, cumulative in buckets.items():
+        cumulative.sort()
+        total = cumulative[-1][1]
+        if total:
+            p50[stage] = round(1000 * next(le for le, n in cumulative if n >= total / 2), 2)
+    return p50
 
 
 def start_server(root: Path, **config: object) -> LogstoreServer:
@@ -166,6 +185,7 @@ def main() -> None:
                 latency[f"acks_{acks}"] = {
                     k: round(v, 2) for k, v in open_loop(srv.url, "bench", acks, args.seconds, half).items()
                 }
+                latency[f"acks_{acks}"]["server_stage_p50_ms"] = stage_p50_ms(srv.url)  # type: ignore[assignment]
             finally:
                 srv.stop()
     out["latency_at_half_max"] = latency

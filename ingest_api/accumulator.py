@@ -109,6 +109,23 @@ class Pending:
     promised: np.ndarray | None = None
     frame: int | None = None
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    times: StageTimes = field(default_factory=lambda: StageTimes())
+
+
+@dataclass
+class StageTimes:
+    """``time.perf_counter()`` seconds at a produce request's steps, for ``logstore_produce_stage_seconds``."""
+
+    queued: float = 0.0
+    """Accepted into the accumulator (request thread)."""
+    logged: float = 0.0
+    """acks=1: the write-ahead log holds the batch, fsynced (WAL thread); 0 until then."""
+    answered: float = 0.0
+    """The commit that holds the batch is done (committer thread); 0 until then."""
+
+    def stamp_logged(self, _: Future[None]) -> None:
+        """The WAL future's done callback; added before the route's waiter, so it runs first."""
+        self.logged = time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,7 @@ class Submitted:
     promised: np.ndarray | None
     """acks=1 fast path: offsets assigned at acceptance."""
     partitions: pa.Array
+    times: StageTimes
 
 
 class Accumulator:
@@ -272,6 +290,7 @@ class Accumulator:
                 pid, seq = self.wal_pid, self._wal_seq
                 self._wal_seq += 1
             item = Pending(ProducerBatch(records, pid, seq, validated=True), nbytes, Future(), predicted, counts=counts)
+            item.times.queued = time.perf_counter()
             if predicted:
                 self._leo = grown(self._leo, len(counts))
                 item.promised = offsets_from(parts.to_numpy(zero_copy_only=False), self._leo)
@@ -279,12 +298,13 @@ class Accumulator:
             logged = None
             if acks == "1":
                 item.frame, logged = self._wal.append({"producer_id": pid, "sequence": seq}, records)
+                logged.add_done_callback(item.times.stamp_logged)
                 how = "promised" if predicted else "committed"
                 self._metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
             self._cond.notify()
-        return Submitted(item.future, logged, item.promised, parts)
+        return Submitted(item.future, logged, item.promised, parts, item.times)
 
     # -- handing batches to the committer (committer thread) ---------------------
 

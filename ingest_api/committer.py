@@ -250,6 +250,9 @@ class Committer:
 
     def _commit(self, items: list[Pending]) -> None:
         """Commit ``items`` in order and answer them; never raises."""
+        taken, stage = time.perf_counter(), self._metrics.produce_stage.labels("queue")
+        for item in items:
+            stage.observe(taken - item.times.queued)
         try:
             self.acquire()
             results = self._append(items)
@@ -280,7 +283,9 @@ class Committer:
                     return [e] * len(items)
                 time.sleep(min(1.0, 0.01 * 2**attempt))
                 continue
-            self._metrics.commit_latency.labels(self.topic).observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._metrics.commit_latency.labels(self.topic).observe(elapsed)
+            self._metrics.produce_stage.labels("commit").observe(elapsed)
             self._metrics.batch_records.observe(sum(len(i.batch.records) for i in items))
             return results
 
@@ -308,7 +313,9 @@ class Committer:
         """Answer committed (or failed) items, release their bytes, move the LEO and the WAL on."""
         metrics = self._metrics
         last_frame = -1
+        answered = time.perf_counter()
         for item, result in zip(items, results, strict=True):
+            item.times.answered = answered
             self._buffer.release(item.nbytes)
             if item.frame is not None:
                 last_frame = max(last_frame, item.frame)

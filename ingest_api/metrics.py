@@ -31,6 +31,15 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.produce_stage = Histogram(
+            "logstore_produce_stage_seconds",
+            "Where produce requests' time goes on the server, per stage: parse (body to records), queue (accepted to "
+            "taken by the committer), wal (acks=1: accepted to logged and fsynced), commit (one Delta commit, once per "
+            "group), ack (committed or logged to response sent)",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_records = Histogram(
             "logstore_commit_records",
             "Records per Delta commit (group commit size)",

@@ -85,6 +85,7 @@ async def produce(
         parsed = decode_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
     else:
         parsed = parse_produce(body)
+    broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)
     if broker.cluster is not None:
         parts, placed = await produce_in_cluster(
             broker,
@@ -109,11 +110,20 @@ async def produce(
     if acks == "1" and sub.promised is not None and sub.logged is not None:
         await asyncio.wrap_future(sub.logged)
         parts, offsets = sub.partitions.to_pylist(), sub.promised.tolist()
+        ready = sub.times.logged
     else:
         result: AppendResult = await asyncio.wrap_future(sub.committed)
         parts, offsets = result.partitions.to_pylist(), result.offsets.to_pylist()
-    broker.metrics.produce_latency.labels(acks).observe(time.perf_counter() - started)
-    return _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
+        ready = sub.times.answered
+    response = _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
+    done = time.perf_counter()
+    stages = broker.metrics.produce_stage
+    if acks == "1" and sub.times.logged:
+        stages.labels("wal").observe(sub.times.logged - sub.times.queued)
+    if ready:  # the done callback that stamps ``logged`` may not have run yet when the waiter wakes
+        stages.labels("ack").observe(done - ready)
+    broker.metrics.produce_latency.labels(acks).observe(done - started)
+    return response
 
 
 async def _read_body(request: Request, broker: Broker) -> bytes:
