@@ -8,7 +8,7 @@ real ZooKeeper server from the project's jar cache. Embedded mode (empty
 """
 
 from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, split_connect
-from logstore.cluster.placement import PartitionState, Placement, place_leaders
+from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders
 from logstore.cluster.zkserver import ZooKeeperServer
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Placement",
     "ZooKeeperCoordinator",
     "ZooKeeperServer",
+    "group_coordinator",
     "place_leaders",
     "split_connect",
 ]
