@@ -22,13 +22,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from ingest_api.broker import Broker
 from ingest_api.console import mount_console
 from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
+from ingest_api.group_routing import Forwarded, forget_moved_groups
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
@@ -46,6 +47,7 @@ from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
+    NotCoordinatorError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
@@ -87,6 +89,7 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (OutOfOrderSequenceNumberError, 409),
     (TopicAlreadyExistsError, 409),
     (NotLeaderOrFollowerError, 503),
+    (NotCoordinatorError, 503),
     (FencedLeaderEpochError, 503),
     (KafkaStorageError, 503),
     (ConcurrentTransactionsError, 503),
@@ -97,10 +100,13 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
 def status_for(error: LogstoreError) -> int:
     """The HTTP status of a logstore error (400 for invalid input).
 
-    ``NOT_LEADER_OR_FOLLOWER`` naming the leader (cluster mode, ``?forward=false``)
-    is 421 Misdirected Request: the client should send it there.
+    ``NOT_LEADER_OR_FOLLOWER`` naming the leader and ``NOT_COORDINATOR`` naming
+    the group's coordinator (cluster mode, ``?forward=false``) are 421 Misdirected
+    Request: the client should send it there.
     """
     if isinstance(error, NotLeaderOrFollowerError) and error.leader is not None:
+        return 421
+    if isinstance(error, NotCoordinatorError) and error.coordinator is not None:
         return 421
     for cls, status in _STATUS:
         if isinstance(error, cls):
@@ -141,7 +147,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         await run_in_threadpool(broker.start)
         coordinator = GroupCoordinator(broker.store)
         app.state.coordinator = coordinator
-        sweeper = asyncio.create_task(_expire_sessions(coordinator))
+        sweeper = asyncio.create_task(_expire_sessions(coordinator, broker))
         store = broker.store
         app.state.stats = StatsSampler(
             config.stats_sample_ms,
@@ -199,6 +205,10 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             headers["Connection"] = "close"
         return JSONResponse(exc.to_dict(), status_code=status, headers=headers or None)
 
+    @app.exception_handler(Forwarded)
+    async def forwarded(request: Request, exc: Forwarded) -> Response:
+        return exc.response
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
@@ -213,14 +223,17 @@ def create_app(config: LogstoreConfig) -> FastAPI:
     return app
 
 
-async def _expire_sessions(coordinator: GroupCoordinator) -> None:
+async def _expire_sessions(coordinator: GroupCoordinator, broker: Broker) -> None:
     """Remove group members whose session expired, so their partitions and leases do not wait for a request.
+
+    In cluster mode it also drops groups another node now coordinates (:func:`forget_moved_groups`).
 
     A failed sweep is logged and the next one runs: this task ends only with the app.
     """
     while True:
         await asyncio.sleep(_SESSION_SWEEP_S)
         try:
+            await run_in_threadpool(forget_moved_groups, coordinator, broker)
             await run_in_threadpool(coordinator.expire)
         except Exception:
             log.exception("expiring group members failed; retrying in %.1f s", _SESSION_SWEEP_S)

@@ -62,6 +62,11 @@ class Forwarder:
             timeout=timeout_s, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
         )
 
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The pooled client, for other forwarded requests (group member routes)."""
+        return self._client
+
     async def produce(
         self, leader: NodeInfo, topic: str, parsed: ParsedRecords, acks: Acks, authorization: str | None
     ) -> Placed:

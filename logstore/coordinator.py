@@ -179,6 +179,8 @@ class Coordinator(Protocol):
 
     def expire(self) -> None: ...
 
+    def drop(self, group: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -357,6 +359,22 @@ class GroupCoordinator:
             with g.lock:
                 if g.members and any(g.counts.get(t) not in (None, n) for t, n in counts.items()):
                     self._rebalance(g)
+
+    def drop(self, group: str) -> None:
+        """Forget ``group``'s members and release its leases: another node coordinates it now (cluster mode).
+
+        Its committed offsets stay in the ``_offsets`` table; members that come
+        back here later rejoin (``UNKNOWN_MEMBER_ID``) instead of meeting stale state.
+        """
+        with self._guard:
+            g = self._groups.pop(group, None)
+        if g is None:
+            return
+        with g.lock:
+            g.members.clear()
+            for lease in g.leases.values():
+                lease.release()
+            g.leases.clear()
 
     def close(self) -> None:
         """Release every group lease this node holds (members are forgotten)."""

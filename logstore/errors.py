@@ -34,6 +34,7 @@ __all__ = [
     "KafkaStorageError",
     "LogstoreError",
     "MessageTooLargeError",
+    "NotCoordinatorError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
@@ -331,6 +332,19 @@ class DuplicateBrokerRegistrationError(LogstoreError):
 
     code = 101
     name = "DUPLICATE_BROKER_REGISTRATION"
+
+
+class NotCoordinatorError(LogstoreError):
+    """This node does not coordinate the group (cluster mode); ask ``/v1/groups/{group}/coordinator``, retry there."""
+
+    code = 16
+    name = "NOT_COORDINATOR"
+    retriable = True
+
+    def __init__(self, message: str, *, coordinator: tuple[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.coordinator = coordinator
+        """(node id, URL) of the group's coordinator when known, for the client to go to."""
 
 
 class ThrottlingQuotaExceededError(LogstoreError):

@@ -274,3 +274,18 @@ def test_random_joins_leaves_and_expiries_never_give_a_partition_two_owners(
         for mid in live:
             coordinator.heartbeat("g", mid)
     assert sorted(owners(coordinator, "g")) == [TP(t, p) for p in range(9)]
+
+
+def test_a_dropped_group_forgets_its_members_and_releases_its_leases(
+    store: LogStore, coordinator: GroupCoordinator
+) -> None:
+    """A group that moved to another coordinator node leaves nothing behind here: its members must rejoin."""
+    t = "orders"
+    store.create_topic(t, 2)
+    a = coordinator.join("g", [t])
+    coordinator.drop("g")
+    assert coordinator.groups() == []
+    with pytest.raises(UnknownMemberIdError):
+        coordinator.heartbeat("g", a.member_id)
+    b = coordinator.join("g", [t])  # the group's lease was released: a new member takes every partition again
+    assert len(b.assignment) == 2

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.broker import Broker
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
+from ingest_api.group_routing import coordinator_of
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
+from ingest_api.routes.metadata import NodeOut
 from logstore.coordinator import Coordinator
 from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
 from logstore.security import Operation, Resource, ResourceType
@@ -32,6 +34,21 @@ async def describe_group(group: str, broker: BrokerDep, coordinator: Coordinator
     """Committed offsets with lag per partition on the topics the caller may DESCRIBE (as Kafka's
     OffsetFetch filters), and the live members (id, generation, assignment)."""
     return await _group_out(group, broker, coordinator, access)
+
+
+@router.get(
+    "/{group}/coordinator",
+    response_model=NodeOut,
+    dependencies=[requires(Operation.DESCRIBE, ResourceType.GROUP, "group")],
+)
+async def find_coordinator(group: str, request: Request, broker: BrokerDep) -> NodeOut:
+    """The node that coordinates the group's members (Kafka's FindCoordinator); embedded mode: this node.
+
+    Clients send member requests there; any other node forwards them (or, with
+    ``?forward=false``, answers 421 NOT_COORDINATOR).
+    """
+    node = await coordinator_of(broker, group, str(request.base_url).rstrip("/"))
+    return NodeOut(node_id=node.node_id, url=node.url)
 
 
 async def _group_out(group: str, broker: Broker, coordinator: Coordinator, access: Access) -> GroupOut:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, quota, requires
+from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
 from logstore.coordinator import MemberState
@@ -27,7 +28,7 @@ from logstore.structs import TopicPartition
 router = APIRouter(
     prefix="/v1/groups/{group}/members",
     tags=["groups"],
-    dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")],
+    dependencies=[requires(Operation.READ, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
 )
 
 

@@ -23,6 +23,7 @@ from logstore.errors import (
     InvalidRequestError,
     KafkaStorageError,
     LogstoreError,
+    NotCoordinatorError,
     UnknownMemberIdError,
     UnknownServerError,
 )
@@ -169,9 +170,11 @@ class Consumer:
                 raise InvalidConfigError(f"consumer config '{required}' is required")
         self._conf = conf
         self.group: str = conf["group.id"]
-        # the first bootstrap server: a member talks to one node, which forwards what another node leads
-        url = str(conf["bootstrap.servers"]).split(",")[0].strip()
-        self._url = url if "://" in url else f"http://{url}"
+        # a member talks to one node, which forwards member requests to the group's coordinator node;
+        # when that node cannot be reached the consumer moves on to the next bootstrap server
+        urls = [u.strip() for u in str(conf["bootstrap.servers"]).split(",") if u.strip()]
+        self._urls = [u if "://" in u else f"http://{u}" for u in urls]
+        self._url = self._urls[0]
         key, ca = conf["api.key"], conf["ssl.ca.location"]
         cert = conf["ssl.certificate.location"]
         tls = {"ca_file": ca, "client_cert": (cert, conf["ssl.key.location"] or cert) if cert else None}
@@ -339,11 +342,21 @@ class Consumer:
 
     # -- internals --------------------------------------------------------------
 
+    def _unreachable(self, e: httpx.TransportError) -> KafkaStorageError:
+        """Move every client to the next bootstrap server (the retry goes there) and describe the failure."""
+        failed = self._url
+        with self._lock:
+            if self._url == failed and len(self._urls) > 1:
+                self._url = self._urls[(self._urls.index(failed) + 1) % len(self._urls)]
+                for client in (self._client, self._hb_client, self._commit_client):
+                    client.base_url = httpx.URL(self._url)
+        return KafkaStorageError(f"cannot reach {failed}: {e}")
+
     def _call(self, client: httpx.Client, method: str, path: str, **kw: Any) -> Any:
         try:
             r = client.request(method, path, **kw)
         except httpx.TransportError as e:
-            raise KafkaStorageError(f"cannot reach {self._url}: {e}") from e
+            raise self._unreachable(e) from e
         raise_for(r)
         return r.json() if r.content else None
 
@@ -498,12 +511,14 @@ class Consumer:
                 headers={"Accept": ARROW_STREAM},
             )
         except httpx.TransportError as e:
-            raise KafkaStorageError(f"cannot reach {self._url}: {e}") from e
+            raise self._unreachable(e) from e
         try:
             raise_for(r)
         except UnknownMemberIdError:
             self._lost = True
             return
+        except NotCoordinatorError:
+            return  # the group's coordinator is moving (a node left): the next poll asks again
         records = decode_member_records(r.content)
         # Apply any change first: records of a partition revoked meanwhile are never delivered.
         self._apply_assignment()

@@ -2,7 +2,8 @@
 
 :class:`ZooKeeperCoordinator` registers a node, elects the one controller and
 keeps partition leaders (with their epochs) placed on live nodes;
-:func:`place_leaders` is the placement rule; :class:`ZooKeeperServer` runs the
+:func:`place_leaders` is the placement rule and :func:`group_coordinator`
+chooses each consumer group's coordinator node; :class:`ZooKeeperServer` runs the
 real ZooKeeper server from the project's jar cache; :func:`ensure_chroot`
 creates the chroot every client of the cluster connects under.
 :func:`open_security_store` opens the keys, ACLs and quotas of a config (in
@@ -11,7 +12,7 @@ none of the rest.
 """
 
 from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
-from logstore.cluster.placement import PartitionState, Placement, place_leaders
+from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders
 from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
 from logstore.cluster.zkserver import ZooKeeperServer
 
@@ -24,6 +25,7 @@ __all__ = [
     "ZooKeeperSecurityStore",
     "ZooKeeperServer",
     "ensure_chroot",
+    "group_coordinator",
     "open_security_store",
     "place_leaders",
     "split_connect",

@@ -16,12 +16,13 @@ Two placements (``leader.placement``):
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Placement", "PartitionState", "TopicPartitionKey", "place_leaders"]
+__all__ = ["Placement", "PartitionState", "TopicPartitionKey", "group_coordinator", "place_leaders"]
 
 Placement = Literal["partition", "topic"]
 TopicPartitionKey = tuple[str, int]
@@ -82,3 +83,20 @@ def place_leaders(
         old = current.get(tp)
         changes[tp] = PartitionState(node, 0 if old is None else old.leader_epoch + 1)
     return changes
+
+
+def group_coordinator(group: str, live: Iterable[int]) -> int | None:
+    """The live node that coordinates ``group``: rendezvous (highest-random-weight) hashing; None with no live node.
+
+    Each node's weight for the group is the blake2b hash of ``"<group>:<node id>"``;
+    the heaviest wins (ties, which need a hash collision, to the lowest id). Every
+    node computes the same answer from the same live set, and when a node leaves
+    only the groups it coordinated move: every other group keeps its heaviest node.
+    """
+
+    def weight(node: int) -> tuple[int, int]:
+        digest = hashlib.blake2b(f"{group}:{node}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big"), -node
+
+    nodes = set(live)
+    return max(nodes, key=weight) if nodes else None
