@@ -72,3 +72,22 @@ def leader_epochs_in_log(root: Path, topic: str) -> dict[int, list[int]]:
             if app.startswith("logstore.leader."):
                 out.setdefault(int(app.removeprefix("logstore.leader.")), []).append(action["txn"]["version"])
     return out
+
+
+def produce(url: str, topic: str, body: dict[str, object], acks: str = "all", **params: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/topics/{topic}/records", params={"acks": acks, **params}, json=body, timeout=30)
+
+
+def produce_ok(url: str, topic: str, body: dict[str, object], acks: str = "all") -> list[dict[str, int]]:
+    """Produce, retrying a retriable refusal (a leader still claiming its partitions) until it is accepted."""
+
+    def attempt() -> list[dict[str, int]] | None:
+        r = produce(url, topic, body, acks)
+        if r.status_code == 200:
+            return list(r.json()["offsets"])
+        assert r.status_code == 503, r.text
+        return None
+
+    result = until(attempt)
+    assert isinstance(result, list)
+    return result

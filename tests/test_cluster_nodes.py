@@ -23,30 +23,20 @@ from kazoo.client import KazooClient
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
-from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, leader_epochs_in_log, led_by, until
+from tests.cluster_helpers import (
+    PARTITIONS,
+    SESSION_MS,
+    create_topic,
+    leader_epochs_in_log,
+    led_by,
+    produce,
+    produce_ok,
+    until,
+)
 from tests.helpers import assert_gap_free, read_topic
 from tests.server import Server
 
 pytestmark = pytest.mark.zookeeper
-
-
-def produce(url: str, topic: str, body: dict[str, object], acks: str = "all", **params: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/topics/{topic}/records", params={"acks": acks, **params}, json=body, timeout=30)
-
-
-def produce_ok(url: str, topic: str, body: dict[str, object], acks: str = "all") -> list[dict[str, int]]:
-    """Produce, retrying a retriable refusal (a leader still claiming its partitions) until it is accepted."""
-
-    def attempt() -> list[dict[str, int]] | None:
-        r = produce(url, topic, body, acks)
-        if r.status_code == 200:
-            return list(r.json()["offsets"])
-        assert r.status_code == 503, r.text
-        return None
-
-    result = until(attempt)
-    assert isinstance(result, list)
-    return result
 
 
 def test_every_partition_has_one_leader_and_other_nodes_forward_or_redirect(

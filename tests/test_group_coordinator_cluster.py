@@ -19,11 +19,10 @@ from kazoo.client import KazooClient
 
 from logstore.client import Consumer
 from logstore.errors import KafkaStorageError, NotCoordinatorError
+from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, produce_ok, until
 from tests.server import Server
-from tests.test_cluster_nodes import PARTITIONS, SESSION_MS, chroot, cluster, create_topic, produce_ok, until, zk
 
 pytestmark = pytest.mark.zookeeper
-__all__ = ["chroot", "cluster", "zk"]  # fixtures shared with the cluster node tests
 
 GROUP = "billing"
 
