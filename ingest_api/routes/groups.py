@@ -1,13 +1,17 @@
-"""/v1/groups: list, describe with lag and members, commit, reset."""
+"""/v1/groups: list, describe with lag and members, commit, reset.
+
+In cluster mode describe, commit and reset run on the group's coordinator
+(other nodes forward them), which knows the group's live members.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.broker import Broker
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
-from ingest_api.group_routing import coordinator_of
+from ingest_api.group_routing import coordinator_of, route_to_coordinator
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
@@ -28,7 +32,9 @@ async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep, access: Ac
 
 
 @router.get(
-    "/{group}", response_model=GroupOut, dependencies=[requires(Operation.DESCRIBE, ResourceType.GROUP, "group")]
+    "/{group}",
+    response_model=GroupOut,
+    dependencies=[requires(Operation.DESCRIBE, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
 )
 async def describe_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep) -> GroupOut:
     """Committed offsets with lag per partition on the topics the caller may DESCRIBE (as Kafka's
@@ -81,7 +87,9 @@ async def _group_out(group: str, broker: Broker, coordinator: Coordinator, acces
 
 
 @router.post(
-    "/{group}/offsets", response_model=GroupOut, dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")]
+    "/{group}/offsets",
+    response_model=GroupOut,
+    dependencies=[requires(Operation.READ, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
 )
 async def commit_offsets(
     group: str, body: CommitOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
@@ -99,7 +107,9 @@ async def commit_offsets(
 
 
 @router.post(
-    "/{group}/reset", response_model=GroupOut, dependencies=[requires(Operation.READ, ResourceType.GROUP, "group")]
+    "/{group}/reset",
+    response_model=GroupOut,
+    dependencies=[requires(Operation.READ, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
 )
 async def reset_offsets(
     group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
