@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
 
 from logstore.cluster.zkserver import ZooKeeperServer, ensemble, zookeeper_ok
 from tests.server import LOGSTORE, free_port
@@ -86,7 +87,10 @@ def test_an_ensemble_keeps_serving_after_one_server_is_killed(
     victim = next(i for i, m in enumerate(members) if m.port == connected_port)
     procs[victim].kill()
     procs[victim].wait()
-    zk.set("/logstore/controller_epoch", b"2")  # retried by kazoo on the surviving quorum
+    # A request in flight when the socket dies fails with ConnectionLoss (kazoo does not resend it
+    # by itself); the retry reconnects to a survivor, which serves once the two left agree on a leader.
+    # Setting a value is idempotent, so a retry of a write that did land is harmless.
+    KazooRetry(max_tries=-1, deadline=60)(zk.set, "/logstore/controller_epoch", b"2")
     assert zk.get("/logstore/controller_epoch")[0] == b"2"
     survivor = next(m for i, m in enumerate(members) if i != victim)
     other = _client(survivor.connect)
