@@ -7,10 +7,16 @@ body, ``Authorization`` and ``Accept`` headers) with ``?forward=false``, so a
 forward never loops, and its answer (status, body, content type) is returned as is.
 With ``?forward=false`` such a node answers ``NOT_COORDINATOR`` (HTTP 421) naming
 the coordinator instead.
+
+Listing groups is Kafka's ListGroups fanned out as its AdminClient does: a group's
+live members are known only at its coordinator, so a node lists its own and asks
+every other live node for theirs (``?forward=false``: theirs only).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Annotated
 
 import httpx
@@ -24,7 +30,12 @@ from logstore.cluster import NodeInfo, group_coordinator
 from logstore.coordinator import Coordinator
 from logstore.errors import NotCoordinatorError
 
-__all__ = ["Forwarded", "coordinator_of", "forget_moved_groups", "route_to_coordinator"]
+__all__ = ["Forwarded", "coordinator_of", "forget_moved_groups", "groups_with_members", "route_to_coordinator"]
+
+log = logging.getLogger("logstore.ingest")
+
+_LIST_TIMEOUT_S = 5.0
+"""How long a node waits for another node's list of groups before it answers without them."""
 
 
 class Forwarded(Exception):
@@ -91,6 +102,43 @@ async def route_to_coordinator(
             f"the coordinator of group '{group}', node {node.node_id} at {node.url}, cannot be reached: {e!r}; retry"
         ) from e
     raise Forwarded(Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type")))
+
+
+async def groups_with_members(
+    request: Request, broker: Broker, coordinator: Coordinator, *, everywhere: bool
+) -> set[str]:
+    """Names of the groups with live members: this node's, and with ``everywhere`` in cluster mode every live node's.
+
+    The other nodes are asked at once, with the caller's ``Authorization``, for
+    ``GET /v1/groups?forward=false`` (what they coordinate, and the groups with
+    committed offsets, which every node reads from the same table). A node that
+    does not answer within 5 s is left out and logged: its groups are moving to
+    the live nodes (their members rejoin there) once its ZooKeeper session ends.
+    """
+    names = set(await run_in_threadpool(coordinator.groups))
+    if broker.cluster is None or not everywhere:
+        return names
+    metadata = await run_in_threadpool(broker.cluster_metadata, str(request.base_url).rstrip("/"))
+    client: httpx.AsyncClient = request.app.state.forwarder.client
+    headers = {k: v for k, v in request.headers.items() if k == "authorization"}
+
+    async def ask(node: NodeInfo) -> list[str]:
+        try:
+            r = await client.get(
+                f"{node.url}/v1/groups", params={"forward": "false"}, headers=headers, timeout=_LIST_TIMEOUT_S
+            )
+            r.raise_for_status()
+            return list(r.json()["groups"])
+        except (httpx.HTTPError, ValueError, KeyError) as e:
+            log.warning(
+                "listing groups: node %d at %s did not answer, its groups are left out: %r", node.node_id, node.url, e
+            )
+            return []
+
+    others = [n for n in metadata.nodes if n.node_id != broker.cluster.node_id]
+    for listed in await asyncio.gather(*(ask(n) for n in others)):
+        names.update(listed)
+    return names
 
 
 def forget_moved_groups(coordinator: Coordinator, broker: Broker) -> None:

@@ -33,6 +33,12 @@ def coordinator(node: Server) -> dict[str, object]:
     return dict(r.json())
 
 
+def coordinator_of_group(node: Server, group: str) -> int:
+    r = httpx.get(f"{node.url}/v1/groups/{group}/coordinator", timeout=10)
+    assert r.status_code == 200, r.text
+    return int(r.json()["node_id"])
+
+
 def consumer(url: str) -> Consumer:
     c = Consumer(
         {
@@ -88,6 +94,14 @@ def test_members_at_different_nodes_form_one_group_and_non_coordinators_redirect
         for node in nodes.values():  # describe is forwarded to the coordinator, which knows the members
             members = httpx.get(f"{node.url}/v1/groups/{GROUP}", timeout=10).json()["members"]
             assert len(members) == 2, node.url
+        # A group with a live member and no commits is known only at its coordinator; every node lists it.
+        idle = next(g for g in (f"idle-{i}" for i in range(100)) if coordinator_of_group(nodes[1], g) == owner)
+        r = httpx.post(f"{nodes[owner].url}/v1/groups/{idle}/members", json={"topics": ["orders"]}, timeout=10)
+        assert r.status_code == 200, r.text
+        for node in nodes.values():
+            assert idle in httpx.get(f"{node.url}/v1/groups", timeout=10).json()["groups"], node.url
+        only_own = httpx.get(f"{others[0].url}/v1/groups", params={"forward": "false"}, timeout=10).json()["groups"]
+        assert idle not in only_own
     finally:
         a.close()
         b.close()

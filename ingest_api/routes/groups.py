@@ -6,12 +6,14 @@ In cluster mode describe, commit and reset run on the group's coordinator
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.broker import Broker
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
-from ingest_api.group_routing import coordinator_of, route_to_coordinator
+from ingest_api.group_routing import coordinator_of, groups_with_members, route_to_coordinator
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
@@ -24,10 +26,22 @@ router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 
 @router.get("", response_model=GroupList)
-async def list_groups(broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep) -> GroupList:
-    """Groups that committed offsets or have live members; only those the caller may DESCRIBE."""
+async def list_groups(
+    request: Request,
+    broker: BrokerDep,
+    coordinator: CoordinatorDep,
+    access: AccessDep,
+    forward: Annotated[
+        bool, Query(description="cluster mode: false lists only the groups this node coordinates (and committed ones)")
+    ] = True,
+) -> GroupList:
+    """Groups that committed offsets or have live members; only those the caller may DESCRIBE.
+
+    In cluster mode live members are known at their group's coordinator: this node asks every live node.
+    """
     committed = await run_in_threadpool(broker.store.list_groups)
-    names = sorted(set(committed) | set(await run_in_threadpool(coordinator.groups)))
+    live = await groups_with_members(request, broker, coordinator, everywhere=forward)
+    names = sorted(set(committed) | live)
     return GroupList(groups=[g for g in names if access.may(Operation.DESCRIBE, Resource.group(g))])
 
 
