@@ -9,6 +9,11 @@ values and headers travel as bytes, never base64 or UTF-8 text, so the
 server sends what it read without building a JSON object per record; rows
 are grouped by partition, offsets ascending within each. JSON stays the
 default for every other client.
+
+Either form of the answer carries the member's generation in the
+``X-Logstore-Generation`` header (:data:`GENERATION_HEADER`): a member that
+sees a newer generation than the one it knows has a rebalance waiting and
+heartbeats at once, instead of at its next ``heartbeat.interval.ms``.
 """
 
 from __future__ import annotations
@@ -20,10 +25,19 @@ import pyarrow as pa
 from logstore.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
-__all__ = ["ARROW_STREAM", "MEMBER_RECORDS_SCHEMA", "decode_member_records", "encode_member_records"]
+__all__ = [
+    "ARROW_STREAM",
+    "GENERATION_HEADER",
+    "MEMBER_RECORDS_SCHEMA",
+    "decode_member_records",
+    "encode_member_records",
+]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 """The media type of an Arrow IPC stream (IANA registered)."""
+
+GENERATION_HEADER = "x-logstore-generation"
+"""Response header of a member fetch: the generation at which the member's assignment last changed."""
 
 MEMBER_RECORDS_SCHEMA = pa.schema([pa.field("topic", pa.string(), nullable=False), *TOPIC_SCHEMA])
 """Columns of a member fetch in Arrow form."""

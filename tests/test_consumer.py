@@ -141,6 +141,25 @@ def test_an_expired_consumer_gives_up_its_partitions_and_joins_again(server: Sta
     cons.close()
 
 
+def test_a_polling_consumer_learns_of_a_rebalance_before_its_next_heartbeat(server: StartServer) -> None:
+    srv = server()
+    assert srv.client().post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+    # a's heartbeats are a minute apart: only its fetches (the generation they answer with) can tell it in time
+    a = consumer(srv.url, "g", heartbeat_interval_ms=60_000, session_timeout_ms=120_000)
+    a.subscribe(["t"])
+    assert a.poll(0.1) is None and len(a.assignment()) == 2
+    b = consumer(srv.url, "g")
+    b.subscribe(["t"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (b.assignment() and len(a.assignment()) == 1):
+        a.poll(0.1)
+        b.poll(0.1)
+    assert len(a.assignment()) == 1 and len(b.assignment()) == 1
+    assert set(a.assignment()) != set(b.assignment())
+    a.close()
+    b.close()
+
+
 def test_a_consumer_that_stops_polling_leaves_and_its_next_poll_says_so(server: StartServer) -> None:
     srv = server()
     c = srv.client()

@@ -21,7 +21,7 @@ from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
 from logstore.coordinator import MemberState
-from logstore.fetch_format import ARROW_STREAM, encode_member_records
+from logstore.fetch_format import ARROW_STREAM, GENERATION_HEADER, encode_member_records
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
 
@@ -95,29 +95,34 @@ async def records(
     Arrow IPC stream instead (:mod:`logstore.fetch_format`), which the Python
     ``Consumer`` uses: no per-record JSON on either side.
     """
-    for topic in (await run_in_threadpool(coordinator.member, group, member)).topics:
+    joined = await run_in_threadpool(coordinator.member, group, member)
+    for topic in joined.topics:
         access.require(Operation.READ, Resource.topic(topic))
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     deadline = time.monotonic() + wait_ms / 1000
+    state = joined
     while True:
         slices = await run_in_threadpool(
             lambda: coordinator.fetch(group, member, broker.fetch, max_records=max_records, max_bytes=max_bytes)
         )
         left = deadline - time.monotonic()
         if slices or left <= 0:
-            break
+            break  # nothing may fail after the group's positions moved past these records
         state = await run_in_threadpool(coordinator.member, group, member)
+        if state.generation != joined.generation:
+            break  # a rebalance ends the wait: the member learns of it from this answer's generation header
         # commits on this node wake us at once; other writers (and new assignments) are seen on the next poll
         await broker.wait_for_commit(state.topics[0], min(left, 0.1))
+    headers = {GENERATION_HEADER: str(state.generation)}
     if ARROW_STREAM in request.headers.get("accept", ""):
-        return Response(encode_member_records(slices), media_type=ARROW_STREAM)
+        return Response(encode_member_records(slices), media_type=ARROW_STREAM, headers=headers)
     out = []
     for topic, result in slices:
         body = _fetch_body(result)
         for r in body["records"]:  # type: ignore[attr-defined]
             r["topic"] = topic
             out.append(r)
-    return _json({"records": out})
+    return _json({"records": out}, headers)
 
 
 @router.post("/{member}/offsets", status_code=204)

@@ -242,5 +242,5 @@ def _headers_json(headers: list[dict[str, Any]]) -> dict[str, Any] | list[dict[s
     return [{"key": h["key"], "value": encode_bytes(h["value"])} for h in headers]
 
 
-def _json(body: Any) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
+def _json(body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json", headers=headers)

@@ -27,7 +27,7 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownServerError,
 )
-from logstore.fetch_format import ARROW_STREAM, decode_member_records
+from logstore.fetch_format import ARROW_STREAM, GENERATION_HEADER, decode_member_records
 from logstore.structs import TopicPartition
 
 __all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "Message", "RebalanceCallback"]
@@ -491,6 +491,13 @@ class Consumer:
         if added and self._on_assign is not None:
             self._on_assign(self, sorted(added))
 
+    def _rebalance_waiting(self, generation: str | None) -> bool:
+        """A fetch answered with a newer generation than the member knows: the coordinator has a change for it."""
+        if generation is None or not generation.isdigit():
+            return False  # a server without the header: heartbeats alone bring changes
+        with self._lock:
+            return int(generation) > self._latest[0]
+
     def _keep_fetching(self) -> None:
         """Fetch (without waiting) when the last fetch is half ``max.poll.interval.ms`` old.
 
@@ -520,6 +527,8 @@ class Consumer:
         except NotCoordinatorError:
             return  # the group's coordinator is moving (a node left): the next poll asks again
         records = decode_member_records(r.content)
+        if self._rebalance_waiting(r.headers.get(GENERATION_HEADER)):
+            self._heartbeat()  # learn the new assignment now, not at the next heartbeat.interval.ms
         # Apply any change first: records of a partition revoked meanwhile are never delivered.
         self._apply_assignment()
         if not len(records):
