@@ -10,6 +10,9 @@ event loop does not share a GIL with the benchmark's orchestration:
   the answers' latency (open loop, no coordinated omission) → per-request
   latency p50/p99/p99.9 in ms, from send to the last byte of the answer.
 
+Either loop sends the records as a JSON body (``body_format="json"``, the
+default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.produce_format`).
+
 Run as a file, this module is that load generator (``run_loadgen`` does it).
 """
 
@@ -28,6 +31,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import orjson
+import pyarrow as pa
+
+from logstore.produce_format import ARROW_STREAM, encode_produce
 
 RECORDS = 1000
 """Records per produce request."""
@@ -37,12 +43,22 @@ VALUE_BYTES = 100
 _LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 
 
-def body() -> bytes:
-    """One JSON produce body: ``RECORDS`` distinct random ``VALUE_BYTES``-character values, null keys."""
+def body(body_format: str = "json") -> bytes:
+    """One produce body: ``RECORDS`` distinct random ``VALUE_BYTES``-character values, null keys.
+
+    ``body_format`` is ``json`` or ``arrow`` (the same records as an Arrow IPC stream).
+    """
     rng = np.random.default_rng(0)
     letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
     vals = [bytes(letters[rng.integers(0, len(letters), VALUE_BYTES)]).decode() for _ in range(RECORDS)]
+    if body_format == "arrow":
+        return encode_produce(pa.table({"value": pa.array(vals, pa.binary())}))
     return orjson.dumps({"records": [{"value": v} for v in vals]})
+
+
+def content_type(body_format: str) -> str:
+    """The ``Content-Type`` of a :func:`body` of that format."""
+    return ARROW_STREAM if body_format == "arrow" else "application/json"
 
 
 def free_port() -> int:
@@ -107,10 +123,10 @@ class LogstoreServer:
 
 
 async def _closed_loop(
-    url: str, topic: str, acks: str, concurrency: int, seconds: float, requests: int
+    url: str, topic: str, acks: str, concurrency: int, seconds: float, requests: int, body_format: str
 ) -> dict[str, float]:
     """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
-    payload = body()
+    payload = body(body_format)
     done = 0
     started = 0
     stop = time.perf_counter() + seconds if seconds > 0 else float("inf")
@@ -125,7 +141,7 @@ async def _closed_loop(
                     f"/v1/topics/{topic}/records",
                     params={"acks": acks},
                     content=payload,
-                    headers={"content-type": "application/json"},
+                    headers={"content-type": content_type(body_format)},
                 )
                 if r.status_code in (200, 202):
                     done += 1
@@ -136,8 +152,10 @@ async def _closed_loop(
     return {"requests": done, "records": done * RECORDS, "seconds": elapsed, "records_per_s": done * RECORDS / elapsed}
 
 
-async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
-    payload = body()
+async def _open_loop(
+    url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str
+) -> dict[str, float]:
+    payload = body(body_format)
     lat: list[float] = []
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
@@ -148,7 +166,7 @@ async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: floa
                 f"/v1/topics/{topic}/records",
                 params={"acks": acks},
                 content=payload,
-                headers={"content-type": "application/json"},
+                headers={"content-type": content_type(body_format)},
             )
             if r.status_code == 200:
                 lat.append(time.perf_counter() - t0)
@@ -173,15 +191,24 @@ async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: floa
 
 
 def closed_loop(
-    url: str, topic: str, acks: str, concurrency: int, *, seconds: float = 0, requests: int = 0
+    url: str,
+    topic: str,
+    acks: str,
+    concurrency: int,
+    *,
+    seconds: float = 0,
+    requests: int = 0,
+    body_format: str = "json",
 ) -> dict[str, float]:
     """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it."""
-    return _run("closed", url, topic, acks, concurrency, seconds, requests)
+    return _run("closed", url, topic, acks, body_format, concurrency, seconds, requests)
 
 
-def open_loop(url: str, topic: str, acks: str, seconds: float, requests_per_s: float) -> dict[str, float]:
+def open_loop(
+    url: str, topic: str, acks: str, seconds: float, requests_per_s: float, *, body_format: str = "json"
+) -> dict[str, float]:
     """Open loop in a child process at ``requests_per_s`` (times ``RECORDS`` records/s) for ``seconds``."""
-    return _run("open", url, topic, acks, seconds, requests_per_s)
+    return _run("open", url, topic, acks, body_format, seconds, requests_per_s)
 
 
 def _run(*args: object) -> dict[str, float]:
@@ -190,13 +217,13 @@ def _run(*args: object) -> dict[str, float]:
 
 
 def _main(argv: list[str]) -> None:
-    mode, url, topic, acks, *rest = argv
+    mode, url, topic, acks, body_format, *rest = argv
     if mode == "closed":
         concurrency, seconds, requests = rest
-        out = asyncio.run(_closed_loop(url, topic, acks, int(concurrency), float(seconds), int(requests)))
+        out = asyncio.run(_closed_loop(url, topic, acks, int(concurrency), float(seconds), int(requests), body_format))
     else:
         seconds, rate = rest
-        out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate)))
+        out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate), body_format))
     print(json.dumps(out))
 
 

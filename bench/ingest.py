@@ -11,6 +11,9 @@ one 8-partition topic) and drives it from a separate load-generator process
   same records per commit, in this process → records/s, and the ratio.
 * ``latency``: open loop at half the measured maximum, acks=1 and acks=all →
   p50/p99/p999 in ms.
+* ``body_formats``: the same records as JSON and as Arrow IPC bodies
+  (``Content-Type: application/vnd.apache.arrow.stream``), both from the Python
+  load generator: max records/s and latency at half the JSON maximum, and the ratio.
 * ``overload``: acks=0 flood with a small ``buffer.memory``; the server's peak
   RSS (VmHWM) against buffer.memory.
 
@@ -189,6 +192,7 @@ def main() -> None:
             finally:
                 srv.stop()
     out["latency_at_half_max"] = latency
+    out["body_formats"] = body_formats(args, half)
     buffer = 64 * 1024 * 1024
     with tempfile.TemporaryDirectory() as d:
         srv = start_server(Path(d), **{"buffer.memory": buffer})
@@ -208,6 +212,39 @@ def main() -> None:
         "peak_minus_before_over_buffer": round((peak - base) / buffer, 2),
     }
     print(json.dumps(out, indent=2))
+
+
+def body_formats(args: argparse.Namespace, half: float) -> dict[str, object]:
+    """The same records as JSON and as Arrow IPC bodies, both from the Python load generator: max records/s
+    (acks=all, median of ``--runs``) and latency at ``half`` requests/s (the JSON maximum's half), and the ratios."""
+    out: dict[str, object] = {"load_generator": "httpx"}
+    for fmt in ("json", "arrow"):
+        maxes = []
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory() as d:
+                srv = start_server(Path(d))
+                try:
+                    maxes.append(
+                        closed_loop(srv.url, "bench", "all", args.concurrency, seconds=args.seconds, body_format=fmt)[
+                            "records_per_s"
+                        ]
+                    )
+                finally:
+                    srv.stop()
+        result: dict[str, object] = {"acks_all_records_per_s": round(statistics.median(maxes))}
+        for acks in ("1", "all"):
+            with tempfile.TemporaryDirectory() as d:
+                srv = start_server(Path(d))
+                try:
+                    lat = open_loop(srv.url, "bench", acks, args.seconds, half, body_format=fmt)
+                    result[f"acks_{acks}_at_half_max"] = {k: round(v, 2) for k, v in lat.items()}
+                    result[f"acks_{acks}_at_half_max"]["server_stage_p50_ms"] = stage_p50_ms(srv.url)  # type: ignore[index]
+                finally:
+                    srv.stop()
+        out[fmt] = result
+    json_max = out["json"]["acks_all_records_per_s"]  # type: ignore[index]
+    out["arrow_over_json_records_per_s"] = round(out["arrow"]["acks_all_records_per_s"] / json_max, 3)  # type: ignore[index]
+    return out
 
 
 def _hwm(srv: LogstoreServer) -> int:

@@ -26,7 +26,9 @@ values, null keys):
   until ``--records`` records are acknowledged → records/s;
 * ``latency_at_half_kafka_max``: open loop at half of *Kafka's* max rate for
   ``--latency-seconds``, acks=all and acks=1 → per-request p50/p99/p99.9 in ms
-  (send → answer; an acks=all answer means the records are committed to Delta).
+  (send → answer; an acks=all answer means the records are committed to Delta);
+* ``produce_max_arrow``, ``latency_at_half_kafka_max_arrow``: the same with the
+  records as Arrow IPC bodies (what the Python ``Producer`` sends).
 
 Consume (unless ``--skip-consume``), one Spark session (``local[2]``), each a
 ``trigger(availableNow=True)`` query into the ``noop`` sink from the earliest
@@ -363,10 +365,15 @@ def ratios(kafka: dict[str, Any], logstore: dict[str, Any]) -> dict[str, float |
             logstore["produce_max"]["records_per_s"], kafka["produce_max"]["records_per_s"]
         ),
     }
+    out["produce_records_per_s_logstore_arrow_over_kafka"] = _ratio(
+        logstore["produce_max_arrow"]["records_per_s"], kafka["produce_max"]["records_per_s"]
+    )
     for acks in ("all", "1"):
         lk, ll = kafka["latency_at_half_max"][f"acks_{acks}"], logstore["latency_at_half_kafka_max"][f"acks_{acks}"]
+        la = logstore["latency_at_half_kafka_max_arrow"][f"acks_{acks}"]
         out[f"p50_acks_{acks}_logstore_over_kafka"] = _ratio(ll["p50_ms"], lk["p50_ms"])
         out[f"p99_acks_{acks}_logstore_over_kafka"] = _ratio(ll["p99_ms"], lk["p99_ms"])  # goal ≤ 50 ms / ≤ 20 ms
+        out[f"p99_acks_{acks}_logstore_arrow_over_kafka"] = _ratio(la["p99_ms"], lk["p99_ms"])
     if "source" in logstore:
         kafka_src = kafka["spark_kafka_source"]["records_per_s"]
         kafka_again = kafka["spark_kafka_source_again"]["records_per_s"]
@@ -386,15 +393,18 @@ def ratios(kafka: dict[str, Any], logstore: dict[str, Any]) -> dict[str, float |
 
 def goals(kafka: dict[str, Any], logstore: dict[str, Any], r: dict[str, float | None]) -> dict[str, bool | None]:
     """Issue 11's goals that this run measures: met or not."""
-    lat = logstore["latency_at_half_kafka_max"]
+    lat, arrow = logstore["latency_at_half_kafka_max"], logstore["latency_at_half_kafka_max_arrow"]
 
     def at_least(x: float | None, floor: float) -> bool | None:
         return None if x is None else x >= floor
 
     return {
         "produce_throughput_at_least_kafka": at_least(r["produce_records_per_s_logstore_over_kafka"], 1.0),
+        "produce_throughput_at_least_kafka_arrow": at_least(r["produce_records_per_s_logstore_arrow_over_kafka"], 1.0),
         "acks_all_p99_at_most_50_ms": lat["acks_all"]["p99_ms"] <= 50,
         "acks_1_p99_at_most_20_ms": lat["acks_1"]["p99_ms"] <= 20,
+        "acks_all_p99_at_most_50_ms_arrow": arrow["acks_all"]["p99_ms"] <= 50,
+        "acks_1_p99_at_most_20_ms_arrow": arrow["acks_1"]["p99_ms"] <= 20,
         "source_after_compaction_at_least_2x_kafka_source": at_least(
             r.get("source_after_compaction_over_kafka_source"), 2.0
         ),
@@ -424,6 +434,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="kafka-", dir=scratch))).start()
     stack.callback(broker.stop)
     topics = [TOPIC, *(f"{TOPIC}-{i}" for i in range(1, args.runs)), "lat-all", "lat-1", "warmup"]
+    topics += [*(f"arrow-{i}" for i in range(args.runs)), "lat-arrow-all", "lat-arrow-1"]
     for name in topics:
         broker.create_topic(name, PARTITIONS)
     warmup = args.warmup_records - args.warmup_records % RECORDS
@@ -461,6 +472,26 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     logstore["latency_at_half_kafka_max"] = {
         f"acks_{acks}": _median_of(
             [open_loop(server.url, f"lat-{acks}", acks, args.latency_seconds, half / RECORDS) for _ in range(args.runs)]
+        )
+        for acks in ("all", "1")
+    }
+    # The same records as Arrow IPC bodies (logstore.produce_format), what the Python Producer sends.
+    logstore["produce_max_arrow"] = _median_of(
+        [
+            closed_loop(
+                server.url, f"arrow-{i}", "all", args.concurrency, requests=records // RECORDS, body_format="arrow"
+            )
+            for i in range(args.runs)
+        ]
+    )
+    logstore["latency_at_half_kafka_max_arrow"] = {
+        f"acks_{acks}": _median_of(
+            [
+                open_loop(
+                    server.url, f"lat-arrow-{acks}", acks, args.latency_seconds, half / RECORDS, body_format="arrow"
+                )
+                for _ in range(args.runs)
+            ]
         )
         for acks in ("all", "1")
     }

@@ -4,11 +4,9 @@ Any node accepts a produce request. :meth:`Broker.route` picks every record's
 partition and groups the records by the node leading it; the share this node
 leads is submitted here, every other share is forwarded to its leader with
 ``?forward=false`` over a warm HTTP connection pool, as an Arrow IPC stream of
-the parsed records (content type :data:`ARROW_STREAM`, the
-:data:`~logstore.schema.INPUT_SCHEMA` columns with partitions chosen;
-``producer_id`` / ``sequence`` in the ``X-Logstore-Producer-Id`` /
-``X-Logstore-Sequence`` headers) — the records are parsed once, not re-encoded
-as JSON. The answers (offsets or an error) are merged in record order.
+the parsed records with their partitions chosen — the Arrow produce body of
+:mod:`logstore.produce_format`, which clients may send too — so the records are
+parsed once, not re-encoded as JSON. The answers (offsets or an error) are merged in record order.
 
 Atomicity: a request whose records all have one leader commits atomically as
 in embedded mode. A request split between leaders commits atomically per
@@ -37,18 +35,13 @@ from ingest_api.parse import ParsedRecords
 from logstore.cluster import NodeInfo
 from logstore.errors import (
     ERRORS_BY_NAME,
-    InvalidRequestError,
     NotLeaderOrFollowerError,
     UnknownServerError,
 )
-from logstore.schema import INPUT_SCHEMA
+from logstore.produce_format import ARROW_STREAM, PRODUCE_SCHEMA, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 from logstore.structs import AppendResult
 
-__all__ = ["ARROW_STREAM", "Forwarder", "decode_arrow", "encode_arrow", "produce_here", "produce_in_cluster"]
-
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-PRODUCER_ID_HEADER = "x-logstore-producer-id"
-SEQUENCE_HEADER = "x-logstore-sequence"
+__all__ = ["Forwarder", "encode_arrow", "produce_here", "produce_in_cluster"]
 
 Placed = tuple[list[int], list[int | None]]
 """(partitions, offsets) of records in order; an offset is None where acks=1 could not promise one."""
@@ -181,41 +174,10 @@ def _merge(n: int, shares: list[Share], answers: list[Placed]) -> Placed:
 
 
 def encode_arrow(parsed: ParsedRecords) -> bytes:
-    """Records with their partitions chosen, as an Arrow IPC stream of :data:`INPUT_SCHEMA`."""
+    """Records with their partitions chosen, as an Arrow produce body (:mod:`logstore.produce_format`)."""
     parts = pa.array(np.asarray(parsed.partitions, np.int32), pa.int32())
-    table = pa.Table.from_arrays(
-        [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
-    )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, INPUT_SCHEMA) as w:
-        w.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def decode_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> ParsedRecords:
-    """A forwarded request (:func:`encode_arrow`) back into records.
-
-    Raises:
-        InvalidRequestError: not an Arrow stream of the expected columns, or a bad sequence header.
-    """
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-        if not table.schema.equals(INPUT_SCHEMA):
-            table = table.cast(INPUT_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-        raise InvalidRequestError(f"a forwarded produce body must be an Arrow stream of the record columns: {e}") from e
-    try:
-        seq = None if sequence is None else int(sequence)
-    except ValueError:
-        raise InvalidRequestError(f"{SEQUENCE_HEADER} must be an integer, got '{sequence}'") from None
-    if (producer_id is None) != (seq is None):
-        raise InvalidRequestError(f"{PRODUCER_ID_HEADER} and {SEQUENCE_HEADER} go together")
-    return ParsedRecords(
-        keys=table["key"].combine_chunks(),
-        values=table["value"].combine_chunks(),
-        headers=table["headers"].combine_chunks(),
-        timestamps=table["timestamp"].combine_chunks(),
-        partitions=table["partition"].to_pylist(),
-        producer_id=producer_id,
-        sequence=seq,
+    return encode_produce(
+        pa.Table.from_arrays(
+            [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=PRODUCE_SCHEMA
+        )
     )

@@ -1,8 +1,9 @@
-"""Produce request bodies → Arrow records, with as few copies as the JSON allows.
+"""Produce request bodies → Arrow records, with as few copies as the body allows.
 
-The body is parsed once with orjson; keys and values go straight into Arrow
+A JSON body is parsed once with orjson; keys and values go straight into Arrow
 string arrays (a zero-copy cast makes them binary), and only records that use
 ``{"b64": …}``, headers or explicit timestamps take the slower per-field path.
+An Arrow IPC body (:mod:`logstore.produce_format`) is read without a copy.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import pyarrow as pa
 
 from logstore.codec import decode_bytes
 from logstore.errors import InvalidRequestError, InvalidTimestampError
+from logstore.produce_format import PRODUCER_ID_HEADER, SEQUENCE_HEADER, decode_produce
 from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
 
-__all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "parse_produce"]
+__all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "parse_arrow", "parse_produce"]
 
 _INT64_MAX = 2**63 - 1
 MAX_PRODUCER_ID_LENGTH = 256
@@ -63,14 +65,7 @@ def parse_produce(body: bytes) -> ParsedRecords:
         raise InvalidRequestError("'records' must be a non-empty list")
     producer_id = doc.get("producer_id")
     sequence = doc.get("sequence")
-    if producer_id is not None:
-        _check_producer_id(producer_id)
-    if (producer_id is None) != (sequence is None):
-        raise InvalidRequestError("'producer_id' and 'sequence' go together")
-    if sequence is not None and (
-        not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= _INT64_MAX
-    ):
-        raise InvalidRequestError("'sequence' must be an integer in 0..2^63-1")
+    _check_idempotence(producer_id, sequence, "'producer_id'", "'sequence'")
 
     fast = _parse_plain(records, producer_id, sequence)
     if fast is not None:
@@ -132,11 +127,44 @@ def parse_produce(body: bytes) -> ParsedRecords:
     return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, partitions, producer_id, sequence)
 
 
-def _check_producer_id(producer_id: object) -> None:
-    if not isinstance(producer_id, str) or not 1 <= len(producer_id) <= MAX_PRODUCER_ID_LENGTH:
-        raise InvalidRequestError(f"'producer_id' must be a string of 1 to {MAX_PRODUCER_ID_LENGTH} characters")
-    if _CONTROL.search(producer_id):
-        raise InvalidRequestError("'producer_id' must not contain control characters")
+def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> ParsedRecords:
+    """Parse an Arrow IPC produce body (:mod:`logstore.produce_format`) and its idempotence headers.
+
+    Raises:
+        InvalidRequestError: see :func:`~logstore.produce_format.decode_produce`; a bad producer id or sequence.
+        InvalidTimestampError: a timestamp outside 0..MAX_TIMESTAMP_MS.
+    """
+    seq: int | None = None
+    if sequence is not None:
+        if not (sequence.isascii() and sequence.isdigit()):
+            raise InvalidRequestError(f"{SEQUENCE_HEADER} must be an integer in 0..2^63-1, got '{sequence}'")
+        seq = int(sequence)
+    _check_idempotence(producer_id, seq, PRODUCER_ID_HEADER, SEQUENCE_HEADER)
+    table = decode_produce(body)
+    return ParsedRecords(
+        keys=table["key"].chunk(0),
+        values=table["value"].chunk(0),
+        headers=table["headers"].chunk(0),
+        timestamps=table["timestamp"].chunk(0),
+        partitions=table["partition"].to_pylist(),
+        producer_id=producer_id,
+        sequence=seq,
+    )
+
+
+def _check_idempotence(producer_id: object, sequence: object, id_name: str, sequence_name: str) -> None:
+    """The JSON body's and the Arrow body's rules for a producer id and its sequence (named as the client sent them)."""
+    if producer_id is not None:
+        if not isinstance(producer_id, str) or not 1 <= len(producer_id) <= MAX_PRODUCER_ID_LENGTH:
+            raise InvalidRequestError(f"{id_name} must be a string of 1 to {MAX_PRODUCER_ID_LENGTH} characters")
+        if _CONTROL.search(producer_id):
+            raise InvalidRequestError(f"{id_name} must not contain control characters")
+    if (producer_id is None) != (sequence is None):
+        raise InvalidRequestError(f"{id_name} and {sequence_name} go together")
+    if sequence is not None and (
+        not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= _INT64_MAX
+    ):
+        raise InvalidRequestError(f"{sequence_name} must be an integer in 0..2^63-1")
 
 
 _PLAIN_FIELDS = frozenset(("key", "value"))

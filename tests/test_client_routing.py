@@ -201,7 +201,8 @@ class StaleNode:
     def __init__(self, leader: Server, topic: str) -> None:
         self.leader, self.topic = leader, topic
         self.url = f"http://127.0.0.1:{free_port()}"
-        self.produce_requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.produce_requests: list[tuple[dict[str, str], dict[str, str], bytes]] = []
+        """(query, the body's content type and idempotence headers, body) of every produce request."""
         app = Starlette(
             routes=[
                 HttpRoute("/v1/metadata", self.metadata),
@@ -229,7 +230,8 @@ class StaleNode:
         )
 
     async def produce(self, request: Request) -> JSONResponse:
-        self.produce_requests.append((dict(request.query_params), await request.json()))
+        kept = {k: v for k, v in request.headers.items() if k == "content-type" or k.startswith("x-logstore-")}
+        self.produce_requests.append((dict(request.query_params), kept, await request.body()))
         return JSONResponse(
             {
                 "error_code": "NOT_LEADER_OR_FOLLOWER",
@@ -264,11 +266,11 @@ def test_a_421_sends_the_same_request_to_the_leader_it_names(stale: StaleNode) -
         p.produce("t", "v", key="k", on_delivery=on_delivery)
         assert p.flush(timeout=30) == 0
     assert got[0][0] is None and got[0][1] == RecordMetadata("t", 0, 0)
-    ((params, body),) = stale.produce_requests
+    ((params, headers, body),) = stale.produce_requests
     assert params == {"acks": "all", "forward": "false"}  # the leader by the metadata, told not to forward
     # the leader committed that very producer id and sequence: sending it again is a duplicate
     with httpx.Client(base_url=stale.leader.url) as c:
-        again = c.post("/v1/topics/t/records", json=body)
+        again = c.post("/v1/topics/t/records", content=body, headers=headers)
     assert again.status_code == 200 and again.json()["offsets"] == [{"partition": 0, "offset": 0}]
     with httpx.Client(base_url=stale.leader.url) as c:
         assert c.get("/v1/topics/t").json()["partitions"][0]["high_watermark"] == 1

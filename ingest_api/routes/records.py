@@ -15,18 +15,13 @@ from fastapi.responses import Response
 
 from ingest_api.broker import Acks, Broker
 from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
-from ingest_api.forwarding import (
-    ARROW_STREAM,
-    PRODUCER_ID_HEADER,
-    SEQUENCE_HEADER,
-    decode_arrow,
-    produce_in_cluster,
-)
+from ingest_api.forwarding import produce_in_cluster
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
-from ingest_api.parse import parse_produce
+from ingest_api.parse import parse_arrow, parse_produce
 from logstore.catalog import validate_topic_name
 from logstore.codec import encode_bytes
 from logstore.errors import NotLeaderOrFollowerError, RequestTimedOutError
+from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
 from logstore.security import Operation, ResourceType
 from logstore.structs import AppendResult, FetchResult
 
@@ -59,7 +54,10 @@ def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": _inline(ProduceRequest)}},
+            "content": {
+                "application/json": {"schema": _inline(ProduceRequest)},
+                ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+            },
         }
     },
 )
@@ -74,15 +72,16 @@ async def produce(
 ) -> Response:
     """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits.
 
-    Cluster mode: records of partitions another node leads are forwarded to it
-    (:mod:`ingest_api.forwarding`); a body of content type
-    ``application/vnd.apache.arrow.stream`` is such a forwarded request.
+    The body is JSON, or with ``Content-Type: application/vnd.apache.arrow.stream``
+    an Arrow IPC stream of the records (:mod:`logstore.produce_format`). Cluster
+    mode: records of partitions another node leads are forwarded to it in that
+    Arrow form (:mod:`ingest_api.forwarding`).
     """
     started = time.perf_counter()
     validate_topic_name(topic)
     body = await _read_body(request, broker)
     if request.headers.get("content-type", "").startswith(ARROW_STREAM):
-        parsed = decode_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
+        parsed = parse_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
     else:
         parsed = parse_produce(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)

@@ -29,14 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pyarrow as pa
 
 from logstore.client._cluster import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
 from logstore.client._http import raise_for
-from logstore.codec import encode_bytes
 from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
 )
+from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
+from logstore.schema import HEADERS_TYPE
 
 __all__ = ["DeliveryCallback", "Producer", "RecordMetadata"]
 
@@ -59,9 +61,17 @@ DeliveryCallback = Callable[[LogstoreError | None, RecordMetadata | None], None]
 """``on_delivery(error, metadata)``: exactly one of them is None."""
 
 
+@dataclass(frozen=True)
+class _Record:
+    value: bytes | None
+    headers: list[dict[str, str | bytes | None]] | None
+    """``[{"key": str, "value": bytes | None}]`` in the order given."""
+    timestamp_ms: int | None
+
+
 @dataclass
 class _TopicBuffer:
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[_Record] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
     partitions: list[int | None] = field(default_factory=list)
     callbacks: list[DeliveryCallback | None] = field(default_factory=list)
@@ -142,16 +152,16 @@ class Producer:
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Buffer one record for ``topic``; it is sent by the sender thread."""
+        if partition is not None and not 0 <= partition < 2**31:
+            raise ValueError(f"partition must be in 0..2^31-1, got {partition}")
+        if timestamp_ms is not None and not -(2**63) <= timestamp_ms < 2**63:
+            raise ValueError(f"timestamp_ms must be an int64 (ms since the epoch), got {timestamp_ms}")
         raw_key = key.encode() if isinstance(key, str) else key
-        record: dict[str, Any] = {"value": encode_bytes(value)}
-        if key is not None:
-            record["key"] = encode_bytes(key)
-        if headers:
-            record["headers"] = {k: encode_bytes(v) for k, v in headers.items()}
-        if partition is not None:
-            record["partition"] = partition
-        if timestamp_ms is not None:
-            record["timestamp"] = timestamp_ms
+        record = _Record(
+            _raw(value),
+            [{"key": k, "value": _raw(v)} for k, v in headers.items()] if headers else None,
+            timestamp_ms,
+        )
         with self._cond:
             if self._closed:
                 raise RuntimeError("producer is closed")
@@ -252,7 +262,7 @@ class Producer:
     def _send(
         self,
         topic: str,
-        records: list[dict[str, Any]],
+        records: list[_Record],
         keys: list[bytes | None],
         parts: list[int | None],
         callbacks: list[DeliveryCallback | None],
@@ -263,16 +273,17 @@ class Producer:
         errors: list[LogstoreError | None] = [None] * len(records)
         view = self._nodes.view
         for route in self._per_sequence(view, topic, routes, keys, parts):
-            body: dict[str, Any] = {"records": [records[i] for i in route.indexes]}
+            sub_keys, sub_parts = [keys[i] for i in route.indexes], [parts[i] for i in route.indexes]
+            body = _arrow_body([records[i] for i in route.indexes], sub_keys, sub_parts)
+            headers = {"content-type": ARROW_STREAM}
             stream = None
             if self._producer_id is not None:
                 stream = (topic, self._stream(view, topic, route, keys, parts))
                 pid = self._pids.setdefault(stream, self._fresh_pid(stream[1]))
                 seq = self._sequences.get((topic, pid), 0)
                 self._sequences[(topic, pid)] = seq + 1
-                body |= {"producer_id": pid, "sequence": seq}
-            sub_keys, sub_parts = [keys[i] for i in route.indexes], [parts[i] for i in route.indexes]
-            offsets, error = self._deliver(topic, body, route, sub_keys, sub_parts, deadline)
+                headers |= {PRODUCER_ID_HEADER: pid, SEQUENCE_HEADER: str(seq)}
+            offsets, error = self._deliver(topic, body, headers, route, sub_keys, sub_parts, deadline)
             if error is not None and stream is not None:
                 # the failed sequence may never be committed: later ones of this producer id would wait for it
                 # forever (OUT_OF_ORDER_SEQUENCE), so the stream goes on under a new id, as Kafka bumps its epoch
@@ -337,7 +348,8 @@ class Producer:
     def _deliver(
         self,
         topic: str,
-        body: dict[str, Any],
+        body: bytes,
+        headers: dict[str, str],
         route: Route,
         keys: list[bytes | None],
         parts: list[int | None],
@@ -356,7 +368,9 @@ class Producer:
             tried = url
             named: str | None = None
             try:
-                r = self._nodes.client(url).post(f"/v1/topics/{topic}/records", params=params, json=body)
+                r = self._nodes.client(url).post(
+                    f"/v1/topics/{topic}/records", params=params, content=body, headers=headers
+                )
                 named = _named_leader(r)
                 raise_for(r)
                 return (r.json()["offsets"] if r.status_code == 200 else [None] * len(keys)), None
@@ -415,3 +429,21 @@ def _named_leader(r: httpx.Response) -> str | None:
         return None
     url = leader.get("url")
     return url.rstrip("/") if isinstance(url, str) else None
+
+
+def _arrow_body(records: list[_Record], keys: list[bytes | None], parts: list[int | None]) -> bytes:
+    """One request's records as an Arrow produce body; columns every record leaves null are left out."""
+    columns: dict[str, pa.Array] = {"value": pa.array([r.value for r in records], pa.binary())}
+    if any(k is not None for k in keys):
+        columns["key"] = pa.array(keys, pa.binary())
+    if any(p is not None for p in parts):
+        columns["partition"] = pa.array(parts, pa.int32())
+    if any(r.timestamp_ms is not None for r in records):
+        columns["timestamp"] = pa.array([r.timestamp_ms for r in records], pa.int64())
+    if any(r.headers for r in records):
+        columns["headers"] = pa.array([r.headers for r in records], HEADERS_TYPE)
+    return encode_produce(pa.table(columns))
+
+
+def _raw(value: bytes | str | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value

@@ -1,0 +1,132 @@
+"""The Arrow IPC produce body (``Content-Type: application/vnd.apache.arrow.stream``) over real HTTP.
+
+The same records as a JSON body, the same answer, the same limits and errors,
+the same idempotence (producer id and sequence in request headers); bad input
+is refused with a Kafka error and takes nothing already acknowledged with it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+from logstore.partitioner import murmur2, to_positive
+from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
+from logstore.schema import HEADERS_TYPE
+from tests.server import Server
+
+StartServer = Callable[..., Server]
+
+
+def post(c: httpx.Client, topic: str, table: pa.Table | bytes, acks: str = "all", **headers: str) -> httpx.Response:
+    body = table if isinstance(table, bytes) else encode_produce(table)
+    return c.post(
+        f"/v1/topics/{topic}/records",
+        params={"acks": acks},
+        content=body,
+        headers={"content-type": ARROW_STREAM, **headers},
+    )
+
+
+def error(r: httpx.Response, status: int, code: str) -> str:
+    assert r.status_code == status, r.text
+    assert r.json()["error_code"] == code, r.text
+    return str(r.json()["message"])
+
+
+def records(c: httpx.Client, topic: str, partition: int) -> list[dict[str, Any]]:
+    r = c.get(f"/v1/topics/{topic}/partitions/{partition}/records", params={"offset": 0})
+    assert r.status_code == 200, r.text
+    return list(r.json()["records"])
+
+
+def high_watermarks(c: httpx.Client, topic: str) -> list[int]:
+    return [p["high_watermark"] for p in c.get(f"/v1/topics/{topic}").json()["partitions"]]
+
+
+def test_every_column_lands_as_sent(server: StartServer) -> None:
+    c = server().client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 4}).status_code == 201
+    table = pa.table(
+        {
+            "value": pa.array([b"\xff\x00raw", None, "text"], pa.binary()),
+            "key": pa.array(["k1", None, "k3"]),
+            "partition": pa.array([2, 2, None], pa.int64()),
+            "timestamp": pa.array([1_700_000_000_123, None, 5], pa.int64()),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"\xff"}, {"key": "h", "value": None}], None, []], HEADERS_TYPE
+            ),
+        }
+    )
+    r = post(c, "t", table)
+    assert r.status_code == 200, r.text
+    k3 = to_positive(murmur2(b"k3")) % 4  # a null partition: the key chooses it, as for JSON
+    assert r.json()["offsets"] == [
+        {"partition": 2, "offset": 0},
+        {"partition": 2, "offset": 1},
+        {"partition": k3, "offset": 0 if k3 != 2 else 2},
+    ]
+    p2 = records(c, "t", 2)
+    assert p2[0]["value"] == {"b64": base64.b64encode(b"\xff\x00raw").decode()}
+    assert p2[0]["key"] == "k1" and p2[0]["timestamp"] == 1_700_000_000_123
+    assert p2[0]["headers"] == [{"key": "h", "value": {"b64": "/w=="}}, {"key": "h", "value": None}]
+    assert p2[1]["value"] is None and p2[1]["key"] is None and p2[1]["headers"] == {}
+    assert p2[1]["timestamp"] > 1_700_000_000_123  # stamped at commit
+    last = records(c, "t", k3)[-1]
+    assert last["value"] == "text" and last["timestamp"] == 5
+
+
+def test_a_value_column_alone_is_a_batch_of_keyless_records(server: StartServer) -> None:
+    c = server().client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+    r = post(c, "t", pa.table({"value": pa.array([f"v{i}" for i in range(100)])}))
+    assert r.status_code == 200, r.text
+    assert len(r.json()["offsets"]) == 100
+    assert sum(high_watermarks(c, "t")) == 100
+
+
+def test_a_retried_sequence_is_not_written_twice(server: StartServer) -> None:
+    c = server().client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    table = pa.table({"value": pa.array(["a", "b"])})
+    ids = {PRODUCER_ID_HEADER: "p-1", SEQUENCE_HEADER: "0"}
+    first = post(c, "t", table, **ids)
+    again = post(c, "t", table, **ids)
+    assert first.status_code == again.status_code == 200 and first.json() == again.json()
+    assert high_watermarks(c, "t") == [2]
+    assert post(c, "t", table, **{PRODUCER_ID_HEADER: "p-1", SEQUENCE_HEADER: "1"}).status_code == 200
+    assert high_watermarks(c, "t") == [4]
+
+
+def test_bad_bodies_are_refused_and_take_nothing_with_them(server: StartServer) -> None:
+    c = server(**{"max.request.size": 20_000}).client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 2, "config": {"message.max.bytes": 100}}).status_code
+    assert post(c, "t", pa.table({"value": pa.array(["kept"])})).status_code == 200
+    value = pa.array(["x"])
+    error(post(c, "t", b"not arrow"), 400, "INVALID_REQUEST")
+    error(post(c, "t", pa.table({"value": pa.array([], pa.string())})), 400, "INVALID_REQUEST")
+    assert "colour" in error(post(c, "t", pa.table({"value": value, "colour": value})), 400, "INVALID_REQUEST")
+    error(post(c, "t", pa.table({"value": pa.array([1.5])})), 400, "INVALID_REQUEST")
+    error(post(c, "t", pa.table({"value": value, "partition": pa.array([2**40])})), 400, "INVALID_REQUEST")
+    error(post(c, "t", pa.table({"value": value, "partition": pa.array([2])})), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    error(post(c, "t", pa.table({"value": value, "timestamp": pa.array([-1])})), 400, "INVALID_TIMESTAMP")
+    error(post(c, "t", pa.table({"value": value, "timestamp": pa.array([10**18])})), 400, "INVALID_TIMESTAMP")
+    error(post(c, "t", pa.table({"value": value, "timestamp": pa.array(["noon"])})), 400, "INVALID_REQUEST")
+    no_key = pa.array(
+        [[{"key": None, "value": "x"}]], pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
+    )
+    error(post(c, "t", pa.table({"value": value, "headers": no_key})), 400, "INVALID_REQUEST")
+    error(post(c, "t", pa.table({"value": value}), **{PRODUCER_ID_HEADER: "p"}), 400, "INVALID_REQUEST")
+    error(
+        post(c, "t", pa.table({"value": value}), **{PRODUCER_ID_HEADER: "p", SEQUENCE_HEADER: "-1"}),
+        400,
+        "INVALID_REQUEST",
+    )
+    error(post(c, "t", pa.table({"value": pa.array(["x" * 101])})), 413, "MESSAGE_TOO_LARGE")
+    error(post(c, "t", pa.table({"value": pa.array(["x" * 90] * 300)})), 413, "RECORD_LIST_TOO_LARGE")
+    assert sum(high_watermarks(c, "t")) == 1
+    assert [r["value"] for p in (0, 1) for r in records(c, "t", p)] == ["kept"]
