@@ -1,0 +1,151 @@
+"""Threads are fixed pools, not a set per topic: a node's thread count does not grow with its topics.
+
+Background work of every table and topic — data-file fsyncs, Delta
+checkpoints, write-ahead log writes, commits — runs as serial tasks
+(:mod:`logstore.workers`) on a few process-wide or node-wide pools. A task
+never runs twice at once, no request to run it is lost, and no exception ends
+a worker.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from logstore._log_append import _Checkpointer
+from logstore.config import load_config
+from logstore.schema import input_table
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+from logstore.workers import WorkerPool
+from logstore.writer import TopicWriter
+
+
+def _threads(prefix: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
+
+
+def _batch(partition: int = 0) -> ProducerBatch:
+    return ProducerBatch(input_table(pa.array([partition], pa.int32()), pa.array([b"x"], pa.binary())))
+
+
+# -- the pool ----------------------------------------------------------------------
+
+
+def test_an_exception_in_a_task_does_not_end_the_worker() -> None:
+    pool = WorkerPool(1, "test-pool")
+    ran: list[str] = []
+
+    def fail() -> None:
+        ran.append("fail")
+        raise RuntimeError("boom")
+
+    failing, working = pool.task(fail, "failing"), pool.task(lambda: ran.append("ok"), "working")
+    failing.run_soon()
+    failing.join()
+    working.run_soon()
+    working.join()
+    assert ran == ["fail", "ok"]
+    assert pool.threads == 1
+    pool.shutdown()
+
+
+def test_a_task_never_runs_twice_at_once_and_loses_no_request() -> None:
+    pool = WorkerPool(4, "test-pool")
+    queue: list[int] = []
+    seen: list[int] = []
+    lock = threading.Lock()
+    running = [0]
+    overlaps = [0]
+
+    def drain() -> None:
+        running[0] += 1
+        overlaps[0] += running[0] > 1
+        with lock:
+            got, queue[:] = list(queue), []
+        seen.extend(got)
+        running[0] -= 1
+
+    task = pool.task(drain, "drain")
+
+    def produce(k: int) -> None:
+        for i in range(500):
+            with lock:
+                queue.append(k * 1000 + i)
+            task.run_soon()
+
+    producers = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    for t in producers:
+        t.start()
+    for t in producers:
+        t.join()
+    task.join()
+    assert overlaps == [0]
+    assert sorted(seen) == sorted(k * 1000 + i for k in range(4) for i in range(500))
+    for k in range(4):  # one producer's items in its order
+        assert [x for x in seen if x // 1000 == k] == [k * 1000 + i for i in range(500)]
+    pool.shutdown()
+
+
+def test_deadlines_run_tasks_from_one_timer_thread() -> None:
+    pool = WorkerPool(2, "test-pool")
+    done = threading.Event()
+    ran: list[int] = []
+    tasks = [pool.task(lambda k=k: ran.append(k), f"t{k}") for k in range(50)]
+    now = time.monotonic()
+    for k, task in enumerate(tasks):
+        task.run_at(now + 0.001 * (50 - k))
+    last = pool.task(done.set, "last")
+    last.run_at(now + 0.1)
+    assert done.wait(10)
+    for task in tasks:
+        task.join()
+    assert sorted(ran) == list(range(50))
+    assert pool.threads <= 3  # two workers and the timer, for 51 deadlines
+    pool.shutdown()
+
+
+# -- Delta checkpoints and fsyncs ----------------------------------------------------
+
+
+def test_a_failing_checkpoint_does_not_end_the_checkpoint_worker(tmp_path: Path) -> None:
+    config = load_config(environ={}, overrides={"logstore.root": str(tmp_path / "data"), "checkpoint.interval": 1000})
+    store = LogStore(config)
+    store.create_topic("t", 1)
+    TopicWriter(store.catalog, "t").append([_batch()])
+    os.makedirs(tmp_path / "not-a-table")
+    broken = _Checkpointer(str(tmp_path / "not-a-table"), fsync=True)
+    broken.request()
+    broken.wait_idle()  # it failed (logged): there is no table to checkpoint
+    table = store.catalog.topic_path("t")
+    working = _Checkpointer(table, fsync=True)
+    working.request()
+    working.wait_idle()
+    assert os.path.exists(os.path.join(table, "_delta_log", "_last_checkpoint"))
+    assert _threads("delta-checkpoint") == 1
+
+
+def test_writers_of_many_tables_share_the_fsync_and_checkpoint_threads(tmp_path: Path) -> None:
+    config = load_config(environ={}, overrides={"logstore.root": str(tmp_path / "data"), "checkpoint.interval": 2})
+    store = LogStore(config)
+    writers = []
+    for k in range(30):
+        store.create_topic(f"t{k}", 1)
+        w = TopicWriter(store.catalog, f"t{k}")
+        for _ in range(3):  # past checkpoint.interval: each table asks for a checkpoint
+            w.append([_batch()])
+        writers.append(w)
+    assert _threads("fsync") <= 8
+    assert _threads("delta-checkpoint") == 1
+    for w in writers:
+        w.close()  # one writer's close leaves the shared threads to the others
+    assert all(
+        os.path.exists(os.path.join(store.catalog.topic_path(f"t{k}"), "_delta_log", "_last_checkpoint"))
+        for k in range(30)
+    )
+    store.create_topic("after", 1)
+    TopicWriter(store.catalog, "after").append([_batch()])  # fsyncs still run after the others closed
