@@ -4,11 +4,14 @@ The load generator runs in a process of its own (``run_loadgen``), so its
 event loop does not share a GIL with the benchmark's orchestration:
 
 * ``closed``: ``concurrency`` requests in flight, each a batch of ``RECORDS``
-  records with ``VALUE_BYTES``-byte values, for ``seconds`` or until
-  ``requests`` requests were acknowledged (whichever is given) → records/s;
+  records with ``VALUE_BYTES``-byte values to a topic drawn at random from
+  the ones given, for ``seconds`` or until ``requests`` requests were
+  acknowledged (whichever is given) → records/s and mean latency;
 * ``open``: requests sent on a fixed schedule (``rate`` requests/s) whatever
   the answers' latency (open loop, no coordinated omission) → per-request
-  latency p50/p99/p99.9 in ms, from send to the last byte of the answer.
+  latency p50/p99/p99.9 in ms, from send to the last byte of the answer;
+* ``touch``: one one-record acks=all request to each topic given,
+  ``concurrency`` at a time → how many were answered 200, and the seconds.
 
 Run as a file, this module is that load generator (``run_loadgen`` does it).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -107,33 +111,61 @@ class LogstoreServer:
 
 
 async def _closed_loop(
-    url: str, topic: str, acks: str, concurrency: int, seconds: float, requests: int
+    url: str, topics: list[str], acks: str, concurrency: int, seconds: float, requests: int
 ) -> dict[str, float]:
     """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
     payload = body()
     done = 0
     started = 0
+    latency = 0.0
+    pick = random.Random(0)
     stop = time.perf_counter() + seconds if seconds > 0 else float("inf")
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
 
         async def worker() -> None:
-            nonlocal done, started
+            nonlocal done, started, latency
             while time.perf_counter() < stop and (requests <= 0 or started < requests):
                 started += 1
+                t0 = time.perf_counter()
                 r = await c.post(
-                    f"/v1/topics/{topic}/records",
+                    f"/v1/topics/{pick.choice(topics)}/records",
                     params={"acks": acks},
                     content=payload,
                     headers={"content-type": "application/json"},
                 )
                 if r.status_code in (200, 202):
                     done += 1
+                    latency += time.perf_counter() - t0
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return {"requests": done, "records": done * RECORDS, "seconds": elapsed, "records_per_s": done * RECORDS / elapsed}
+    return {
+        "requests": done,
+        "records": done * RECORDS,
+        "seconds": elapsed,
+        "records_per_s": done * RECORDS / elapsed,
+        "mean_ms": 1000 * latency / max(done, 1),
+    }
+
+
+async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, float]:
+    ok = 0
+    todo = list(topics)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
+
+        async def worker() -> None:
+            nonlocal ok
+            while todo:
+                r = await c.post(f"/v1/topics/{todo.pop()}/records", json={"records": [{"value": "x"}]})
+                ok += r.status_code == 200
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"topics": len(topics), "answered_200": ok, "seconds": elapsed}
 
 
 async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
@@ -173,10 +205,19 @@ async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: floa
 
 
 def closed_loop(
-    url: str, topic: str, acks: str, concurrency: int, *, seconds: float = 0, requests: int = 0
+    url: str, topic: str | list[str], acks: str, concurrency: int, *, seconds: float = 0, requests: int = 0
 ) -> dict[str, float]:
-    """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it."""
-    return _run("closed", url, topic, acks, concurrency, seconds, requests)
+    """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it.
+
+    ``topic``: one topic, or a list to send each request to one of at random.
+    """
+    topics = [topic] if isinstance(topic, str) else topic
+    return _run("closed", url, ",".join(topics), acks, concurrency, seconds, requests)
+
+
+def touch(url: str, topics: list[str], concurrency: int) -> dict[str, float]:
+    """One small acks=all request to each of ``topics`` (opens them on the server), in a child process."""
+    return _run("touch", url, ",".join(topics), "all", concurrency)
 
 
 def open_loop(url: str, topic: str, acks: str, seconds: float, requests_per_s: float) -> dict[str, float]:
@@ -193,7 +234,11 @@ def _main(argv: list[str]) -> None:
     mode, url, topic, acks, *rest = argv
     if mode == "closed":
         concurrency, seconds, requests = rest
-        out = asyncio.run(_closed_loop(url, topic, acks, int(concurrency), float(seconds), int(requests)))
+        topics = topic.split(",")
+        out = asyncio.run(_closed_loop(url, topics, acks, int(concurrency), float(seconds), int(requests)))
+    elif mode == "touch":
+        (concurrency,) = rest
+        out = asyncio.run(_touch(url, topic.split(","), int(concurrency)))
     else:
         seconds, rate = rest
         out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate)))
