@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -150,8 +151,9 @@ async def _closed_loop(
     }
 
 
-async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, float]:
+async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, object]:
     ok = 0
+    failures: dict[str, int] = {}
     todo = list(topics)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
@@ -159,13 +161,20 @@ async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, flo
         async def worker() -> None:
             nonlocal ok
             while todo:
-                r = await c.post(f"/v1/topics/{todo.pop()}/records", json={"records": [{"value": "x"}]})
-                ok += r.status_code == 200
+                try:
+                    r = await c.post(f"/v1/topics/{todo.pop()}/records", json={"records": [{"value": "x"}]})
+                except httpx.HTTPError as e:  # counted: a server that stops answering is the finding
+                    failures[type(e).__name__] = failures.get(type(e).__name__, 0) + 1
+                    continue
+                if r.status_code == 200:
+                    ok += 1
+                else:
+                    failures[str(r.status_code)] = failures.get(str(r.status_code), 0) + 1
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return {"topics": len(topics), "answered_200": ok, "seconds": elapsed}
+    return {"topics": len(topics), "answered_200": ok, "failures": failures, "seconds": elapsed}
 
 
 async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float) -> dict[str, float]:
@@ -215,7 +224,7 @@ def closed_loop(
     return _run("closed", url, ",".join(topics), acks, concurrency, seconds, requests)
 
 
-def touch(url: str, topics: list[str], concurrency: int) -> dict[str, float]:
+def touch(url: str, topics: list[str], concurrency: int) -> dict[str, Any]:
     """One small acks=all request to each of ``topics`` (opens them on the server), in a child process."""
     return _run("touch", url, ",".join(topics), "all", concurrency)
 
@@ -226,7 +235,9 @@ def open_loop(url: str, topic: str, acks: str, seconds: float, requests_per_s: f
 
 
 def _run(*args: object) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 

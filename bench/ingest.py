@@ -223,13 +223,17 @@ def open_topics(count: int, concurrency: int) -> dict[str, object]:
             before = server_status(srv)
             opened = touch(srv.url, names, concurrency)
             after = server_status(srv)
-            alive = httpx.get(srv.url + "/healthz").status_code == 200
+            try:
+                alive = httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
+            except httpx.HTTPError:
+                alive = False
         finally:
             srv.stop()
     return {
         "topics": count,
         "partitions_per_topic": SCALE_PARTITIONS,
-        "answered_200": int(opened["answered_200"]),
+        "answered_200": opened["answered_200"],
+        "failures": opened["failures"],
         "seconds_to_open": round(opened["seconds"], 1),
         "server_alive_after": alive,
         "before": before,

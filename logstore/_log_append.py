@@ -218,6 +218,35 @@ class LogAppender:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def try_exclusive(self, *, shared: bool = False) -> contextlib.AbstractContextManager[None] | None:
+        """:meth:`exclusive` without waiting (nor announcing itself): None when another writer holds the lock.
+
+        For a holder that must not block a shared worker thread (the ingest
+        node's committer): it tries again later.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._lock_fd is None:
+                self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._lock_fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.release()
+            return None
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._holding(self._lock_fd)
+
+    @contextlib.contextmanager
+    def _holding(self, fd: int) -> Iterator[None]:
+        """Let go of a writer lock taken by :meth:`try_exclusive` on exit (from any thread)."""
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._lock.release()
+
     def others_waiting(self) -> bool:
         """Whether another writer waits for this table's writer lock (call while holding it)."""
         if self._probe_fd is None:

@@ -12,17 +12,23 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
 
+from ingest_api.broker import Broker
+from ingest_api.parse import parse_produce
 from logstore._log_append import _Checkpointer
-from logstore.config import load_config
+from logstore.config import LogstoreConfig, load_config
 from logstore.schema import input_table
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
+from logstore.structs import AppendResult, ProducerBatch
 from logstore.workers import WorkerPool
 from logstore.writer import TopicWriter
+from tests.helpers import assert_gap_free
+from tests.server import Server
 
 
 def _threads(prefix: str) -> int:
@@ -149,3 +155,79 @@ def test_writers_of_many_tables_share_the_fsync_and_checkpoint_threads(tmp_path:
     )
     store.create_topic("after", 1)
     TopicWriter(store.catalog, "after").append([_batch()])  # fsyncs still run after the others closed
+
+
+# -- the ingest node -------------------------------------------------------------------
+
+
+def _server_threads(srv: Server) -> int:
+    assert srv.proc is not None
+    with open(f"/proc/{srv.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def test_a_nodes_threads_do_not_grow_with_its_topics(server: Callable[..., Server]) -> None:
+    srv = server(**{"num.io.threads": 2})
+    c = srv.client()
+
+    def write(topics: range) -> None:
+        for k in topics:
+            assert c.post("/v1/topics", json={"name": f"t{k}", "partitions": 4}).status_code == 201
+            for acks in ("1", "all"):
+                r = c.post(f"/v1/topics/t{k}/records", params={"acks": acks}, json={"records": [{"value": "x"}]})
+                assert r.status_code == 200, r.text
+
+    write(range(2))
+    two = _server_threads(srv)
+    write(range(2, 50))
+    # At most what the pools have not started yet: committers 2 + their timer, write-ahead log 4,
+    # fsync 8, checkpoint 1 — not a thread or more per topic.
+    assert _server_threads(srv) <= two + 16
+
+
+def _broker(tmp_path: Path, **config: object) -> Broker:
+    return Broker(load_config(environ={}, overrides={"logstore.root": str(tmp_path / "data"), **config}))
+
+
+def test_each_topic_commits_in_submit_order_on_the_shared_pool(tmp_path: Path) -> None:
+    broker = _broker(tmp_path, **{"num.io.threads": 2, "linger.ms": 1})
+    topics = [f"t{k}" for k in range(20)]
+    for t in topics:
+        broker.store.create_topic(t, 1)
+    submitted: dict[str, list[Future[AppendResult]]] = {t: [] for t in topics}
+    try:
+        for i in range(30):  # interleaved over the topics, none waited for: the committers run in turns
+            for t in topics:
+                body = b'{"records": [{"value": "%s-%d"}]}' % (t.encode(), i)
+                submitted[t].append(broker.pipeline(t).submit(parse_produce(body), "1" if i % 3 else "all").committed)
+        for t in topics:
+            assert [f.result(timeout=60).offsets.to_pylist() for f in submitted[t]] == [[i] for i in range(30)]
+    finally:
+        broker.close()
+    for t in topics:
+        assert assert_gap_free(broker.store.catalog, t) == {0: [f"{t}-{i}".encode() for i in range(30)]}
+    assert _threads("committer") == 0  # the node's pool stopped with it
+
+
+def test_a_topic_whose_writer_lock_is_taken_holds_up_no_other_topic(tmp_path: Path, config: LogstoreConfig) -> None:
+    broker = _broker(tmp_path, **{"num.io.threads": 1})
+    for t in ("busy", "free"):
+        broker.store.create_topic(t, 1)
+    one = parse_produce(b'{"records": [{"value": "x"}]}')
+    try:
+        busy = broker.pipeline("busy")
+        broker.pipeline("free")
+        other = TopicWriter(broker.store.catalog, "busy", join=True)  # a cooperative writer (the Spark sink)
+        waiting = threading.Thread(target=lambda: other.append([_batch()]))
+        waiting.start()  # it announces itself; the node hands the lock over and it commits
+        waiting.join(timeout=30)
+        assert not waiting.is_alive()
+        with other.hold():  # and now keeps it
+            stuck = busy.submit(one, "all").committed
+            # The only committer thread is not stuck waiting for "busy"'s lock: "free" commits.
+            assert broker.pipeline("free").submit(one, "all").committed.result(timeout=30).offsets.to_pylist() == [0]
+            assert not stuck.done()
+        assert stuck.result(timeout=30).offsets.to_pylist() == [1]
+        other.close()
+    finally:
+        broker.close()
