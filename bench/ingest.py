@@ -24,8 +24,8 @@ Cost as the work grows, instead of the runs above:
   topic drawn at random → records/s, mean latency, the server's RSS (VmRSS,
   VmHWM) and thread count, and each N's ratios to the first N's figures.
 * ``--open-topics N``: N topics each written one small request → the
-  server's threads and RSS with N topics open, and whether every request got
-  its 200.
+  server's threads and RSS with N topics open, whether every request got its
+  200, and the server's CPU use while they sit idle.
 """
 
 from __future__ import annotations
@@ -223,6 +223,7 @@ def open_topics(count: int, concurrency: int) -> dict[str, object]:
             before = server_status(srv)
             opened = touch(srv.url, names, concurrency)
             after = server_status(srv)
+            idle_cpu = _cpu_percent(srv, 5.0)
             try:
                 alive = httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
             except httpx.HTTPError:
@@ -238,7 +239,23 @@ def open_topics(count: int, concurrency: int) -> dict[str, object]:
         "server_alive_after": alive,
         "before": before,
         "after": after,
+        "idle_cpu_percent_after": idle_cpu,
     }
+
+
+def _cpu_percent(srv: LogstoreServer, seconds: float) -> float:
+    """The server's CPU use (user + system, % of one core) over ``seconds`` without requests."""
+    assert srv.proc is not None
+    pid = srv.proc.pid
+
+    def ticks() -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+
+    start = ticks()
+    time.sleep(seconds)
+    return round(100 * (ticks() - start) / os.sysconf("SC_CLK_TCK") / seconds, 1)
 
 
 def main() -> None:
