@@ -316,7 +316,9 @@ class Accumulator:
             self._pending_bytes += nbytes
             if len(self._pending) == 1:
                 self._due = time.monotonic() + self._config.linger_ms / 1000
-                self._wake_at(self._due)
+                # Not promising: the committer may have let go of the writer lock; it takes it (and
+                # learns of a fence) at once rather than after linger.ms.
+                self._wake_at(self._due if self._promising else 0.0)
             elif self._pending_bytes >= self._config.batch_size:
                 self._wake_at(0.0)
         return Submitted(item.future, logged, item.promised, parts, item.times)

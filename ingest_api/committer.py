@@ -14,7 +14,11 @@ pool's timer wakes it when the group is due), nor for a writer lock someone
 else holds (it tries again on a later turn) — so one topic cannot hold up the
 others. A topic with nothing pending costs no thread: while it holds the
 writer lock it takes a turn every ``IDLE_TICK_S`` to look for a waiting
-writer, less often the longer it stays idle (up to ``_IDLE_TICK_MAX_S``).
+writer, less often the longer it stays idle (up to ``_IDLE_TICK_MAX_S``), and
+after ``_IDLE_RELEASE_S`` it lets go of the lock and takes no turn until work
+comes — so thousands of idle topics cost no CPU. The first acks=1 batches
+after that wait for their commit instead of being promised offsets (rule 1
+of :mod:`ingest_api.accumulator`): the lock is taken again when they arrive.
 
 Why acks=1 promises made while it holds the lock are final (rule 1 of
 :mod:`ingest_api.accumulator`): the committer holds the table's writer lock
@@ -76,6 +80,8 @@ _LOCK_RETRY_S = 0.005
 """How soon a committer with work to do tries again for a writer lock someone else holds."""
 _IDLE_TICK_MAX_S = 1.0
 """The longest an idle committer holding the writer lock goes without looking for a waiting writer."""
+_IDLE_RELEASE_S = 10.0
+"""How long a committer stays idle holding the writer lock before it lets go of it and takes no more turns."""
 
 
 class Committer:
@@ -120,6 +126,8 @@ class Committer:
         self._retry_at = 0.0
         self._attempts = 0
         self._idle_since: float | None = None
+        self._resting = False
+        """Let go of the writer lock after ``_IDLE_RELEASE_S`` idle; taken again when work comes."""
         self._stopped = threading.Event()
         self._turns = pool.task(self._turn, f"committer of topic {self.topic}")
         accumulator.attach(self._turns)
@@ -215,6 +223,7 @@ class Committer:
                 return False
             self._hold.enter_context(held)
         self._held = True
+        self._resting = False
         try:
             self._writer.catch_up()
             if not self._cluster:
@@ -303,8 +312,8 @@ class Committer:
             self._commit(items)
             return self._retry_at if self._retry else now
         pending = self._acc.due_at() is not None
-        # After a hand-over: take turns again, so acks=1 can be promised.
-        needs_lock = not self._held and self._acc.dead is None and (pending or not self._acc.closing)
+        # After a hand-over (take turns again, so acks=1 can be promised), or resting with work here.
+        needs_lock = not self._held and self._acc.dead is None and (pending or not (self._resting or self._acc.closing))
         if needs_lock and not self.acquire(wait=False):
             return now + (_LOCK_RETRY_S if pending else IDLE_TICK_S)
         group = self._acc.take(cut_short=lambda: self._held and self._writer.others_waiting())
@@ -319,16 +328,21 @@ class Committer:
         due = self._acc.due_at()
         self._hand_over_if_asked(idle=not group and due is None)
         now = time.monotonic()
-        if not self._held and self._acc.dead is None and not self._acc.closing:
+        if not self._held and self._acc.dead is None and not self._acc.closing and not self._resting:
             return now + (_LOCK_RETRY_S if due is not None else IDLE_TICK_S)
         if due is not None:
-            return min(due, now + IDLE_TICK_S) if self._held else due
+            return min(due, now + IDLE_TICK_S) if self._held else now + _LOCK_RETRY_S
         if self._acc.dead is not None or not self._held:
             return None  # nothing to commit, no lock to hand over: the next submit, wake or close wakes it
-        # Idle with the lock: look for a waiting writer, less often the longer nothing comes.
+        # Idle with the lock: look for a waiting writer, less often the longer nothing comes; let go in the end.
         if self._idle_since is None:
             self._idle_since = now
-        return now + min(_IDLE_TICK_MAX_S, max(IDLE_TICK_S, (now - self._idle_since) / 2))
+        idle = now - self._idle_since
+        if idle >= _IDLE_RELEASE_S and not group:
+            self.release()
+            self._resting = True
+            return None
+        return now + min(_IDLE_TICK_MAX_S, max(IDLE_TICK_S, idle / 2))
 
     def _stop(self) -> None:
         """Closed and drained: let go of the writer lock; no more turns."""

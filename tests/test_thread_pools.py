@@ -17,7 +17,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
+from ingest_api import committer
 from ingest_api.broker import Broker
 from ingest_api.parse import parse_produce
 from logstore._log_append import _Checkpointer
@@ -228,6 +230,32 @@ def test_a_topic_whose_writer_lock_is_taken_holds_up_no_other_topic(tmp_path: Pa
             assert broker.pipeline("free").submit(one, "all").committed.result(timeout=30).offsets.to_pylist() == [0]
             assert not stuck.done()
         assert stuck.result(timeout=30).offsets.to_pylist() == [1]
+        other.close()
+    finally:
+        broker.close()
+
+
+def test_an_idle_topic_lets_go_of_its_writer_lock_and_takes_it_again_for_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(committer, "_IDLE_RELEASE_S", 0.2)
+    broker = _broker(tmp_path)
+    broker.store.create_topic("t", 1)
+    one = parse_produce(b'{"records": [{"value": "x"}]}')
+    try:
+        pipeline = broker.pipeline("t")
+        assert pipeline.submit(one, "all").committed.result(timeout=30).offsets.to_pylist() == [0]
+        other = TopicWriter(broker.store.catalog, "t", join=True)
+        deadline = time.monotonic() + 10
+        held = other.try_hold()  # without announcing itself: only an idle node's release lets it in
+        while held is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            held = other.try_hold()
+        assert held is not None
+        with held:
+            later = pipeline.submit(one, "1")
+            assert later.promised is None  # the node does not hold the lock: no offset can be promised
+        assert later.committed.result(timeout=30).offsets.to_pylist() == [1]
         other.close()
     finally:
         broker.close()
