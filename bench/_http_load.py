@@ -4,11 +4,14 @@ The load generator runs in a process of its own (``run_loadgen``), so its
 event loop does not share a GIL with the benchmark's orchestration:
 
 * ``closed``: ``concurrency`` requests in flight, each a batch of ``RECORDS``
-  records with ``VALUE_BYTES``-byte values, for ``seconds`` or until
-  ``requests`` requests were acknowledged (whichever is given) → records/s;
+  records with ``VALUE_BYTES``-byte values to a topic drawn at random from
+  the ones given, for ``seconds`` or until ``requests`` requests were
+  acknowledged (whichever is given) → records/s and mean latency;
 * ``open``: requests sent on a fixed schedule (``rate`` requests/s) whatever
   the answers' latency (open loop, no coordinated omission) → per-request
-  latency p50/p99/p99.9 in ms, from send to the last byte of the answer.
+  latency p50/p99/p99.9 in ms, from send to the last byte of the answer;
+* ``touch``: one one-record acks=all request to each topic given,
+  ``concurrency`` at a time → how many were answered 200, and the seconds.
 
 Either loop sends the records as a JSON body (``body_format="json"``, the
 default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.produce_format`).
@@ -21,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -123,33 +128,69 @@ class LogstoreServer:
 
 
 async def _closed_loop(
-    url: str, topic: str, acks: str, concurrency: int, seconds: float, requests: int, body_format: str
+    url: str, topics: list[str], acks: str, concurrency: int, seconds: float, requests: int, body_format: str
 ) -> dict[str, float]:
     """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
     payload = body(body_format)
     done = 0
     started = 0
+    latency = 0.0
+    pick = random.Random(0)
     stop = time.perf_counter() + seconds if seconds > 0 else float("inf")
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
 
         async def worker() -> None:
-            nonlocal done, started
+            nonlocal done, started, latency
             while time.perf_counter() < stop and (requests <= 0 or started < requests):
                 started += 1
+                t0 = time.perf_counter()
                 r = await c.post(
-                    f"/v1/topics/{topic}/records",
+                    f"/v1/topics/{pick.choice(topics)}/records",
                     params={"acks": acks},
                     content=payload,
                     headers={"content-type": content_type(body_format)},
                 )
                 if r.status_code in (200, 202):
                     done += 1
+                    latency += time.perf_counter() - t0
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return {"requests": done, "records": done * RECORDS, "seconds": elapsed, "records_per_s": done * RECORDS / elapsed}
+    return {
+        "requests": done,
+        "records": done * RECORDS,
+        "seconds": elapsed,
+        "records_per_s": done * RECORDS / elapsed,
+        "mean_ms": 1000 * latency / max(done, 1),
+    }
+
+
+async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, object]:
+    ok = 0
+    failures: dict[str, int] = {}
+    todo = list(topics)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
+
+        async def worker() -> None:
+            nonlocal ok
+            while todo:
+                try:
+                    r = await c.post(f"/v1/topics/{todo.pop()}/records", json={"records": [{"value": "x"}]})
+                except httpx.HTTPError as e:  # counted: a server that stops answering is the finding
+                    failures[type(e).__name__] = failures.get(type(e).__name__, 0) + 1
+                    continue
+                if r.status_code == 200:
+                    ok += 1
+                else:
+                    failures[str(r.status_code)] = failures.get(str(r.status_code), 0) + 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"topics": len(topics), "answered_200": ok, "failures": failures, "seconds": elapsed}
 
 
 async def _open_loop(
@@ -192,7 +233,7 @@ async def _open_loop(
 
 def closed_loop(
     url: str,
-    topic: str,
+    topic: str | list[str],
     acks: str,
     concurrency: int,
     *,
@@ -200,8 +241,17 @@ def closed_loop(
     requests: int = 0,
     body_format: str = "json",
 ) -> dict[str, float]:
-    """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it."""
-    return _run("closed", url, topic, acks, body_format, concurrency, seconds, requests)
+    """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it.
+
+    ``topic``: one topic, or a list to send each request to one of at random.
+    """
+    topics = [topic] if isinstance(topic, str) else topic
+    return _run("closed", url, ",".join(topics), acks, body_format, concurrency, seconds, requests)
+
+
+def touch(url: str, topics: list[str], concurrency: int) -> dict[str, Any]:
+    """One small acks=all request to each of ``topics`` (opens them on the server), in a child process."""
+    return _run("touch", url, ",".join(topics), "all", "json", concurrency)
 
 
 def open_loop(
@@ -212,7 +262,9 @@ def open_loop(
 
 
 def _run(*args: object) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
@@ -220,7 +272,11 @@ def _main(argv: list[str]) -> None:
     mode, url, topic, acks, body_format, *rest = argv
     if mode == "closed":
         concurrency, seconds, requests = rest
-        out = asyncio.run(_closed_loop(url, topic, acks, int(concurrency), float(seconds), int(requests), body_format))
+        topics = topic.split(",")
+        out = asyncio.run(_closed_loop(url, topics, acks, int(concurrency), float(seconds), int(requests), body_format))
+    elif mode == "touch":
+        (concurrency,) = rest
+        out = asyncio.run(_touch(url, topic.split(","), int(concurrency)))
     else:
         seconds, rate = rest
         out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate), body_format))

@@ -18,6 +18,17 @@ one 8-partition topic) and drives it from a separate load-generator process
   RSS (VmHWM) against buffer.memory.
 
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
+
+Cost as the work grows, instead of the runs above:
+
+* ``--topics 1,50,200``: for each N, a fresh server with N topics of
+  ``SCALE_PARTITIONS`` partitions, every topic written once (opened), then
+  ``--concurrency`` acks=all requests in flight for ``--seconds``, each to a
+  topic drawn at random → records/s, mean latency, the server's RSS (VmRSS,
+  VmHWM) and thread count, and each N's ratios to the first N's figures.
+* ``--open-topics N``: N topics each written one small request → the
+  server's threads and RSS with N topics open, whether every request got its
+  200, and the server's CPU use while they sit idle.
 """
 
 from __future__ import annotations
@@ -36,16 +47,19 @@ from pathlib import Path
 import httpx
 import orjson
 import pyarrow as pa
-from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop
+from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop, touch
 from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.schema import input_table
+from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.writer import TopicWriter
 
 PARTITIONS = 8
+SCALE_PARTITIONS = 4
+"""Partitions of each topic in the ``--topics`` and ``--open-topics`` runs."""
 
 
 _WRK_SCRIPT = """
@@ -142,15 +156,132 @@ def core_limit(records_per_commit: float, total: int) -> float:
         return rate
 
 
+def server_status(srv: LogstoreServer) -> dict[str, float]:
+    """The server process's resident memory now and at its peak (MiB) and its thread count, from /proc."""
+    assert srv.proc is not None
+    fields = {}
+    with open(f"/proc/{srv.proc.pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            fields[name] = value.split()
+    return {
+        "rss_mib": round(int(fields["VmRSS"][0]) / 1024),
+        "hwm_mib": round(int(fields["VmHWM"][0]) / 1024),
+        "threads": int(fields["Threads"][0]),
+    }
+
+
+def _server_with_topics(root: Path, count: int) -> tuple[LogstoreServer, list[str]]:
+    """A server over ``root`` holding ``count`` topics of ``SCALE_PARTITIONS`` partitions (created before it starts)."""
+    names = [f"t{i:05d}" for i in range(count)]
+    store = LogStore(load_config(environ={}, overrides={"logstore.root": str(root)}))
+    for name in names:
+        store.create_topic(name, SCALE_PARTITIONS)
+    return LogstoreServer(root).start(), names
+
+
+def scale_run(count: int, seconds: float, concurrency: int) -> dict[str, float]:
+    """Closed loop over ``count`` topics, each request to one at random, after every topic was opened."""
+    with tempfile.TemporaryDirectory() as d:
+        srv, names = _server_with_topics(Path(d), count)
+        try:
+            touch(srv.url, names, concurrency)
+            res = closed_loop(srv.url, names, "all", concurrency, seconds=seconds)
+            status = server_status(srv)
+        finally:
+            srv.stop()
+    return {
+        "topics": count,
+        "records_per_s": round(res["records_per_s"]),
+        "mean_latency_ms": round(res["mean_ms"], 1),
+        **status,
+    }
+
+
+def scale(counts: list[int], seconds: float, concurrency: int) -> dict[str, object]:
+    runs = [scale_run(n, seconds, concurrency) for n in counts]
+    first = runs[0]
+    return {
+        "load_generator": "httpx",
+        "partitions_per_topic": SCALE_PARTITIONS,
+        "batch_records": RECORDS,
+        "value_bytes": VALUE_BYTES,
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "runs": runs,
+        f"ratios_to_{first['topics']}_topics": {
+            str(r["topics"]): {
+                k: round(r[k] / first[k], 2) for k in ("records_per_s", "mean_latency_ms", "rss_mib", "threads")
+            }
+            for r in runs[1:]
+        },
+    }
+
+
+def open_topics(count: int, concurrency: int) -> dict[str, object]:
+    """Open ``count`` topics on one server (one small request each) → its threads and memory before and after."""
+    with tempfile.TemporaryDirectory() as d:
+        srv, names = _server_with_topics(Path(d), count)
+        try:
+            before = server_status(srv)
+            opened = touch(srv.url, names, concurrency)
+            after = server_status(srv)
+            idle_cpu = {"first_5_s": _cpu_percent(srv, 5.0)}
+            time.sleep(10)  # past the committers' 10 s of idleness, after which they let go and rest
+            idle_cpu["after_15_s"] = _cpu_percent(srv, 5.0)
+            try:
+                alive = httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
+            except httpx.HTTPError:
+                alive = False
+        finally:
+            srv.stop()
+    return {
+        "topics": count,
+        "partitions_per_topic": SCALE_PARTITIONS,
+        "answered_200": opened["answered_200"],
+        "failures": opened["failures"],
+        "seconds_to_open": round(opened["seconds"], 1),
+        "server_alive_after": alive,
+        "before": before,
+        "after": after,
+        "idle_cpu_percent": idle_cpu,
+    }
+
+
+def _cpu_percent(srv: LogstoreServer, seconds: float) -> float:
+    """The server's CPU use (user + system, % of one core) over ``seconds`` without requests."""
+    assert srv.proc is not None
+    pid = srv.proc.pid
+
+    def ticks() -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+
+    start = ticks()
+    time.sleep(seconds)
+    return round(100 * (ticks() - start) / os.sysconf("SC_CLK_TCK") / seconds, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--topics", help="comma list of topic counts (1,50,200): the scale runs instead of the others")
+    ap.add_argument("--open-topics", type=int, help="open this many topics and report threads and memory")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds = 1, 4
+    if args.topics or args.open_topics:
+        out: dict[str, object] = {}
+        if args.topics:
+            out["scale"] = scale([int(n) for n in args.topics.split(",")], args.seconds, args.concurrency)
+        if args.open_topics:
+            out["open_topics"] = open_topics(args.open_topics, args.concurrency)
+        print(json.dumps(out, indent=2))
+        return
     maxes, limits, per_commit = [], [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as d:
@@ -167,7 +298,7 @@ def main() -> None:
             per_commit.append(records / max(commits, 1))
             limits.append(core_limit(per_commit[-1], int(res["records_per_s"] * 3)))
     best = statistics.median(maxes)
-    out: dict[str, object] = {
+    out = {
         "load_generator": "wrk" if shutil.which("wrk") else "httpx",
         "batch_records": RECORDS,
         "value_bytes": VALUE_BYTES,

@@ -3,7 +3,9 @@
 A produce request becomes a :class:`~logstore.structs.ProducerBatch` queued in
 its topic's :class:`Accumulator`, in submit order; the topic's committer
 (:mod:`ingest_api.committer`) takes every pending batch at once and commits
-them together.
+them together. The accumulator wakes the committer (:meth:`Accumulator.attach`)
+when a group is due: ``linger.ms`` after its first batch was queued, or at once
+when ``batch.size`` bytes wait.
 
 Acknowledgement by ``acks``:
 
@@ -63,6 +65,7 @@ from logstore.partitioner import Partitioner
 from logstore.schema import INPUT_SCHEMA
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wal import WriteAheadLog
+from logstore.workers import SerialTask
 from logstore.writer import TopicWriter, offsets_from
 
 __all__ = ["IDLE_TICK_S", "Accumulator", "Acks", "BufferPool", "Pending", "Submitted"]
@@ -70,7 +73,8 @@ __all__ = ["IDLE_TICK_S", "Accumulator", "Acks", "BufferPool", "Pending", "Submi
 Acks = Literal["0", "1", "all"]
 
 IDLE_TICK_S = 0.05
-"""How often a committer that holds the writer lock (idle, or lingering) looks for a waiting writer."""
+"""How often a committer that holds the writer lock (idle, or lingering) looks for a waiting writer at first;
+an idle one looks less often the longer it stays idle (see :mod:`ingest_api.committer`)."""
 
 
 class BufferPool:
@@ -144,8 +148,8 @@ class Submitted:
 class Accumulator:
     """The pending batches of one topic on this node, and the log end offsets promised from them.
 
-    Request threads call :meth:`submit`; the topic's committer thread calls the
-    rest. One condition variable guards the state both sides share.
+    Request threads call :meth:`submit`; the topic's committer calls the
+    rest. One lock guards the state both sides share.
     """
 
     def __init__(
@@ -172,6 +176,9 @@ class Accumulator:
         self._cond = threading.Condition()
         self._pending: list[Pending] = []
         self._pending_bytes = 0
+        self._due = 0.0
+        """``time.monotonic()`` at which the pending group is due (``linger.ms`` after its first batch)."""
+        self._committer: SerialTask | None = None
         self.closing = False
         self.dead: LogstoreError | None = None
         """Set once this node may no longer commit the topic (fenced); every later request is refused."""
@@ -188,6 +195,10 @@ class Accumulator:
         None = embedded mode, every partition."""
         self.available = True
         """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
+
+    def attach(self, committer: SerialTask) -> None:
+        """Wake ``committer`` when a group is due, and on :meth:`wake`, :meth:`close` and :meth:`kill`."""
+        self._committer = committer
 
     def open(self) -> None:
         """Start from the table as committed (after the WAL's replay): log end offsets and the WAL's next sequence."""
@@ -303,40 +314,41 @@ class Accumulator:
                 self._metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
-            self._cond.notify()
+            if len(self._pending) == 1:
+                self._due = time.monotonic() + self._config.linger_ms / 1000
+                # Not promising: the committer may have let go of the writer lock; it takes it (and
+                # learns of a fence) at once rather than after linger.ms.
+                self._wake_at(self._due if self._promising else 0.0)
+            elif self._pending_bytes >= self._config.batch_size:
+                self._wake_at(0.0)
         return Submitted(item.future, logged, item.promised, parts, item.times)
 
-    # -- handing batches to the committer (committer thread) ---------------------
+    # -- handing batches to the committer ----------------------------------------
 
     def take(self, cut_short: Callable[[], bool]) -> list[Pending] | None:
-        """The next group to commit; [] after an idle tick; None once closed.
+        """Every pending batch if the group is due, else []; None once closed with nothing pending.
 
-        Waits ``linger.ms`` for ``batch.size`` bytes to gather, or less once
-        ``cut_short()`` (asked every idle tick) says a writer waits for its turn.
+        Due: ``batch.size`` bytes wait, ``linger.ms`` has passed since its first
+        batch was queued, the topic is closing, or ``cut_short()`` says a writer
+        waits for its turn (commit now, then hand over).
         """
-        linger = self._config.linger_ms / 1000
         with self._cond:
-            while not self._pending and not self.closing:
-                if self.dead is not None:
-                    self._cond.wait()
-                    continue
-                self._cond.wait(IDLE_TICK_S)
-                if not self._pending:
-                    return []
+            if not self._pending:
+                return None if self.closing else []
+            due = (
+                self._pending_bytes >= self._config.batch_size
+                or self.closing
+                or time.monotonic() >= self._due
+                or cut_short()
+            )
+            return self._take_all() if due else []
+
+    def due_at(self) -> float | None:
+        """``time.monotonic()`` at which the pending group is due; None when nothing is pending."""
+        with self._cond:
             if not self._pending:
                 return None
-            now = time.monotonic()
-            deadline, probe = now + linger, now + IDLE_TICK_S
-            while self._pending_bytes < self._config.batch_size and not self.closing:
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                if now >= probe:  # every tick, not on every submit's wake-up
-                    probe = now + IDLE_TICK_S
-                    if cut_short():
-                        break  # a writer waits for its turn: commit now, then hand over
-                self._cond.wait(min(deadline, probe) - now)
-            return self._take_all()
+            return 0.0 if self._pending_bytes >= self._config.batch_size or self.closing else self._due
 
     def stop_promising(self) -> list[Pending]:
         """Promise no more offsets; return every pending batch (it holds every batch promised offsets)."""
@@ -399,8 +411,7 @@ class Accumulator:
 
     def wake(self) -> None:
         """Wake the committer (leadership changed)."""
-        with self._cond:
-            self._cond.notify_all()
+        self._wake_at(0.0)
 
     def kill(self, error: LogstoreError) -> list[Pending]:
         """Refuse every later request with ``error``; return the pending batches for the caller to fail."""
@@ -412,7 +423,17 @@ class Accumulator:
         """Refuse new requests; the committer drains what is pending and stops."""
         with self._cond:
             self.closing = True
-            self._cond.notify_all()
+        self._wake_at(0.0)
+
+    def _wake_at(self, deadline: float) -> None:
+        """Run the committer by ``deadline`` (``time.monotonic()``; at once when it is past)."""
+        committer = self._committer
+        if committer is None:
+            return
+        if deadline <= time.monotonic():
+            committer.run_soon()
+        else:
+            committer.run_at(deadline)
 
     def refresh_partitions(self) -> None:
         """Take the catalog's partition count (raised by PATCH or another process)."""

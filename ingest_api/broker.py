@@ -6,11 +6,15 @@ parts, one module each:
 * :mod:`ingest_api.accumulator` — acceptance: the node's buffer pool
   (``buffer.memory``), the topic's pending batches in submit order, what each
   ``acks`` level waits for, and when an acks=1 batch is promised offsets;
-* :mod:`ingest_api.committer` — the committer thread: it holds the table's
-  writer lock, commits every pending batch together (many requests per Delta
+* :mod:`ingest_api.committer` — the committer: it holds the table's writer
+  lock, commits every pending batch together (many requests per Delta
   commit), answers them and hands the lock over to a writer that asks;
 * :mod:`ingest_api.recovery` — the write-ahead log's replay when the topic is
   opened, before the committer commits anything else.
+
+Threads do not grow with topics: every topic's committer runs in turns on the
+node's pool of ``num.io.threads`` threads, and write-ahead log writes, Delta
+checkpoints and fsyncs on the process's pools (:mod:`logstore.workers`).
 
 Cluster mode (``zookeeper.connect`` set): the node is a :class:`~ingest_api.cluster.ClusterNode`
 too. It opens a pipeline for every topic it leads partitions of and hands
@@ -53,6 +57,7 @@ from logstore.reader import TopicReader
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wal import DirectoryLock, WriteAheadLog
+from logstore.workers import WorkerPool
 from logstore.writer import TopicWriter
 
 __all__ = ["Acks", "Broker", "Share", "Submitted", "TopicPipeline", "wal_dir_of"]
@@ -61,7 +66,7 @@ log = logging.getLogger("logstore.ingest")
 
 
 class TopicPipeline:
-    """Accumulator, write-ahead log and committer thread of one topic on this node."""
+    """Accumulator, write-ahead log and committer of one topic on this node."""
 
     def __init__(self, broker: Broker, topic: str) -> None:
         """Open the topic on this node: take its writer lock, replay its WAL, start its committer.
@@ -93,6 +98,7 @@ class TopicPipeline:
             buffer=broker.buffer,
             metrics=broker.metrics,
             on_commit=lambda: broker.notify_commit(topic),
+            pool=broker.committers,
             cluster=cluster,
             replay_departed=lambda: self._replay_departed(broker),
         )
@@ -175,6 +181,8 @@ class Broker:
         self.store = LogStore(config)
         self.metrics = metrics or Metrics()
         self.buffer = BufferPool(config.buffer_memory, self.metrics)
+        self.committers = WorkerPool(config.num_io_threads, "committer")
+        """Where every topic's committer runs (``num.io.threads``)."""
         self.wal_dir = wal_dir_of(config)
         os.makedirs(self.wal_dir, exist_ok=True)
         # A second node on this WAL (same root, wal.dir, node id) would replay and delete segments
@@ -450,6 +458,7 @@ class Broker:
             self.cluster.shutdown()  # before closing files: a checkpoint being written must not delay the hand-over
         for p in pipelines:
             p.close_files()
+        self.committers.shutdown()
         self._node_lock.release()
 
 

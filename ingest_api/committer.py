@@ -1,10 +1,24 @@
-"""The committer thread of one topic: it holds the table's writer lock and commits what the accumulator gathered.
+"""The committer of one topic: it holds the table's writer lock and commits what the accumulator gathered.
 
-The thread takes every batch pending in the topic's
+The committer takes every batch pending in the topic's
 :class:`~ingest_api.accumulator.Accumulator` when it wakes (after
 ``linger.ms`` or once ``batch.size`` bytes wait) and commits them together
 with the core's :class:`~logstore.writer.TopicWriter` — many requests per
 Delta commit, in submit order — then answers them and moves the WAL on.
+
+It is not a thread: it runs in turns, a serial task (:mod:`logstore.workers`)
+on the node's committer pool of ``num.io.threads`` threads shared by every
+topic. A topic commits on one worker at a time, so its commits stay one at a
+time and in submit order; a turn never waits — not for ``linger.ms`` (the
+pool's timer wakes it when the group is due), nor for a writer lock someone
+else holds (it tries again on a later turn) — so one topic cannot hold up the
+others. A topic with nothing pending costs no thread: while it holds the
+writer lock it takes a turn every ``IDLE_TICK_S`` to look for a waiting
+writer, less often the longer it stays idle (up to ``_IDLE_TICK_MAX_S``), and
+after ``_IDLE_RELEASE_S`` it lets go of the lock and takes no turn until work
+comes — so thousands of idle topics cost no CPU. The first acks=1 batches
+after that wait for their commit instead of being promised offsets (rule 1
+of :mod:`ingest_api.accumulator`): the lock is taken again when they arrive.
 
 Why acks=1 promises made while it holds the lock are final (rule 1 of
 :mod:`ingest_api.accumulator`): the committer holds the table's writer lock
@@ -16,15 +30,16 @@ this pipeline moves the offsets while it holds it. A writer that wants the
 lock announces itself (``others_waiting``); the committer then stops the
 promises, commits every batch promised, and only then lets go.
 
-No exception ends a committer thread: a commit that raises fails the
-requests of that commit (each batch alone, so only the one that cannot be
-committed fails) and the pipeline goes on.
+No exception ends the committer: a commit that raises fails the requests of
+that commit (each batch alone, so only the one that cannot be committed
+fails) and the pipeline goes on; a retriable storage error keeps the group
+for a later turn (backing off), ahead of anything newer.
 
 Cluster mode (``cluster=True``): the committer holds the writer lock shared
 with the topic's other leaders (:meth:`TopicWriter.hold`), and it also owns
 this node's leadership of the topic's partitions. The node's cluster watch
 hands it the partitions ZooKeeper says this node leads (:meth:`Committer.want`);
-on its thread, for partitions newly led, it takes the topic's failover lock,
+on its next turn, for partitions newly led, it takes the topic's failover lock,
 replays every other node's logged acks=1 frames of the topic
 (:func:`~ingest_api.recovery.replay_departed`), claims the partitions with
 their epochs (:meth:`TopicWriter.claim`) and only then accepts produce for
@@ -45,13 +60,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ingest_api.accumulator import Accumulator, BufferPool, Pending
+from ingest_api.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
 from ingest_api.cluster import failover_lock
 from ingest_api.metrics import Metrics
 from logstore import promises
 from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wal import WriteAheadLog
+from logstore.workers import WorkerPool
 from logstore.writer import TopicWriter
 
 __all__ = ["Committer", "skip_sequence"]
@@ -59,11 +75,17 @@ __all__ = ["Committer", "skip_sequence"]
 log = logging.getLogger("logstore.ingest")
 
 _HAND_OVER_S = 1.0
-"""How long a committer that let go of the writer lock waits for an announced writer to take it."""
+"""How long a blocking :meth:`Committer.acquire` waits for an announced writer to take the lock first."""
+_LOCK_RETRY_S = 0.005
+"""How soon a committer with work to do tries again for a writer lock someone else holds."""
+_IDLE_TICK_MAX_S = 1.0
+"""The longest an idle committer holding the writer lock goes without looking for a waiting writer."""
+_IDLE_RELEASE_S = 10.0
+"""How long a committer stays idle holding the writer lock before it lets go of it and takes no more turns."""
 
 
 class Committer:
-    """The thread that commits one topic's accepted batches on this node, and the writer lock it holds."""
+    """Commits one topic's accepted batches on this node, in turns on a shared pool, and holds its writer lock."""
 
     def __init__(
         self,
@@ -77,6 +99,7 @@ class Committer:
         buffer: BufferPool,
         metrics: Metrics,
         on_commit: Callable[[], None],
+        pool: WorkerPool,
         cluster: bool = False,
         replay_departed: Callable[[], None] = lambda: None,
     ) -> None:
@@ -96,20 +119,31 @@ class Committer:
         self._on_commit = on_commit
         self._hold = contextlib.ExitStack()
         self._held = False
-        self._thread = threading.Thread(target=self._run, name=f"committer-{self.topic}", daemon=True)
+        self._failures = 0
+        """Turns in a row that raised (they back off)."""
+        self._retry: list[Pending] = []
+        """A group whose commit failed retriably: committed on a later turn, before anything newer."""
+        self._retry_at = 0.0
+        self._attempts = 0
+        self._idle_since: float | None = None
+        self._resting = False
+        """Let go of the writer lock after ``_IDLE_RELEASE_S`` idle; taken again when work comes."""
+        self._stopped = threading.Event()
+        self._turns = pool.task(self._turn, f"committer of topic {self.topic}")
+        accumulator.attach(self._turns)
 
     def start(self) -> None:
-        """Start the thread (the lock already taken and the WAL replayed)."""
-        self._thread.start()
+        """Take the first turn (the lock already taken and the WAL replayed)."""
+        self._turns.run_soon()
 
     def join(self) -> None:
-        """Wait for the thread to drain and stop (after :meth:`Accumulator.close`)."""
-        self._thread.join()
+        """Wait until the committer has drained and stopped (after :meth:`Accumulator.close`)."""
+        self._stopped.wait()
 
     # -- leadership (cluster mode) -------------------------------------------------
 
     def want(self, epochs: dict[int, int]) -> None:
-        """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on this thread)."""
+        """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on the next turn)."""
         moved = set(self._acc.led or ()) - set(epochs)
         if moved:
             self._acc.drop_led(moved)  # refuse at once; the commit path stops at the new leader's fence
@@ -117,17 +151,24 @@ class Committer:
             self._wanted = dict(epochs)
         self._acc.wake()
 
-    def _apply_leadership(self) -> None:
-        """Claim newly led partitions (after replaying departed nodes' acks=1 frames); accept what is led."""
+    def _apply_leadership(self) -> bool:
+        """Claim newly led partitions (after replaying departed nodes' acks=1 frames); accept what is led.
+
+        False when that needs the writer lock and another writer holds it: try again on a later turn.
+        """
         with self._want_lock:
             wanted, self._wanted = self._wanted, None
         if wanted is None:
-            return
+            return True
         try:
             current = self._writer.leader_epochs
             gained = {p: e for p, e in wanted.items() if current.get(p) != e}
             if gained:
-                self.acquire()
+                if not self.acquire(wait=False):
+                    with self._want_lock:
+                        if self._wanted is None:
+                            self._wanted = wanted
+                    return False
                 started = time.perf_counter()
                 with failover_lock(self._table_root):
                     self._replay_departed()
@@ -150,6 +191,7 @@ class Committer:
             raise
         now = self._writer.leader_epochs
         self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e))
+        return True
 
     def _fenced(self, error: FencedLeaderEpochError) -> bool:
         """Cluster mode: a fence of some partitions; stop accepting them and go on with the others."""
@@ -161,16 +203,27 @@ class Committer:
 
     # -- the writer lock ---------------------------------------------------------
 
-    def acquire(self) -> None:
-        """Take the writer lock and catch up; from then on acks=1 batches may be promised offsets."""
+    def acquire(self, *, wait: bool = True) -> bool:
+        """Take the writer lock and catch up; from then on acks=1 batches may be promised offsets.
+
+        ``wait=False`` (on a pool worker): return False instead of waiting while another
+        writer holds the lock or has announced itself.
+        """
         if self._held:
-            return
-        # A writer that announced itself is let through before this node takes the lock again.
-        deadline = time.monotonic() + _HAND_OVER_S
-        while time.monotonic() < deadline and self._writer.others_waiting():
-            time.sleep(0.001)
-        self._hold.enter_context(self._writer.hold())
+            return True
+        if wait:
+            # A writer that announced itself is let through before this node takes the lock again.
+            deadline = time.monotonic() + _HAND_OVER_S
+            while time.monotonic() < deadline and self._writer.others_waiting():
+                time.sleep(0.001)
+            self._hold.enter_context(self._writer.hold())
+        else:
+            held = None if self._writer.others_waiting() else self._writer.try_hold()
+            if held is None:
+                return False
+            self._hold.enter_context(held)
         self._held = True
+        self._resting = False
         try:
             self._writer.catch_up()
             if not self._cluster:
@@ -183,6 +236,7 @@ class Committer:
             self.release()
             raise
         self._acc.start_promising()
+        return True
 
     def release(self) -> None:
         """Stop promising and let go of the writer lock (every promised batch must be committed)."""
@@ -206,7 +260,7 @@ class Committer:
             return
         rest = self._acc.stop_promising()
         if rest:  # holds every batch promised offsets: they must land before anyone else commits
-            self._commit(rest)
+            self._commit(rest, wait=True)
         self.release()
 
     def _catch_up_idle(self) -> None:
@@ -221,54 +275,125 @@ class Committer:
 
     # -- committing --------------------------------------------------------------
 
-    def _run(self) -> None:
-        """The committer thread: commit what is pending, hand the writer lock over when asked."""
-        failures = 0
-        try:
-            while True:
-                try:
-                    if self._cluster:
-                        self._apply_leadership()
-                    items = self._acc.take(cut_short=lambda: self._held and self._writer.others_waiting())
-                    if items is None:
-                        return
-                    if items:
-                        self._commit(items)
-                    self._hand_over_if_asked(idle=not items)
-                    if not self._held and self._acc.dead is None and not self._acc.closing:
-                        self.acquire()  # after a hand-over: take turns again, so acks=1 can be promised
-                    failures = 0
-                except FencedLeaderEpochError as e:
-                    if not self._fenced(e):
-                        self._die(e, [])
-                except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
-                    failures += 1
-                    log.exception("topic %s: committer step failed (%d in a row)", self.topic, failures)
-                    time.sleep(min(5.0, 0.05 * 2**failures))
-        finally:
-            self.release()
+    def _turn(self) -> None:
+        """One turn on a pool worker: commit what is due, hand the writer lock over when asked; never raises.
 
-    def _commit(self, items: list[Pending]) -> None:
-        """Commit ``items`` in order and answer them; never raises."""
-        taken, stage = time.perf_counter(), self._metrics.produce_stage.labels("queue")
-        for item in items:
-            stage.observe(taken - item.times.queued)
+        Schedules its own next turn: when the pending group is due, after a
+        back-off, or the next idle tick; none while fenced with nothing pending.
+        """
+        try:
+            next_turn = self._step()
+            self._failures = 0
+        except FencedLeaderEpochError as e:
+            if not self._fenced(e):
+                self._die(e, [])
+            next_turn = time.monotonic()
+        except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
+            self._failures += 1
+            log.exception("topic %s: committer step failed (%d in a row)", self.topic, self._failures)
+            next_turn = time.monotonic() + min(5.0, 0.05 * 2**self._failures)
+        if next_turn is not None:
+            if next_turn <= time.monotonic():
+                self._turns.run_soon()
+            else:
+                self._turns.run_at(next_turn)
+
+    def _step(self) -> float | None:
+        """Commit what is due; returns when the next turn is wanted (``time.monotonic()``), None for none."""
+        now = time.monotonic()
+        if self._cluster and not self._apply_leadership():
+            return now + _LOCK_RETRY_S
+        if self._retry:
+            if now < self._retry_at:
+                return self._retry_at
+            if not self.acquire(wait=False):
+                return now + _LOCK_RETRY_S
+            items, self._retry = self._retry, []
+            self._commit(items)
+            return self._retry_at if self._retry else now
+        pending = self._acc.due_at() is not None
+        # After a hand-over (take turns again, so acks=1 can be promised), or resting with work here.
+        needs_lock = not self._held and self._acc.dead is None and (pending or not (self._resting or self._acc.closing))
+        if needs_lock and not self.acquire(wait=False):
+            return now + (_LOCK_RETRY_S if pending else IDLE_TICK_S)
+        group = self._acc.take(cut_short=lambda: self._held and self._writer.others_waiting())
+        if group is None:
+            self._stop()
+            return None
+        if group:
+            self._idle_since = None
+            self._commit(group)
+            if self._retry:
+                return self._retry_at
+        due = self._acc.due_at()
+        self._hand_over_if_asked(idle=not group and due is None)
+        now = time.monotonic()
+        if not self._held and self._acc.dead is None and not self._acc.closing and not self._resting:
+            return now + (_LOCK_RETRY_S if due is not None else IDLE_TICK_S)
+        if due is not None:
+            return min(due, now + IDLE_TICK_S) if self._held else now + _LOCK_RETRY_S
+        if self._acc.dead is not None or not self._held:
+            return None  # nothing to commit, no lock to hand over: the next submit, wake or close wakes it
+        # Idle with the lock: look for a waiting writer, less often the longer nothing comes; let go in the end.
+        if self._idle_since is None:
+            self._idle_since = now
+        idle = now - self._idle_since
+        if idle >= _IDLE_RELEASE_S and not group:
+            self.release()
+            self._resting = True
+            return None
+        return now + min(_IDLE_TICK_MAX_S, max(IDLE_TICK_S, idle / 2))
+
+    def _stop(self) -> None:
+        """Closed and drained: let go of the writer lock; no more turns."""
+        self.release()
+        self._turns.close()
+        self._stopped.set()
+
+    def _commit(self, items: list[Pending], *, wait: bool = False) -> None:
+        """Commit ``items`` in order and answer them; never raises.
+
+        A retriable storage error keeps them for a later turn (:attr:`_retry`,
+        backing off), unless ``wait``: then it retries here until they land.
+        """
+        if not self._attempts:
+            taken, stage = time.perf_counter(), self._metrics.produce_stage.labels("queue")
+            for item in items:
+                stage.observe(taken - item.times.queued)
         try:
             self.acquire()
-            results = self._append(items)
+            results = self._append(items, retry=wait)
         except FencedLeaderEpochError as e:
+            self._attempts = 0
             if self._fenced(e):
-                self._commit(items)  # again: the batches of the fenced partitions now fail alone
+                self._commit(items, wait=wait)  # again: the batches of the fenced partitions now fail alone
             else:
                 self._die(e, items)
             return
+        except LogstoreError as e:
+            self._attempts += 1
+            log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, e)
+            if self._acc.closing and self._attempts >= 5:
+                self._attempts = 0
+                self._finish(items, [e] * len(items))
+            else:
+                self._retry, self._retry_at = items, time.monotonic() + min(1.0, 0.01 * 2**self._attempts)
+            return
         except Exception:  # not a LogstoreError: a bug or a poisoned batch; find it, keep the others
+            self._attempts = 0
             log.exception("topic %s: commit of %d batches failed unexpectedly", self.topic, len(items))
             self._append_one_by_one(items)
             return
+        self._attempts = 0
         self._finish(items, results)
 
-    def _append(self, items: list[Pending]) -> list[AppendResult | LogstoreError]:
+    def _append(self, items: list[Pending], *, retry: bool = True) -> list[AppendResult | LogstoreError]:
+        """Commit ``items`` as one group; with ``retry``, a retriable storage error is retried here (backing off).
+
+        Raises:
+            FencedLeaderEpochError: always raised.
+            LogstoreError: without ``retry``, a commit that failed.
+        """
         attempt = 0
         while True:
             started = time.perf_counter()
@@ -277,6 +402,8 @@ class Committer:
             except FencedLeaderEpochError:
                 raise
             except LogstoreError as e:
+                if not retry:
+                    raise
                 attempt += 1
                 log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, e)
                 if self._acc.closing and attempt >= 5:

@@ -15,9 +15,16 @@ at or after the link is settled by reading the version back.
 What goes into a commit is plain Delta: ``commitInfo``, ``txn`` and ``add``
 actions with statistics (``numRecords``, min/max of ``offset``, ``timestamp``
 and ``timestamp_type``, null counts), readable and writable by delta-rs and
-Delta Spark alike. Checkpoints are written by delta-rs on a background thread
-every ``checkpoint.interval`` versions, off the commit path, and fsynced
-(with ``commit.fsync``) since delta-rs does not.
+Delta Spark alike. Checkpoints are written by delta-rs every
+``checkpoint.interval`` versions, off the commit path, and fsynced (with
+``commit.fsync``) since delta-rs does not.
+
+Background threads are the process's, not a table's: the data files' fsyncs
+run on one pool of ``_FSYNC_THREADS`` threads (:func:`_fsync_pool`), and the
+checkpoints of every table on one ``delta-checkpoint`` worker
+(:func:`logstore.workers.shared_pool`), a table at a time — so a process
+with thousands of open tables has the same few threads as one with a single
+table.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from deltalake import DeltaTable
 from logstore._delta import COMMIT_ID, file_stats, open_table, refresh, sync_checkpoint
 from logstore.errors import KafkaStorageError
 from logstore.fs import fsync_path
+from logstore.workers import shared_pool
 
 __all__ = ["CommitInDoubt", "LogAppender", "StaleVersion", "VersionTaken"]
 
@@ -55,9 +63,25 @@ _DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
 _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
 # Writers waiting for the writer lock hold a shared lock on this file.
 _INTENT = "_logstore_writer.intent"
+_FSYNC_THREADS = 8
+"""Data-file and directory fsyncs in flight at once, for every table of the process together."""
+_CHECKPOINT_POOL = "delta-checkpoint"
 _PAGE_BYTES = 1024 * 1024
 """Target data page size (Parquet's default). A reader decodes a page whole, so a fetch bounded by bytes
 can stop only at page boundaries."""
+
+
+_fsync_executor: tuple[int, ThreadPoolExecutor] | None = None
+_fsync_lock = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """The process's fsync threads (created on first use, again in a forked child); every appender shares them."""
+    global _fsync_executor
+    with _fsync_lock:
+        if _fsync_executor is None or _fsync_executor[0] != os.getpid():
+            _fsync_executor = (os.getpid(), ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="fsync"))
+        return _fsync_executor[1]
 
 
 def _rows_per_write(chunk: pa.Table) -> int:
@@ -111,7 +135,6 @@ class LogAppender:
         self._checkpoint_interval = checkpoint_interval
         self._fsync = fsync
         self._checkpoints = _Checkpointer(table_root, fsync=fsync)
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self._intent_fd: int | None = None
@@ -195,6 +218,35 @@ class LogAppender:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def try_exclusive(self, *, shared: bool = False) -> contextlib.AbstractContextManager[None] | None:
+        """:meth:`exclusive` without waiting (nor announcing itself): None when another writer holds the lock.
+
+        For a holder that must not block a shared worker thread (the ingest
+        node's committer): it tries again later.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._lock_fd is None:
+                self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._lock_fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.release()
+            return None
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._holding(self._lock_fd)
+
+    @contextlib.contextmanager
+    def _holding(self, fd: int) -> Iterator[None]:
+        """Let go of a writer lock taken by :meth:`try_exclusive` on exit (from any thread)."""
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._lock.release()
+
     def others_waiting(self) -> bool:
         """Whether another writer waits for this table's writer lock (call while holding it)."""
         if self._probe_fd is None:
@@ -262,7 +314,7 @@ class LogAppender:
         # disk before it is. Their fsyncs run in parallel with the commit file's own.
         synced = (
             [
-                self._pool.submit(fsync_path, p)
+                _fsync_pool().submit(fsync_path, p)
                 for p in {f.path for f in files} | {os.path.dirname(f.path) for f in files}
             ]
             if self._fsync
@@ -381,8 +433,7 @@ class LogAppender:
         self._checkpoints.wait_idle()
 
     def close(self) -> None:
-        self._checkpoints.close()
-        self._pool.shutdown(wait=False)
+        self._checkpoints.close()  # the shared fsync threads and checkpoint worker go on serving other tables
         for fd in (self._lock_fd, self._intent_fd, self._probe_fd):
             if fd is not None:
                 os.close(fd)
@@ -390,59 +441,44 @@ class LogAppender:
 
 
 class _Checkpointer:
-    """Writes Delta checkpoints with delta-rs on its own thread, one at a time."""
+    """Writes one table's Delta checkpoints with delta-rs on the process's checkpoint worker, one at a time.
+
+    Requests made while a checkpoint is waiting or being written are merged
+    into the next one. A checkpoint that fails is logged and tried again on
+    the next request from a fresh table handle; the worker goes on.
+    """
 
     def __init__(self, root: str, *, fsync: bool) -> None:
         self._root = root
         self._fsync = fsync
-        self._cond = threading.Condition()
-        self._wanted = False
-        self._busy = False
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._table: DeltaTable | None = None
+        self._task = shared_pool(_CHECKPOINT_POOL, 1).task(self._write, f"checkpoint of {root}")
 
     def request(self) -> None:
-        with self._cond:
-            self._wanted = True
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="delta-checkpoint", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+        self._task.run_soon()
 
     def wait_idle(self) -> None:
         """Block until every requested checkpoint is written."""
-        with self._cond:
-            while self._wanted or self._busy:
-                self._cond.wait()
+        self._task.join()
 
-    def _run(self) -> None:
-        table: DeltaTable | None = None
-        while True:
-            with self._cond:
-                while not self._wanted and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                self._wanted, self._busy = False, True
-            try:
-                if table is None:
-                    table = open_table(self._root)
-                else:
-                    refresh(table)
-                table.create_checkpoint()
-                if self._fsync:
-                    # delta-rs does not fsync: a checkpoint torn by a power loss would be the one readers trust.
-                    sync_checkpoint(self._root, table.version())
-            except Exception:
-                # A checkpoint only speeds up opening; the next request tries again from a fresh handle.
-                log.warning("checkpoint of %s failed", self._root, exc_info=True)
-                table = None
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+    def _write(self) -> None:
+        table = self._table
+        try:
+            if table is None:
+                table = open_table(self._root)
+            else:
+                refresh(table)
+            table.create_checkpoint()
+            if self._fsync:
+                # delta-rs does not fsync: a checkpoint torn by a power loss would be the one readers trust.
+                sync_checkpoint(self._root, table.version())
+        except Exception:
+            # A checkpoint only speeds up opening; the next request tries again from a fresh handle.
+            log.warning("checkpoint of %s failed", self._root, exc_info=True)
+            table = None
+        self._table = None if self._task.closed else table
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        """Request no more checkpoints (one being written finishes) and drop the table handle."""
+        self._task.close()
+        self._table = None

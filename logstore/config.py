@@ -199,6 +199,15 @@ class LogstoreConfig:
             "batch.size", "Bytes of pending records that trigger a commit without waiting for linger.ms.", minimum=1
         ),
     )
+    num_io_threads: int = field(
+        default=4,
+        metadata=_key(
+            "num.io.threads",
+            "Threads that commit the ingest node's topics to Delta, shared by every topic "
+            "(a topic commits on one of them at a time, and costs none while idle).",
+            minimum=1,
+        ),
+    )
     buffer_memory: int = field(
         default=256 * _MIB,
         metadata=_key("buffer.memory", "Bytes of accepted, uncommitted records before producers get 429.", minimum=1),

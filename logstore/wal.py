@@ -6,8 +6,11 @@ before it commits (:mod:`logstore.promises`).
 
 A produce request with ``acks=1`` is answered once its records are in this
 log and fsynced — before the Delta commit. Concurrent requests share one fsync
-(group fsync): a writer thread takes every frame queued since its last fsync,
-writes them, fsyncs once and releases all their waiters.
+(group fsync): the log's writer takes every frame queued since its last fsync,
+writes them, fsyncs once and releases all their waiters. The writer is a
+serial task (:mod:`logstore.workers`) on the process's ``wal`` pool of
+``WAL_THREADS`` threads, shared by every topic's log: one log writes one group
+at a time, in frame order, and a log with nothing queued costs no thread.
 
 Layout: ``<wal.dir>/<topic>/<first-frame>.wal`` segments of frames
 ``[u32 length][u32 crc32][header JSON]\\n[Arrow IPC stream]``. A torn frame at
@@ -48,13 +51,16 @@ import pyarrow as pa
 
 from logstore.errors import KafkaStorageError
 from logstore.fs import fsync_path
+from logstore.workers import WorkerPool, shared_pool
 
-__all__ = ["DirectoryLock", "Frame", "WriteAheadLog", "read_frames"]
+__all__ = ["WAL_THREADS", "DirectoryLock", "Frame", "WriteAheadLog", "read_frames"]
 
 log = logging.getLogger("logstore.ingest.wal")
 
 _HEAD = struct.Struct("<II")
 _SEGMENT_BYTES = 64 * 1024 * 1024
+WAL_THREADS = 4
+"""Threads of the process's ``wal`` pool: group writes (and fsyncs) of different topics' logs in flight at once."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +75,15 @@ class Frame:
 
 
 class WriteAheadLog:
-    """The write-ahead log of one topic on this node. Thread-safe."""
+    """The write-ahead log of one topic on this node. Thread-safe.
 
-    def __init__(self, directory: str) -> None:
+    ``pool``: where its writes run; default the process's ``wal`` pool.
+    """
+
+    def __init__(self, directory: str, *, pool: WorkerPool | None = None) -> None:
         self.dir = directory
         os.makedirs(directory, exist_ok=True)
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[tuple[bytes, Future[None]]] = []
         self._segments: list[tuple[int, str]] = []  # (first frame, path), ascending
         self._recovered = list(self._read_all())
@@ -84,9 +93,9 @@ class WriteAheadLog:
         self._last_in_segment: dict[str, int] = {}
         self._unlogged: int | None = None
         """Highest frame number that failed to be logged and is not yet known to be committed."""
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name=f"wal-{os.path.basename(directory)}", daemon=True)
-        self._thread.start()
+        self._writer = (pool or shared_pool("wal", WAL_THREADS)).task(
+            self._write_queued, f"write-ahead log {directory}"
+        )
 
     def recovered(self) -> list[Frame]:
         """Frames found on open (not yet known to be committed), in order."""
@@ -103,7 +112,7 @@ class WriteAheadLog:
             self._next += 1
             payload = orjson.dumps({**header, "frame": number}) + b"\n" + sink.getvalue().to_pybytes()
             self._queue.append((_HEAD.pack(len(payload), zlib.crc32(payload)) + payload, fut))
-            self._lock.notify()
+        self._writer.run_soon()
         return number, fut
 
     def committed_through(self, frame: int) -> None:
@@ -131,51 +140,48 @@ class WriteAheadLog:
         self._recovered = []
 
     def close(self) -> None:
-        """Flush what is queued and stop the writer thread."""
-        with self._lock:
-            self._closing = True
-            self._lock.notify()
-        self._thread.join()
+        """Write what is queued, then stop writing (frames appended later are never written)."""
+        self._writer.run_soon()
+        self._writer.join()
+        self._writer.close()
         if self._file is not None:
             self._file.close()
 
     # -- internals --------------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closing:
-                    self._lock.wait()
-                if not self._queue and self._closing:
-                    return
-                batch, self._queue = self._queue, []
-                first_number = self._next - len(batch)
-                last_number = first_number + len(batch) - 1
-                behind = self._unlogged
-                if behind is not None:
-                    self._unlogged = last_number
+    def _write_queued(self) -> None:
+        """The writer (a pool worker, one run at a time): write and fsync every queued frame as one group."""
+        with self._lock:
+            if not self._queue:
+                return
+            batch, self._queue = self._queue, []
+            first_number = self._next - len(batch)
+            last_number = first_number + len(batch) - 1
+            behind = self._unlogged
             if behind is not None:
-                # Acknowledging these would promise offsets behind a batch that is neither
-                # logged nor committed yet; they fail (retriably) until it is committed.
-                err = KafkaStorageError(
-                    f"write-ahead log {self.dir}: frame {behind} ahead of these failed to be logged "
-                    "and is not committed yet; retry shortly"
-                )
-                for _, fut in batch:
-                    fut.set_exception(err)
-                continue
-            try:
-                self._write_group(first_number, [data for data, _ in batch])
-            except Exception as e:  # any failure goes to the waiters; the writer thread lives on
-                log.error("write-ahead log %s: frames %d..%d failed: %r", self.dir, first_number, last_number, e)
-                with self._lock:
-                    self._unlogged = last_number
-                err = KafkaStorageError(f"write-ahead log {self.dir} failed: {e}")
-                for _, fut in batch:
-                    fut.set_exception(err)
-                continue
+                self._unlogged = last_number
+        if behind is not None:
+            # Acknowledging these would promise offsets behind a batch that is neither
+            # logged nor committed yet; they fail (retriably) until it is committed.
+            err = KafkaStorageError(
+                f"write-ahead log {self.dir}: frame {behind} ahead of these failed to be logged "
+                "and is not committed yet; retry shortly"
+            )
             for _, fut in batch:
-                fut.set_result(None)
+                fut.set_exception(err)
+            return
+        try:
+            self._write_group(first_number, [data for data, _ in batch])
+        except Exception as e:  # any failure goes to the waiters; the log goes on with the next group
+            log.error("write-ahead log %s: frames %d..%d failed: %r", self.dir, first_number, last_number, e)
+            with self._lock:
+                self._unlogged = last_number
+            err = KafkaStorageError(f"write-ahead log {self.dir} failed: {e}")
+            for _, fut in batch:
+                fut.set_exception(err)
+            return
+        for _, fut in batch:
+            fut.set_result(None)
 
     def _write_group(self, first_number: int, frames: list[bytes]) -> None:
         """Append and fsync ``frames``; on failure leave the segment as it was before (or retire it)."""

@@ -357,6 +357,13 @@ class TopicWriter:
         """
         return self._appender.exclusive(shared=self._leaders is not None)
 
+    def try_hold(self) -> contextlib.AbstractContextManager[None] | None:
+        """:meth:`hold` if the writer lock is free now, else None (without waiting or announcing itself).
+
+        Unlike :meth:`hold`, the lock may be let go of from another thread than the one that took it.
+        """
+        return self._appender.try_exclusive(shared=self._leaders is not None)
+
     def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
         """:meth:`append` for a caller inside :meth:`hold` (which settles stopped nodes' promises itself)."""
         return self._append(batches)
