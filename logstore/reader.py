@@ -127,12 +127,15 @@ class TopicReader:
         version = self._dt.version()
         if version != self._view_version:
             count, _ = self._catalog.topic_config(self.topic, self._dt)
-            files = _delta.data_files(self._dt)
+            known = {f.log_path: f for v in self._views.values() for f in v.files}
+            by_partition: dict[int, list[_delta.DataFile]] = {p: [] for p in range(count)}
+            for f in _delta.data_files(self._dt, known):
+                by_partition.setdefault(f.partition, []).append(f)
             views = {}
             for p in range(count):
-                mine = tuple(f for f in files if f.partition == p)
-                hw = high_watermark(self._dt, p, list(mine))
-                views[p] = PartitionView(p, mine, log_start_offset(self._dt, p, hw), hw)
+                mine = by_partition[p]
+                hw = high_watermark(self._dt, p, mine)
+                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._dt, p, hw), hw)
             self._views, self._view_version, self._num_partitions = views, version, count
         view = self._views.get(partition)
         if view is None:

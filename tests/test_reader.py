@@ -77,6 +77,26 @@ def test_reader_sees_new_commits(store: LogStore, make_topic: Callable[..., str]
     assert reader.fetch(0, 0).records["offset"].to_pylist() == [0, 1]
 
 
+def test_a_refreshed_view_builds_only_the_new_files(store: LogStore, make_topic: Callable[..., str]) -> None:
+    # A streaming query plans again after every commit of a busy topic: the files it already knew are taken
+    # as they were, so planning costs the new add actions, not the whole log's, each time.
+    t = make_topic(partitions=2)
+    produce(store, t, 0, 2, "a")
+    produce(store, t, 1, 2, "b")
+    reader = store.reader(t)
+    reader.refresh()
+    before = reader.partition_view(0).files + reader.partition_view(1).files
+    produce(store, t, 0, 1, "c")
+    reader.refresh()
+    after = reader.partition_view(0)
+
+    assert [f.min_offset for f in after.files] == [0, 2]
+    assert after.files[0] is before[0]
+    assert reader.partition_view(1).files == before[1:]
+    assert reader.partition_view(1).files[0] is before[1]
+    assert after.high_watermark == 3
+
+
 def test_fetch_reads_about_max_bytes_not_max_records(store: LogStore, make_topic: Callable[..., str]) -> None:
     t = make_topic()
     value = 1024 * 1024 - 100
