@@ -101,16 +101,34 @@ def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
     """The slice's records as Arrow batches in the Kafka source schema, offsets ascending.
 
     Runs on an executor. A file wholly inside the slice, with no other file
-    overlapping its offsets, is streamed; other files are read with an offset
+    overlapping its offsets, is read whole; other files are read with an offset
     filter (Parquet statistics skip row groups outside it), and files whose
-    ranges overlap are merged by offset.
+    ranges overlap are merged by offset. Small files (a low-rate topic commits
+    one or two requests' records per file) are read in one call each and sent
+    to Spark together, up to ``_READ_BATCH_ROWS`` rows a batch: per file and per
+    batch costs, not bytes, set a streaming query's read time there. A large
+    file is streamed batch by batch, so a task's memory stays about one batch.
     """
     columns = ["offset", "timestamp", "timestamp_type", "key", "value"]
     if s.include_headers:
         columns.append("headers")
     constants = _Constants(s.topic, s.partition)
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
     for run in offset_runs(s.files):
-        if len(run) == 1 and run[0].min_offset >= s.start and run[0].max_offset < s.end:
+        whole = len(run) == 1 and run[0].min_offset >= s.start and run[0].max_offset < s.end
+        if whole and run[0].num_records <= _READ_BATCH_ROWS:
+            t = pq.ParquetFile(run[0].path).read(columns=columns, use_threads=False)
+            pending += [_to_kafka(rb, s, constants) for rb in t.to_batches()]
+            pending_rows += t.num_rows
+            if pending_rows >= _READ_BATCH_ROWS:
+                yield _concat(pending)
+                pending, pending_rows = [], 0
+            continue
+        if pending:
+            yield _concat(pending)
+            pending, pending_rows = [], 0
+        if whole:
             pf = pq.ParquetFile(run[0].path)
             for rb in pf.iter_batches(batch_size=_READ_BATCH_ROWS, columns=columns):
                 yield _to_kafka(rb, s, constants)
@@ -124,6 +142,12 @@ def read_slice(s: TopicSlice) -> Iterator[pa.RecordBatch]:
             t = t.sort_by("offset")
         for rb in t.to_batches(max_chunksize=_READ_BATCH_ROWS):
             yield _to_kafka(rb, s, constants)
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 class _Constants:

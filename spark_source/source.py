@@ -119,6 +119,7 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict[tuple[str, str], int] = {}
         self._target: dict[tuple[str, int], int] | None = None
         self._plans: dict[str, Views] = {}
+        self._available: Offsets | None = None
 
     # -- Spark's methods (driver-side worker) --------------------------------------
 
@@ -165,11 +166,15 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end.setdefault(t, {})[str(p)] = o
         end = canonical(end)
         self._remember(end, views)
+        self._available = _high_watermarks(views)
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        views = self._planner_().views()
-        return canonical({t: {str(p): v.high_watermark for p, v in parts.items()} for t, parts in views.items()})
+        # Spark asks right after latestOffset, for the progress report only: the high watermarks latestOffset
+        # read a moment ago answer it without reading every topic's log a second time per micro-batch.
+        if self._available is None:
+            self._available = _high_watermarks(self._planner_().views())
+        return self._available
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         planner = self._planner_()
@@ -229,6 +234,10 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._plans[_key(end)] = views
         while len(self._plans) > _PLANS_KEPT:
             self._plans.pop(next(iter(self._plans)))
+
+
+def _high_watermarks(views: Views) -> Offsets:
+    return canonical({t: {str(p): v.high_watermark for p, v in parts.items()} for t, parts in views.items()})
 
 
 def _key(offsets: dict[str, Any]) -> str:
