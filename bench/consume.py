@@ -10,12 +10,14 @@ one Spark session:
 
 and prints one JSON object with records/s of each and their ratio. Then it
 measures end-to-end latency: a `logstore serve` on the same root receives
-small acks=all produce requests (CreateTime = send time) for ``--e2e-seconds``
-while a streaming query with a ``--trigger-ms`` processing-time trigger reads
-them; latency = the time ``foreachBatch`` sees a row minus its timestamp.
+acks=all produce requests of ``--e2e-batch`` records (CreateTime = send time) at
+``--e2e-rate`` records/s for ``--e2e-seconds`` while a streaming query with a
+``--trigger-ms`` processing-time trigger reads them; latency = the time
+``foreachBatch`` sees a row minus its timestamp.
 
     .venv/bin/python bench/consume.py                        # 2M records
     .venv/bin/python bench/consume.py --records 20000000     # the target size
+    .venv/bin/python bench/consume.py --records 100000 --runs 1 --no-compact --e2e-seconds 20  # end to end
 """
 
 from __future__ import annotations
@@ -56,8 +58,16 @@ def generate(store: LogStore, topic: str, records: int, partitions: int, value_b
     return time.perf_counter() - t0
 
 
-def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[str, float]:
-    """Produce over HTTP → row seen in foreachBatch, per record: p50/p99 in ms."""
+def end_to_end(
+    spark: Any, root: str, seconds: float, trigger_ms: int, rate: int, warmup_s: float, per_request: int = 100
+) -> dict[str, float]:
+    """Produce over HTTP → row seen in foreachBatch, per record: p50/p99/max in ms.
+
+    Open loop: requests of ``per_request`` records (acks=all, CreateTime = send time) leave on a fixed
+    schedule at ``rate`` records/s whatever the answers' latency (a late request is sent at once, and the
+    schedule is not moved). The query has run one batch before the clock starts; records sent in the first
+    ``warmup_s`` seconds after (the JVM's code is still being compiled) are not counted.
+    """
     import threading
     from pathlib import Path
 
@@ -65,13 +75,13 @@ def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[s
     from _http_load import LogstoreServer
 
     srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
-    seen: list[float] = []
+    seen: list[tuple[np.ndarray, float]] = []  # (CreateTime in ms, when foreachBatch saw it in ms)
     try:
         httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()
 
         def collect(df: Any, _batch_id: int) -> None:
-            now_ms = time.time() * 1000
-            seen.extend(now_ms - r[0].timestamp() * 1000 for r in df.select("timestamp").collect())
+            ts = df.select("timestamp").toArrow().column(0).cast(pa.int64()).to_numpy()  # µs since the epoch
+            seen.append((ts / 1000, time.time() * 1000))
 
         q = (
             spark.readStream.format("logstore")
@@ -84,32 +94,57 @@ def end_to_end(spark: Any, root: str, seconds: float, trigger_ms: int) -> dict[s
             .trigger(processingTime=f"{trigger_ms} milliseconds")
             .start()
         )
-        stop = time.monotonic() + seconds
+        # Warm the query before the clock starts: its first batch starts the Python workers that plan and read.
+        ms = int(time.time() * 1000)
+        httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
+        q.processAllAvailable()
+        seen.clear()
+        start = time.monotonic()
+        counted_from_ms = time.time() * 1000 + warmup_s * 1000
         sent = 0
+        interval = per_request / rate
+        value = "x" * 100
 
-        def produce() -> None:
+        def produce(offset: int, step: int) -> None:
             nonlocal sent
             with httpx.Client(base_url=srv.url, timeout=30) as c:
-                while time.monotonic() < stop:
+                i = offset
+                while True:
+                    due = start + i * interval
+                    if due > start + warmup_s + seconds:
+                        return
+                    time.sleep(max(0.0, due - time.monotonic()))
                     ms = int(time.time() * 1000)
-                    c.post("/v1/topics/e2e/records", json={"records": [{"value": "x" * 100, "timestamp": ms}] * 10})
-                    sent += 10
-                    time.sleep(0.05)
+                    c.post(
+                        "/v1/topics/e2e/records", json={"records": [{"value": value, "timestamp": ms}] * per_request}
+                    ).raise_for_status()
+                    sent += per_request
+                    i += step
 
-        t = threading.Thread(target=produce)
-        t.start()
-        t.join()
+        # Four senders so that one slow answer does not hold back the schedule.
+        threads = [threading.Thread(target=produce, args=(k, 4)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         q.processAllAvailable()
         q.stop()
     finally:
         srv.stop()
-    lat = np.array(seen)
+    created = np.concatenate([c for c, _ in seen])
+    lat = np.concatenate([at - c for c, at in seen])
+    lat = lat[created >= counted_from_ms]
     return {
+        "rate_records_per_s": rate,
+        "records_per_request": per_request,
         "records_sent": sent,
-        "records_seen": len(lat),
+        "records_seen": int(sum(len(c) for c, _ in seen)),
+        "records_counted": len(lat),
         "trigger_ms": trigger_ms,
+        "warmup_s": warmup_s,
         "p50_ms": round(float(np.percentile(lat, 50)), 1),
         "p99_ms": round(float(np.percentile(lat, 99)), 1),
+        "max_ms": round(float(lat.max()), 1),
     }
 
 
@@ -164,6 +199,9 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="store root (default: a temporary directory, removed after)")
     ap.add_argument("--e2e-seconds", type=float, default=0, help="how long to produce for the latency run (0: none)")
     ap.add_argument("--trigger-ms", type=int, default=100, help="processing-time trigger of the latency query")
+    ap.add_argument("--e2e-rate", type=int, default=10_000, help="records/s produced in the latency run")
+    ap.add_argument("--e2e-batch", type=int, default=100, help="records per produce request in the latency run")
+    ap.add_argument("--e2e-warmup", type=float, default=2, help="seconds at the start of the latency run not counted")
     args = ap.parse_args()
 
     root = args.root or tempfile.mkdtemp(prefix="logstore-bench-")
@@ -212,7 +250,9 @@ def main() -> None:
                 [read_round(spark, root, path, scratch, args.max_records_per_partition) for _ in range(args.runs)]
             )
         if args.e2e_seconds > 0:
-            out["end_to_end"] = end_to_end(spark, root, args.e2e_seconds, args.trigger_ms)
+            out["end_to_end"] = end_to_end(
+                spark, root, args.e2e_seconds, args.trigger_ms, args.e2e_rate, args.e2e_warmup, args.e2e_batch
+            )
         spark.stop()
         out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         print(json.dumps(out, indent=2))
