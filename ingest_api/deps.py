@@ -37,7 +37,11 @@ ANONYMOUS = "User:ANONYMOUS"
 """The principal of every request when ``security.enabled`` is false (as Kafka names it)."""
 
 
-def get_broker(request: Request) -> Broker:
+# Dependencies are ``async def`` even when they do not await: FastAPI runs a plain ``def`` dependency in its
+# thread pool, a hand-off to another thread and back (and a turn of the GIL) on every request.
+
+
+async def get_broker(request: Request) -> Broker:
     broker: Broker = request.app.state.broker
     return broker
 
@@ -45,7 +49,7 @@ def get_broker(request: Request) -> Broker:
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 
 
-def get_coordinator(request: Request) -> Coordinator:
+async def get_coordinator(request: Request) -> Coordinator:
     coordinator: Coordinator = request.app.state.coordinator
     return coordinator
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -259,3 +260,36 @@ def test_an_idle_topic_lets_go_of_its_writer_lock_and_takes_it_again_for_work(
         other.close()
     finally:
         broker.close()
+
+
+def test_no_route_hands_a_dependency_to_the_thread_pool(config: LogstoreConfig) -> None:
+    # FastAPI runs a plain `def` dependency in its thread pool: a hop to another thread and back, and a turn of
+    # the GIL, on every request (produce to an open topic made one for the broker lookup alone).
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    from ingest_api.app import create_app
+
+    def is_async(call: Any) -> bool:  # a function, or an object whose __call__ is (HTTPBearer)
+        return inspect.iscoroutinefunction(call if inspect.isroutine(call) else call.__call__)
+
+    def sync_calls(dependant: Any) -> list[str]:
+        out = [] if dependant.call is None or is_async(dependant.call) else [repr(dependant.call)]
+        for sub in dependant.dependencies:
+            out += sync_calls(sub)
+        return out
+
+    def api_routes(routes: list[Any]) -> list[APIRoute]:
+        out = []
+        for r in routes:
+            if isinstance(r, APIRoute):
+                out.append(r)
+            elif hasattr(r, "original_router"):  # an included router (FastAPI >= 0.165 keeps it as a route)
+                out += api_routes(r.original_router.routes)
+        return out
+
+    routes = api_routes(create_app(config).routes)
+    assert any(r.path.endswith("/{topic}/records") for r in routes)
+    for route in routes:
+        assert sync_calls(route.dependant) == [], route.path
