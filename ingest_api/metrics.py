@@ -24,6 +24,18 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "logstore_gc_pause_seconds",
+            "Python garbage collections, per generation: every thread of the node waits while one runs",
+            ["generation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.gc_frozen_objects = Gauge(
+            "logstore_gc_frozen_objects",
+            "Objects built at start-up that collections no longer scan (gc.freeze)",
+            registry=r,
+        )
         self.commit_latency = Histogram(
             "logstore_commit_latency_seconds",
             "Delta commit latency per topic",

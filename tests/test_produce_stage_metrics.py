@@ -59,3 +59,22 @@ def test_stages_are_observed_and_add_up_to_no_more_than_the_request(server: Call
         assert parse_mean + wal_mean <= mean_1 + 0.05, (after, mean_1)
         for stage in STAGES:
             assert after[stage][0] > seen[stage][0], (stage, seen, after)
+
+
+def test_garbage_collections_are_timed_and_start_up_objects_are_frozen(server: Callable[..., Server]) -> None:
+    # A full collection holds every thread of the node: its pauses are a source of produce's tail latency, so
+    # each is observed per generation; what start-up built (modules, classes, the app) is frozen out of them.
+    srv = server()
+    with srv.client() as c:
+        assert c.post("/v1/topics", json={"name": "t", "partitions": 2}).status_code == 201
+        _produce(c, "all", 20)
+        families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+
+    frozen = [s.value for s in families["logstore_gc_frozen_objects"].samples]
+    assert frozen and frozen[0] > 10_000
+    counts = {
+        s.labels["generation"]: s.value
+        for s in families["logstore_gc_pause_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts.get("0", 0) > 0, counts
