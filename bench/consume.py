@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,15 +59,69 @@ def generate(store: LogStore, topic: str, records: int, partitions: int, value_b
     return time.perf_counter() - t0
 
 
+def stream_latency(
+    stream: Any,
+    checkpoint: str,
+    warm: Callable[[], None],
+    produce: Callable[[float], int],
+    *,
+    trigger_ms: int,
+    warmup_s: float,
+) -> dict[str, float]:
+    """Latency from a record's CreateTime to ``foreachBatch`` seeing it, per record: p50/p99/max in ms.
+
+    ``stream`` is a streaming DataFrame with a ``timestamp`` column; it runs with a
+    ``trigger_ms`` processing-time trigger into ``foreachBatch``. ``warm()`` produces
+    a record and the query reads it before the clock starts (its first batch starts
+    what it needs: Python workers, connections). Then ``produce(start)`` produces
+    (CreateTime = send time) and returns the records sent; records created in the
+    first ``warmup_s`` seconds after ``start`` (``time.monotonic()``) are not counted.
+    Used for both sides of ``bench/vs_kafka.py``, so both are measured alike.
+    """
+    seen: list[tuple[np.ndarray, float]] = []  # (CreateTime in ms, when foreachBatch saw it in ms)
+
+    def collect(df: Any, _batch_id: int) -> None:
+        ts = df.select("timestamp").toArrow().column(0).cast(pa.int64()).to_numpy()  # µs since the epoch
+        seen.append((ts / 1000, time.time() * 1000))
+
+    q = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+    try:
+        warm()
+        q.processAllAvailable()
+        seen.clear()
+        start = time.monotonic()
+        counted_from_ms = time.time() * 1000 + warmup_s * 1000
+        sent = produce(start)
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    created = np.concatenate([c for c, _ in seen])
+    lat = np.concatenate([at - c for c, at in seen])[created >= counted_from_ms]
+    return {
+        "records_sent": sent,
+        "records_seen": len(created),
+        "records_counted": len(lat),
+        "trigger_ms": trigger_ms,
+        "warmup_s": warmup_s,
+        "p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "p99_ms": round(float(np.percentile(lat, 99)), 1),
+        "max_ms": round(float(lat.max()), 1),
+    }
+
+
 def end_to_end(
     spark: Any, root: str, seconds: float, trigger_ms: int, rate: int, warmup_s: float, per_request: int = 100
 ) -> dict[str, float]:
-    """Produce over HTTP → row seen in foreachBatch, per record: p50/p99/max in ms.
+    """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``.
 
     Open loop: requests of ``per_request`` records (acks=all, CreateTime = send time) leave on a fixed
     schedule at ``rate`` records/s whatever the answers' latency (a late request is sent at once, and the
-    schedule is not moved). The query has run one batch before the clock starts; records sent in the first
-    ``warmup_s`` seconds after (the JVM's code is still being compiled) are not counted.
+    schedule is not moved), for ``warmup_s`` + ``seconds``.
     """
     import threading
     from pathlib import Path
@@ -75,77 +130,56 @@ def end_to_end(
     from _http_load import LogstoreServer
 
     srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
-    seen: list[tuple[np.ndarray, float]] = []  # (CreateTime in ms, when foreachBatch saw it in ms)
     try:
         httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()
+        value = "x" * 100
 
-        def collect(df: Any, _batch_id: int) -> None:
-            ts = df.select("timestamp").toArrow().column(0).cast(pa.int64()).to_numpy()  # µs since the epoch
-            seen.append((ts / 1000, time.time() * 1000))
+        def warm() -> None:
+            ms = int(time.time() * 1000)
+            httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
 
-        q = (
+        def produce(start: float) -> int:
+            sent = 0
+            interval = per_request / rate
+
+            def sender(offset: int, step: int) -> None:
+                nonlocal sent
+                with httpx.Client(base_url=srv.url, timeout=30) as c:
+                    i = offset
+                    while (due := start + i * interval) <= start + warmup_s + seconds:
+                        time.sleep(max(0.0, due - time.monotonic()))
+                        ms = int(time.time() * 1000)
+                        records = [{"value": value, "timestamp": ms}] * per_request
+                        c.post("/v1/topics/e2e/records", json={"records": records}).raise_for_status()
+                        sent += per_request
+                        i += step
+
+            # Four senders so that one slow answer does not hold back the schedule.
+            threads = [threading.Thread(target=sender, args=(k, 4)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return sent
+
+        stream = (
             spark.readStream.format("logstore")
             .option("logstore.root", root)
             .option("subscribe", "e2e")
             .option("startingOffsets", "earliest")
             .load()
-            .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", os.path.join(root, "_e2e_checkpoint"))
-            .trigger(processingTime=f"{trigger_ms} milliseconds")
-            .start()
         )
-        # Warm the query before the clock starts: its first batch starts the Python workers that plan and read.
-        ms = int(time.time() * 1000)
-        httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
-        q.processAllAvailable()
-        seen.clear()
-        start = time.monotonic()
-        counted_from_ms = time.time() * 1000 + warmup_s * 1000
-        sent = 0
-        interval = per_request / rate
-        value = "x" * 100
-
-        def produce(offset: int, step: int) -> None:
-            nonlocal sent
-            with httpx.Client(base_url=srv.url, timeout=30) as c:
-                i = offset
-                while True:
-                    due = start + i * interval
-                    if due > start + warmup_s + seconds:
-                        return
-                    time.sleep(max(0.0, due - time.monotonic()))
-                    ms = int(time.time() * 1000)
-                    c.post(
-                        "/v1/topics/e2e/records", json={"records": [{"value": value, "timestamp": ms}] * per_request}
-                    ).raise_for_status()
-                    sent += per_request
-                    i += step
-
-        # Four senders so that one slow answer does not hold back the schedule.
-        threads = [threading.Thread(target=produce, args=(k, 4)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        q.processAllAvailable()
-        q.stop()
+        out = stream_latency(
+            stream,
+            os.path.join(root, "_e2e_checkpoint"),
+            warm,
+            produce,
+            trigger_ms=trigger_ms,
+            warmup_s=warmup_s,
+        )
     finally:
         srv.stop()
-    created = np.concatenate([c for c, _ in seen])
-    lat = np.concatenate([at - c for c, at in seen])
-    lat = lat[created >= counted_from_ms]
-    return {
-        "rate_records_per_s": rate,
-        "records_per_request": per_request,
-        "records_sent": sent,
-        "records_seen": int(sum(len(c) for c, _ in seen)),
-        "records_counted": len(lat),
-        "trigger_ms": trigger_ms,
-        "warmup_s": warmup_s,
-        "p50_ms": round(float(np.percentile(lat, 50)), 1),
-        "p99_ms": round(float(np.percentile(lat, 99)), 1),
-        "max_ms": round(float(lat.max()), 1),
-    }
+    return {"rate_records_per_s": rate, "records_per_request": per_request, **out}
 
 
 def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:

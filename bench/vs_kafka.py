@@ -44,6 +44,14 @@ then the ``compact`` maintenance job (segment compaction, as Spark tasks) runs
 on the logstore topic and all three are measured again (Kafka's topic is
 unchanged: the second figure shows the run's drift).
 
+End to end (``--e2e-seconds``, default 20; 0 skips it): records produced at
+``--e2e-rate`` records/s (default 10,000) until ``foreachBatch`` of a 100 ms
+processing-time query sees them, per record (now - CreateTime), both sides
+measured by ``bench/consume.py``'s ``stream_latency``: Kafka's side produced by
+``ProducerPerformance`` (acks=all), read by Spark's Kafka source; logstore's by
+100-record acks=all HTTP requests on a fixed schedule, read by the ``logstore``
+source; 2 partitions each.
+
 Medians of ``--runs`` runs of every figure. The machine is shared by whatever
 else runs on it: read the load averages in ``machine`` before the figures.
 
@@ -71,6 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
+from consume import end_to_end, stream_latency
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
@@ -81,6 +90,8 @@ KAFKA_JARS = _ROOT / ".cache" / "kafka"
 SPARK_KAFKA_JARS = _ROOT / ".cache" / "spark-kafka"
 TOPIC = "bench"
 PARTITIONS = 8
+E2E_TRIGGER_MS = 100
+E2E_WARMUP_S = 3.0
 
 # kafka-server-start.sh's and kafka-run-class.sh's JVM options, so the broker runs as it would from the distribution.
 _BROKER_JVM = [
@@ -275,8 +286,10 @@ def consume_round(
     return {"kafka_source": kafka, "source": source, "native_delta_read": delta}
 
 
-def consume(bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Spark consume figures before and after segment compaction: (Kafka side, logstore side)."""
+def consume(
+    bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path, e2e_seconds: float, e2e_rate: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Spark consume figures before and after segment compaction, then end to end: (Kafka side, logstore side)."""
     from logstore.spark import delta_jars, session
     from maintenance.job import run_job
 
@@ -307,6 +320,13 @@ def consume(bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path) -
             raise RuntimeError(f"segment compaction failed: {report.errors}")
         files_after = len(catalog.table(TOPIC).file_uris())
         after = [consume_round(spark, bootstrap, root, catalog, TOPIC, scratch) for _ in range(runs)]
+        e2e: dict[str, list[dict[str, float]]] = {"kafka": [], "logstore": []}
+        for i in range(runs if e2e_seconds > 0 else 0):
+            e2e["kafka"].append(kafka_end_to_end(spark, bootstrap, f"e2e-{i}", scratch, e2e_seconds, e2e_rate))
+            e2e["logstore"].append(end_to_end(spark, root, e2e_seconds, E2E_TRIGGER_MS, e2e_rate, E2E_WARMUP_S))
+            shutil.rmtree(os.path.join(root, "_e2e_checkpoint"), ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):  # the next round's server creates the topic again
+                shutil.rmtree(catalog.topic_path("e2e"))
     finally:
         spark.stop()
 
@@ -328,7 +348,47 @@ def consume(bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path) -
         "source_after_compaction": med(after, "source"),
         "native_delta_read_after_compaction": med(after, "native_delta_read"),
     }
+    if e2e["kafka"]:
+        kafka["end_to_end"] = _median_of(e2e["kafka"])
+        logstore["end_to_end"] = _median_of(e2e["logstore"])
     return kafka, logstore
+
+
+def kafka_end_to_end(
+    spark: Any, bootstrap: str, topic: str, scratch: Path, seconds: float, rate: int
+) -> dict[str, float]:
+    """ProducerPerformance at ``rate`` records/s (acks=all) → row seen in ``foreachBatch`` of Spark's Kafka source.
+
+    The same measurement as the logstore side (:func:`consume.stream_latency`): ``topic``
+    has 2 partitions, CreateTime is the producer's send time, an ``E2E_TRIGGER_MS`` ms
+    trigger, the first ``E2E_WARMUP_S`` seconds not counted (they also cover the
+    producer JVM's start).
+    """
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+    def warm() -> None:
+        producer_performance(bootstrap, topic, 1, -1, "all")
+
+    def produce(_start: float) -> int:
+        n = round(rate * (E2E_WARMUP_S + seconds))
+        producer_performance(bootstrap, topic, n, rate, "all")
+        return n
+
+    out = stream_latency(
+        stream,
+        tempfile.mkdtemp(dir=scratch),
+        warm,
+        produce,
+        trigger_ms=E2E_TRIGGER_MS,
+        warmup_s=E2E_WARMUP_S,
+    )
+    return {"rate_records_per_s": rate, **out}
 
 
 # -- the run --------------------------------------------------------------------
@@ -388,6 +448,10 @@ def ratios(kafka: dict[str, Any], logstore: dict[str, Any]) -> dict[str, float |
                 src_c, logstore["native_delta_read_after_compaction"]["records_per_s"]
             ),
         }
+    if "end_to_end" in logstore:
+        ke, le = kafka["end_to_end"], logstore["end_to_end"]
+        out["e2e_p50_logstore_over_kafka"] = _ratio(le["p50_ms"], ke["p50_ms"])
+        out["e2e_p99_logstore_over_kafka"] = _ratio(le["p99_ms"], ke["p99_ms"])
     return out
 
 
@@ -398,7 +462,10 @@ def goals(kafka: dict[str, Any], logstore: dict[str, Any], r: dict[str, float | 
     def at_least(x: float | None, floor: float) -> bool | None:
         return None if x is None else x >= floor
 
+    e2e = logstore.get("end_to_end")
     return {
+        "end_to_end_p50_at_most_250_ms": None if e2e is None else e2e["p50_ms"] <= 250,
+        "end_to_end_p99_at_most_1_s": None if e2e is None else e2e["p99_ms"] <= 1000,
         "produce_throughput_at_least_kafka": at_least(r["produce_records_per_s_logstore_over_kafka"], 1.0),
         "produce_throughput_at_least_kafka_arrow": at_least(r["produce_records_per_s_logstore_arrow_over_kafka"], 1.0),
         "acks_all_p99_at_most_50_ms": lat["acks_all"]["p99_ms"] <= 50,
@@ -437,6 +504,8 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     topics += [*(f"arrow-{i}" for i in range(args.runs)), "lat-arrow-all", "lat-arrow-1"]
     for name in topics:
         broker.create_topic(name, PARTITIONS)
+    for i in range(args.runs if args.e2e_seconds > 0 and not args.skip_consume else 0):
+        broker.create_topic(f"e2e-{i}", 2)
     warmup = args.warmup_records - args.warmup_records % RECORDS
     if warmup:  # the broker's JIT, not the measured run, pays for the first records
         producer_performance(broker.bootstrap, "warmup", warmup, -1, "all")
@@ -499,7 +568,9 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     server.stop()
 
     if not args.skip_consume:
-        kafka_c, logstore_c = consume(broker.bootstrap, root, args.runs, warmup > 0, scratch)
+        kafka_c, logstore_c = consume(
+            broker.bootstrap, root, args.runs, warmup > 0, scratch, args.e2e_seconds, args.e2e_rate
+        )
         kafka |= kafka_c
         logstore |= logstore_c
     r = ratios(kafka, logstore)
@@ -516,6 +587,8 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
             "latency_seconds": args.latency_seconds,
             "warmup_records": warmup,
             "spark_master": "local[2]",
+            "e2e_seconds": args.e2e_seconds,
+            "e2e_rate_records_per_s": args.e2e_rate,
         },
         "kafka": kafka,
         "logstore": logstore,
@@ -548,6 +621,10 @@ def main() -> None:
         "--warmup-records", type=int, default=200_000, help="records produced on each side before measuring (0: none)"
     )
     ap.add_argument("--skip-consume", action="store_true", help="no Spark: produce figures only")
+    ap.add_argument(
+        "--e2e-seconds", type=float, default=20, help="counted seconds of each end-to-end run (0: no end to end)"
+    )
+    ap.add_argument("--e2e-rate", type=int, default=10_000, help="records/s produced in the end-to-end runs")
     args = ap.parse_args()
     if shutil.which("java") is None:
         sys.exit("java is not on PATH: Kafka and Spark need it")
