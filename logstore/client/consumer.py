@@ -435,11 +435,14 @@ class Consumer:
                 f"/v1/groups/{self.group}/members/{member}/heartbeat",
                 json={"generation": acked},
             )
-        except UnknownMemberIdError:
+        except UnknownMemberIdError as e:
             with self._lock:
                 if self._member_id == member:
                     self._lost = True  # poll() gives everything up and joins again
-                    if self._stopped_polling():  # the server's bound on fetches fired before this thread's
+                    # The server's bound on fetches fired before this thread's: it counts from the last
+                    # fetch, which comes before the end of the poll this side counts from, so it can fire
+                    # while this side's clock is still just under the bound (its reason names the bound).
+                    if self._stopped_polling() or "max.poll.interval.ms" in str(e):
                         self._poll_exceeded = self._poll_exceeded_message()
             return
         with self._lock:
