@@ -67,7 +67,8 @@ def _leaders(meta: ClusterMetadata, topic: str, n: int) -> list[PartitionState]:
 def test_three_nodes_one_controller_and_six_partitions_spread(nodes: Callable[..., ZooKeeperCoordinator]) -> None:
     a, b, c = nodes(1), nodes(2), nodes(3)
     a.register_topic("orders", 6)
-    _until(lambda: _all_led(b.metadata(), "orders", 6, {1, 2, 3}))
+    # Each node's cache follows ZooKeeper's watches on its own: wait for every view, then read one.
+    _until(lambda: all(_all_led(x.metadata(), "orders", 6, {1, 2, 3}) for x in (a, b, c)))
     meta = c.metadata()
     assert [n.node_id for n in meta.nodes] == [1, 2, 3]
     assert meta.node(2) == NodeInfo(2, "http://127.0.0.1:9002")
