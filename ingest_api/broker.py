@@ -33,6 +33,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -63,6 +64,9 @@ from logstore.writer import TopicWriter
 __all__ = ["Acks", "Broker", "Share", "Submitted", "TopicPipeline", "wal_dir_of"]
 
 log = logging.getLogger("logstore.ingest")
+
+PARTITION_COUNT_MAX_AGE_S = 1.0
+"""Longest a topic's partition count read from its Delta table is used once the table has moved (seconds)."""
 
 
 class TopicPipeline:
@@ -196,8 +200,9 @@ class Broker:
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
-        self._counts: dict[str, tuple[int, int]] = {}
-        """topic → (mtime_ns of its ``_delta_log`` directory, partition count); see :meth:`partition_count`."""
+        self._counts: dict[str, tuple[int, float, int]] = {}
+        """topic → (mtime_ns of its ``_delta_log`` directory, monotonic time read, partition count);
+        see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
         self.cluster: ClusterNode | None = None
@@ -322,11 +327,19 @@ class Broker:
         return self.cluster is None or self.cluster.lease_valid()
 
     def partition_count(self, topic: str, *, fresh: bool = False) -> int:
-        """The topic's partition count, re-read when its Delta log has changed or when ``fresh``.
+        """The topic's partition count, re-read at most every ``PARTITION_COUNT_MAX_AGE_S`` or when ``fresh``.
 
         Every commit (a partition-count change too, by any process) adds a file
         to the topic's ``_delta_log``, which bumps the directory's mtime: one
-        ``stat`` per call instead of opening the table (ms per topic).
+        ``stat`` per call, and the table is opened again (ms per topic, more as
+        its log grows) only when the log moved *and* the count read is older
+        than ``PARTITION_COUNT_MAX_AGE_S``. A busy topic's log moves on every
+        commit, in a cluster by every node writing it; re-reading it for each
+        request cost those nodes most of their CPU. Like a Kafka producer's
+        metadata, the count may therefore lag a change made by another process
+        by that long; this node's own changes (:meth:`reconfigure`), a request
+        naming a partition past the count, and in a cluster a partition the
+        controller placed past it (:meth:`route`) read it at once.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
@@ -337,11 +350,12 @@ class Broker:
         except FileNotFoundError:
             self._counts.pop(topic, None)
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        now = time.monotonic()
         cached = None if fresh else self._counts.get(topic)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
+        if cached is not None and (cached[0] == mtime or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
+            return cached[2]
         count, _ = self.store.catalog.topic_config(topic)
-        self._counts[topic] = (mtime, count)
+        self._counts[topic] = (mtime, now, count)
         return count
 
     def route(self, topic: str, parsed: ParsedRecords) -> list[Share]:
@@ -365,7 +379,7 @@ class Broker:
         me = self.cluster.node_id
         explicit = parsed.partitions
         count = self.partition_count(topic)
-        if any(p is not None and p >= count for p in explicit):
+        if any(p is not None and p >= count for p in explicit) or meta.leader(topic, count) is not None:
             count = self.partition_count(topic, fresh=True)
         n = len(parsed)
         keyless = parsed.keys.null_count == n and all(p is None for p in explicit)
