@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from logstore import _delta
+from logstore._log_tail import LogTail
 from logstore.config import LogstoreConfig, TopicConfig
 from logstore.errors import (
     InvalidConfigError,
@@ -38,6 +39,7 @@ __all__ = [
     "app_log_start",
     "high_watermark",
     "log_start_offset",
+    "partition_count_in",
     "validate_topic_name",
 ]
 
@@ -170,7 +172,7 @@ class Catalog:
             for k, v in props.items()
             if k.startswith(_delta.CONFIG_PREFIX) and k != _delta.PARTITIONS_PROPERTY and v not in ("", None)
         }
-        count = int(props.get(_delta.PARTITIONS_PROPERTY, "1"))
+        count = partition_count_in(props)
         return count, TopicConfig.from_overrides(overrides, self.config.topic_defaults), overrides
 
     def alter_topic(
@@ -241,17 +243,27 @@ class Catalog:
         return {k: _as_property(v) for k, v in config.items()}
 
 
-def high_watermark(dt: DeltaTable, partition: int, files: list[_delta.DataFile] | None = None) -> int:
-    """Partition ``partition``'s high watermark in the loaded snapshot.
+def high_watermark(dt: DeltaTable | LogTail, partition: int, files: Sequence[_delta.DataFile] | None = None) -> int:
+    """Partition ``partition``'s high watermark in the loaded snapshot (a delta-rs handle or a reader's tail).
 
     The larger of the ``logstore.hw.<p>`` app transaction and the files'
     ``max.offset`` + 1, so a log whose newest files were all removed keeps its
     high watermark, and files written without the app transaction still count.
     """
     if files is None:
-        files = [f for f in _delta.data_files(dt) if f.partition == partition]
+        live = dt.files.values() if isinstance(dt, LogTail) else _delta.data_files(dt)
+        files = [f for f in live if f.partition == partition]
     by_stats = max((f.max_offset + 1 for f in files), default=0)
-    return max(by_stats, _delta.txn_version(dt, _delta.app_hw(partition)) or 0)
+    return max(by_stats, _txn_version(dt, _delta.app_hw(partition)) or 0)
+
+
+def _txn_version(dt: DeltaTable | LogTail, app_id: str) -> int | None:
+    return dt.transaction_version(app_id) if isinstance(dt, LogTail) else _delta.txn_version(dt, app_id)
+
+
+def partition_count_in(configuration: Mapping[str, str | None]) -> int:
+    """A topic's partition count, from its table properties."""
+    return int(configuration.get(_delta.PARTITIONS_PROPERTY) or "1")
 
 
 def app_log_start(partition: int) -> str:
@@ -259,7 +271,7 @@ def app_log_start(partition: int) -> str:
     return f"logstore.lso.{partition}"
 
 
-def log_start_offset(dt: DeltaTable, partition: int, hw: int) -> int:
+def log_start_offset(dt: DeltaTable | LogTail, partition: int, hw: int) -> int:
     """Partition ``partition``'s log start offset in the loaded snapshot: the first offset a fetch may ask for.
 
     It is what retention last recorded in the ``logstore.lso.<p>`` app transaction
@@ -269,7 +281,7 @@ def log_start_offset(dt: DeltaTable, partition: int, hw: int) -> int:
     or above it returns the next record that was kept. It is not the smallest
     offset of the live files, which compaction changes.
     """
-    return min(hw, _delta.txn_version(dt, app_log_start(partition)) or 0)
+    return min(hw, _txn_version(dt, app_log_start(partition)) or 0)
 
 
 def _partition_count(partitions: object) -> int:

@@ -27,7 +27,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore import _delta
-from logstore.catalog import Catalog, high_watermark, log_start_offset
+from logstore._log_tail import LogTail
+from logstore.catalog import Catalog, high_watermark, log_start_offset, partition_count_in
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.files import offsets_sorted
 from logstore.schema import TOPIC_SCHEMA
@@ -100,23 +101,31 @@ class TopicReader:
     def __init__(self, catalog: Catalog, topic: str) -> None:
         self.topic = topic
         self._catalog = catalog
-        self._dt: DeltaTable = catalog.table(topic)
+        self._tail = LogTail(catalog.table(topic))
         self._views: dict[int, PartitionView] = {}
         self._view_version = -1
         self._num_partitions = 0
 
     @property
     def table(self) -> DeltaTable:
-        """The topic's table handle, at the version last loaded."""
-        return self._dt
+        """A delta-rs handle of the topic's table, at or before the version last loaded (:meth:`refresh`)."""
+        return self._tail.table
+
+    @property
+    def version(self) -> int:
+        """The table version last loaded."""
+        return self._tail.version
 
     def refresh(self) -> int:
-        """Load the newest table version; returns it."""
+        """Load the newest table version (reading only the commits since the last); returns it."""
         try:
-            _delta.refresh(self._dt)
+            return self._tail.advance()
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read topic '{self.topic}': {e}") from e
-        return self._dt.version()
+
+    def num_partitions(self) -> int:
+        """The topic's partition count at the loaded version."""
+        return partition_count_in(self._tail.configuration)
 
     def partition_view(self, partition: int) -> PartitionView:
         """Files, log start offset and HW of ``partition`` at the loaded version.
@@ -124,18 +133,17 @@ class TopicReader:
         Raises:
             UnknownTopicOrPartitionError: the partition does not exist.
         """
-        version = self._dt.version()
+        version = self._tail.version
         if version != self._view_version:
-            count, _ = self._catalog.topic_config(self.topic, self._dt)
-            known = {f.log_path: f for v in self._views.values() for f in v.files}
+            count = self.num_partitions()
             by_partition: dict[int, list[_delta.DataFile]] = {p: [] for p in range(count)}
-            for f in _delta.data_files(self._dt, known):
+            for f in self._tail.files.values():
                 by_partition.setdefault(f.partition, []).append(f)
             views = {}
             for p in range(count):
-                mine = by_partition[p]
-                hw = high_watermark(self._dt, p, mine)
-                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._dt, p, hw), hw)
+                mine = sorted(by_partition[p], key=lambda f: f.min_offset)
+                hw = high_watermark(self._tail, p, mine)
+                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._tail, p, hw), hw)
             self._views, self._view_version, self._num_partitions = views, version, count
         view = self._views.get(partition)
         if view is None:
@@ -184,7 +192,7 @@ class TopicReader:
             records = _read_bounded(view.files, partition, offset, end, max_bytes)
         except FileNotFoundError:
             # The topic was deleted and recreated, or vacuumed past this version: start over once.
-            self._dt = self._catalog.table(self.topic)
+            self._tail = LogTail(self._catalog.table(self.topic))
             self._view_version = -1
             view = self.partition_view(partition)
             if not view.log_start_offset <= offset <= view.high_watermark:

@@ -57,8 +57,7 @@ class Planner:
             if reader is None:
                 reader = self._readers[t] = TopicReader(self.catalog, t)
             reader.refresh()
-            count, _ = self.catalog.topic_config(t, reader.table)
-            out[t] = {p: reader.partition_view(p) for p in range(count)}
+            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions())}
         return out
 
     def starting_offsets(self, views: Views, spec: OffsetSpec | None = None) -> Offsets:
