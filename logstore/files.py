@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -48,18 +47,15 @@ def table_path(table: DeltaTable) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
-def data_files(table: DeltaTable, known: Mapping[str, DataFile] | None = None) -> list[DataFile]:
+def data_files(table: DeltaTable) -> list[DataFile]:
     """The table's live data files, ordered by (partition, min offset); empty files are left out.
 
     Reads only the Delta log (add actions and their statistics). A file without
     offset statistics (written by an engine that skipped them) has its offset
     column read once, from that file alone. Offset ranges of one partition's
-    files may overlap (Delta's ``OPTIMIZE`` bins files by size).
-
-    ``known``: files of an earlier call on the same table, by :attr:`DataFile.log_path`. A live
-    file found there is taken as it is (a data file is never rewritten in place: a path names
-    one add action's content for good), so a caller that plans again after every commit, as a
-    streaming query does, turns only the new add actions into objects, not the whole log's.
+    files may overlap (Delta's ``OPTIMIZE`` bins files by size). A reader that
+    plans after every commit follows the log with :mod:`logstore._log_tail`
+    instead, which turns only the new add actions into files.
     """
     # Through the Arrow C stream, not pa.table(): pa.table() first asks whether its argument is a
     # pandas DataFrame, which imports pandas (~0.4 s) in every process that plans, e.g. the Python
@@ -68,15 +64,6 @@ def data_files(table: DeltaTable, known: Mapping[str, DataFile] | None = None) -
     if actions.num_rows == 0:
         return []
     out: list[DataFile] = []
-    if known:
-        new_rows = []
-        for i, log_path in enumerate(actions["path"].to_pylist()):
-            f = known.get(log_path)
-            if f is None:
-                new_rows.append(i)
-            else:
-                out.append(f)
-        actions = actions.take(pa.array(new_rows, pa.int64()))
     root = table_path(table)
     n = actions.num_rows
 
