@@ -106,7 +106,10 @@ class LogTail:
                 return
             if v > self.version + MAX_STEP:
                 raise _Unfollowable
-            yield [orjson.loads(line) for line in data.splitlines() if line.strip()]
+            try:
+                yield [orjson.loads(line) for line in data.splitlines() if line.strip()]
+            except orjson.JSONDecodeError:
+                raise _Unfollowable from None  # delta-rs reads it, or says what is wrong with it
             v += 1
 
     def _checkpoint_version(self) -> int:
