@@ -52,7 +52,7 @@ from logstore.errors import KafkaStorageError
 from logstore.fs import fsync_path
 from logstore.workers import shared_pool
 
-__all__ = ["CommitInDoubt", "LogAppender", "StaleVersion", "VersionTaken"]
+__all__ = ["CommitInDoubt", "LogAppender", "NewFile", "StaleVersion", "VersionTaken"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,9 @@ class CommitInDoubt(Exception):
 
 
 @dataclass(frozen=True)
-class _File:
+class NewFile:
+    """A data file written for a commit that has not happened yet: its Delta ``add`` action and its local path."""
+
     add: dict[str, Any]
     path: str
 
@@ -142,7 +144,7 @@ class LogAppender:
 
     # -- data files -------------------------------------------------------------
 
-    def write_files(self, records: pa.Table) -> list[_File]:
+    def write_files(self, records: pa.Table) -> list[NewFile]:
         """One Parquet file per partition of ``records`` (sorted by partition, then offset)."""
         parts = records["partition"].to_numpy()
         if not len(parts):
@@ -180,7 +182,7 @@ class LogAppender:
                 "dataChange": True,
                 "stats": file_stats(chunk),
             }
-            files.append(_File(add, path))
+            files.append(NewFile(add, path))
         return files
 
     @contextlib.contextmanager
@@ -258,7 +260,7 @@ class LogAppender:
         fcntl.flock(self._probe_fd, fcntl.LOCK_UN)
         return False
 
-    def discard(self, files: Sequence[_File]) -> None:
+    def discard(self, files: Sequence[NewFile]) -> None:
         """Delete data files that no commit references (after a lost race)."""
         for f in files:
             with contextlib.suppress(FileNotFoundError):
@@ -269,7 +271,7 @@ class LogAppender:
     def commit(
         self,
         version: int,
-        files: Sequence[_File],
+        files: Sequence[NewFile],
         txns: Sequence[tuple[str, int]],
         info: dict[str, Any] | None = None,
     ) -> str:

@@ -7,9 +7,10 @@ offset the group will read (Kafka semantics).
 "Latest" is the commit order, not a clock: every commit of a group carries
 ``commit_seq``, one more than the group's previous commit, and records it as
 the Delta application transaction ``logstore.offsets.<group>``. Two commits of
-one group that race both claim the same number; Delta lets only one of them
-commit, the other re-reads and takes the next number. So two committers whose
-clocks disagree can never move a group back. Rows written before
+one group that race both claim the same number; only one of them creates the
+next commit file (put-if-absent, as a topic's committer commits), the other
+reads the commit that won, finds the group's number taken and takes the next.
+So two committers whose clocks disagree can never move a group back. Rows written before
 ``commit_seq`` existed (null) are older than every row that has one, and are
 ordered among themselves by ``commit_time``. Commits of different groups
 never conflict.
@@ -28,8 +29,11 @@ to the latest rows plus a bounded history (:mod:`maintenance.offsets`).
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -40,7 +44,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from logstore import _delta
-from logstore.errors import InvalidGroupIdError, InvalidRequestError, KafkaStorageError
+from logstore._log_append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
+from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
@@ -59,6 +64,9 @@ OFFSETS_SCHEMA = pa.schema(
 """Columns of ``_offsets``. ``commit_seq`` (the group's commit number) is null in rows older than it."""
 
 _COMMIT_ATTEMPTS = 20
+_CHECKPOINT_INTERVAL = 100
+"""Commits between checkpoints of ``_offsets`` (as ``checkpoint.interval``'s default for topics)."""
+_COMMIT_INFO = {"operationParameters": {"mode": "Append", "partitionBy": "[]"}}
 
 LATEST_OFFSETS_SQL = """\
 SELECT `group`, topic, `partition`,
@@ -93,6 +101,12 @@ class OffsetsStore:
         self._cache_version = -1
         self._cache: dict[GroupTopicPartition, OffsetCommit] = {}
         self._files: dict[str, pa.Table] = {}
+        self._appender: LogAppender | None = None
+        self._append_lock = threading.Lock()
+        self._known = -1
+        """The newest version of the table this store has seen: its own commits and those it read after a race."""
+        self._seqs: dict[str, int] = {}
+        """``txn`` versions of the commits read after the handle's version, up to ``_known``."""
 
     def commit(
         self,
@@ -117,6 +131,109 @@ class OffsetsStore:
         for p, o in offsets.items():
             if o < 0:
                 raise InvalidRequestError(f"committed offset for partition {p} must be >= 0, got {o}")
+        dt = self._table()
+        if dt is None or "commit_seq" not in dt.schema().to_arrow().names:
+            self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
+        else:
+            with self._append_lock:  # the race state below is this store's; other processes race by version
+                self._append(dt, group, topic, offsets, metadata)
+        if self._dt is None:
+            self._table()
+
+    def _append(self, dt: DeltaTable, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
+        """Commit one data file and the group's next ``commit_seq`` with the core's log appender.
+
+        delta-rs's ``write_deltalake`` rebuilds the table's state for every
+        commit (~30 ms, growing with the commits since the last checkpoint);
+        this writes the file and creates the next commit file by link, as a
+        topic's committer does (~3 ms). The race Delta's app transaction
+        settles is settled here the same way: the version was taken → read the
+        commits that took it; if one carries this group's ``txn``, take the
+        number after it (a new file), else try the next version with the same file.
+        """
+        app = app_offsets(group)
+        appender = self._appender_()
+        time_us = self._clock_ms() * 1000
+        for _ in range(_COMMIT_ATTEMPTS):
+            if dt.version() > self._known:  # the handle moved past what this store read itself
+                self._known, self._seqs = dt.version(), {}
+            last = self._seqs[app] if app in self._seqs else _delta.txn_version(dt, app)
+            seq = 0 if last is None else last + 1
+            file = self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))
+            version = self._known + 1
+            while True:
+                try:
+                    appender.commit(version, [file], [(app, seq)], info=_COMMIT_INFO)
+                except VersionTaken:
+                    if self._read_since(version, app):
+                        break  # this group committed meanwhile: next number
+                    version = self._known + 1
+                    continue
+                except StaleVersion:
+                    self._reload(dt, group)  # log cleanup since this store's last look: from the checkpoint
+                    break
+                except CommitInDoubt as e:
+                    if not self._settled(appender, e):
+                        break
+                except KafkaStorageError:
+                    appender.discard([file])  # nothing was committed
+                    raise
+                self._known, self._seqs[app] = version, seq
+                return
+            appender.discard([file])
+        raise ConcurrentTransactionsError(
+            f"commit of offsets of group '{group}' lost the race {_COMMIT_ATTEMPTS} times; retry"
+        )
+
+    def _reload(self, dt: DeltaTable, group: str) -> None:
+        try:
+            _delta.refresh(dt)
+        except (DeltaError, OSError) as e:
+            raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
+        self._known = -1
+
+    def _settled(self, appender: LogAppender, e: CommitInDoubt) -> bool:
+        try:
+            return appender.settle(e.version, e.commit_id)
+        except OSError as again:
+            raise KafkaStorageError(f"commit of offsets may or may not have landed: {e}; {again}") from again
+
+    def _read_since(self, version: int, app: str) -> bool:
+        """Take in the ``txn`` actions of the commits from ``version`` on; True if one is ``app``'s."""
+        raced = False
+        for v, action in self._appender_().actions_since(version):
+            self._known = max(self._known, v)
+            txn = action.get("txn")
+            if txn is not None:
+                self._seqs[txn["appId"]] = int(txn["version"])
+                raced = raced or txn["appId"] == app
+        return raced
+
+    def _write_file(self, rows: pa.Table) -> NewFile:
+        rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        path = os.path.join(self.path, rel)
+        try:
+            pq.write_table(rows, path, compression="snappy")
+            size = os.path.getsize(path)
+        except OSError as err:
+            raise KafkaStorageError(f"cannot write {path}: {err}") from err
+        add = {
+            "path": rel,
+            "partitionValues": {},
+            "size": size,
+            "modificationTime": time.time_ns() // 1_000_000,
+            "dataChange": True,
+            "stats": json.dumps({"numRecords": len(rows)}),
+        }
+        return NewFile(add, path)
+
+    def _appender_(self) -> LogAppender:
+        if self._appender is None:
+            self._appender = LogAppender(self.path, _CHECKPOINT_INTERVAL)
+        return self._appender
+
+    def _commit_with_delta_rs(self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
+        """The first commit (it creates the table) and one into a table without ``commit_seq`` (it adds it)."""
         for attempt in range(_COMMIT_ATTEMPTS):
             dt = self._table()
             if dt is not None:
@@ -144,8 +261,6 @@ class OffsetsStore:
                 continue
             except (DeltaError, OSError) as e:
                 raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
-            if self._dt is None:
-                self._table()
             return
 
     def committed(self, group: str | None = None, topic: str | None = None) -> dict[GroupTopicPartition, OffsetCommit]:

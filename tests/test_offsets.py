@@ -1,5 +1,7 @@
 """Consumer-group offsets: commit, read back the latest, lag = HW - committed."""
 
+import json
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -103,3 +105,45 @@ def test_a_table_from_before_commit_seq_still_reads(tmp_path: Path) -> None:
     assert store.committed("g") == {("g", "t", 0): (7, 3_000, None)}
     store.commit("g", "t", {0: 4})  # newer than every row without a number, whatever the clocks say
     assert store.committed() == {("g", "t", 0): (4, 1, None), ("h", "t", 0): (9, 1_000, "x")}
+
+
+def _commit_engines(path: Path) -> list[str]:
+    """The engine that made each commit of ``_offsets``, in version order."""
+    out = []
+    for name in sorted(n for n in os.listdir(path / "_offsets" / "_delta_log") if n.endswith(".json")):
+        first = (path / "_offsets" / "_delta_log" / name).read_text().splitlines()[0]
+        out.append(json.loads(first)["commitInfo"].get("engineInfo", ""))
+    return out
+
+
+def test_commits_after_the_first_append_without_rebuilding_the_tables_state(tmp_path: Path) -> None:
+    # delta-rs's write path rebuilds the table's state on every commit (~30 ms, growing with the log);
+    # after the first commit (which creates the table) a group commit only adds a file and a commit file.
+    store = OffsetsStore(str(tmp_path))
+    for i in range(12):
+        store.commit("g", "t", {0: i, 1: 2 * i})
+    engines = _commit_engines(tmp_path)
+    assert len(engines) == 12
+    assert all(e == "logstore" for e in engines[1:]), engines
+    rows = DeltaTable(str(tmp_path / "_offsets")).to_pyarrow_table().sort_by("commit_seq")
+    assert rows["commit_seq"].to_pylist() == [s for s in range(12) for _ in (0, 1)]
+    assert OffsetsStore(str(tmp_path)).committed("g") == store.committed("g")
+    assert {p: o for (_, _, p), (o, _, _) in store.committed("g").items()} == {0: 11, 1: 22}
+
+
+def test_a_version_taken_by_another_group_is_not_a_conflict(tmp_path: Path) -> None:
+    # Two processes' stores, each behind the other's commits: a taken version of another group's commit
+    # is stepped over with the same numbers; one of the same group's moves this group's number on.
+    a, b = OffsetsStore(str(tmp_path)), OffsetsStore(str(tmp_path))
+    a.commit("g", "t", {0: 1})
+    b.commit("h", "t", {0: 1})
+    a.commit("h", "t", {0: 2})  # version taken by b's commit of h: read it, number 1 for h
+    b.commit("g", "t", {0: 2})  # b's handle is behind a's two commits
+    a.commit("g", "t", {0: 3})
+    rows = DeltaTable(str(tmp_path / "_offsets")).to_pyarrow_table()
+    seqs: dict[str, list[int]] = {}
+    for group, seq in zip(rows["group"].to_pylist(), rows["commit_seq"].to_pylist(), strict=True):
+        seqs.setdefault(group, []).append(seq)
+    assert {g: sorted(s) for g, s in seqs.items()} == {"g": [0, 1, 2], "h": [0, 1]}
+    for reader in (a, b, OffsetsStore(str(tmp_path))):
+        assert {k[0]: v[0] for k, v in reader.committed().items()} == {"g": 3, "h": 2}
