@@ -7,7 +7,9 @@ numbered like real commits), then ``--small-commits`` real
 The commits go round-robin over ``--groups`` groups times ``--partitions``
 partitions of one topic.
 
-Prints one JSON document: the latency of ``OffsetsStore.committed()`` from a
+Prints one JSON document: the latency of each real commit (p50, p99) beside
+the same commit made by delta-rs's ``write_deltalake`` in the same table
+(``--delta-rs-commits``), and their ratio; the latency of ``OffsetsStore.committed()`` from a
 new store (a process starting, reading the whole table: median of
 ``--repeat``), before and after the ``offsets`` maintenance job compacts the
 table to ``offsets.history.commits`` (``--keep``) commits per key, their
@@ -31,6 +33,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets
+from logstore.tables import sync_commits
 from maintenance.offsets import run_offsets_compaction
 
 TOPIC = "orders"
@@ -56,7 +59,8 @@ def bulk_rows(first_commit: int, n: int, groups: int, partitions: int) -> pa.Tab
     )
 
 
-def build(root: str, args: argparse.Namespace) -> None:
+def build(root: str, args: argparse.Namespace) -> list[float]:
+    """Write the table; returns the latency (ms) of each real ``OffsetsStore.commit``."""
     store = OffsetsStore(root)
     bulk = max(0, args.commits - args.small_commits)
     keys = args.groups * args.partitions
@@ -73,9 +77,47 @@ def build(root: str, args: argparse.Namespace) -> None:
             mode="append",
             commit_properties=CommitProperties(app_transactions=txns),
         )
+    times = []
     for i in range(args.small_commits):
         g, p = divmod(i % keys, args.partitions)
+        started = time.perf_counter()
         store.commit(f"group-{g}", TOPIC, {p: (bulk // keys + i // keys) * 100})
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def delta_rs_commit_ms(root: str, n: int) -> list[float]:
+    """The limit a commit is measured against: the same one-row commit with its app transaction, by delta-rs.
+
+    ``write_deltalake`` into the same table (a group of its own, so the real
+    groups' numbers are untouched), fsynced as ``OffsetsStore`` makes its
+    commits durable.
+    """
+    path = os.path.join(root, "_offsets")
+    dt = DeltaTable(path)
+    times = []
+    for seq in range(n):
+        row = bulk_rows(0, 1, 1, 1).set_column(0, "group", pa.array(["bench-delta-rs"]))
+        started = time.perf_counter()
+        dt.update_incremental()
+        first = dt.version() + 1
+        write_deltalake(
+            dt,
+            row,
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets("bench-delta-rs"), seq)]),
+        )
+        sync_commits(path, first)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _quantiles(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+    }
 
 
 def latency_ms(root: str, repeat: int) -> tuple[float, dict[tuple[str, str, int], tuple[int, int, str | None]]]:
@@ -101,14 +143,18 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=20)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--keep", type=int, default=10, help="offsets.history.commits for the compaction")
+    p.add_argument(
+        "--delta-rs-commits", type=int, default=50, help="commits by delta-rs's write_deltalake, the comparison"
+    )
     p.add_argument("--repeat", type=int, default=3, help="reads per measurement (median)")
     p.add_argument("--root", help="store directory (default: a temporary one)")
     args = p.parse_args()
     root = args.root or tempfile.mkdtemp(prefix="bench-offsets-")
 
     started = time.perf_counter()
-    build(root, args)
+    commit_times = build(root, args)
     built_s = time.perf_counter() - started
+    limit_times = delta_rs_commit_ms(root, args.delta_rs_commits)
     before_shape = table_shape(root)
     before_ms, before = latency_ms(root, args.repeat)
 
@@ -127,6 +173,13 @@ def main() -> None:
                 "keys": len(after),
                 "keep": args.keep,
                 "build_s": round(built_s, 2),
+                "commit": _quantiles(commit_times) if commit_times else None,
+                "delta_rs_commit": _quantiles(limit_times) if limit_times else None,
+                "commit_p50_over_delta_rs": (
+                    round(statistics.median(commit_times) / statistics.median(limit_times), 3)
+                    if commit_times and limit_times
+                    else None
+                ),
                 "before": before_shape | {"committed_ms": round(before_ms, 2)},
                 "compaction_s": round(compaction_s, 2),
                 "after": after_shape | {"committed_ms": round(after_ms, 2)},
