@@ -115,9 +115,18 @@ def stream_latency(
 
 
 def end_to_end(
-    spark: Any, root: str, seconds: float, trigger_ms: int, rate: int, warmup_s: float, per_request: int = 100
-) -> dict[str, float]:
+    spark: Any,
+    root: str,
+    seconds: float,
+    trigger_ms: int,
+    rate: int,
+    warmup_s: float,
+    per_request: int = 100,
+    group: str | None = None,
+) -> dict[str, Any]:
     """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``.
+
+    With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch).
 
     Open loop: requests of ``per_request`` records (acks=all, CreateTime = send time) leave on a fixed
     schedule at ``rate`` records/s whatever the answers' latency (a late request is sent at once, and the
@@ -162,13 +171,13 @@ def end_to_end(
                 t.join()
             return sent
 
-        stream = (
+        reader = (
             spark.readStream.format("logstore")
             .option("logstore.root", root)
             .option("subscribe", "e2e")
             .option("startingOffsets", "earliest")
-            .load()
         )
+        stream = (reader.option("group", group) if group else reader).load()
         out = stream_latency(
             stream,
             os.path.join(root, "_e2e_checkpoint"),
@@ -179,7 +188,8 @@ def end_to_end(
         )
     finally:
         srv.stop()
-    return {"rate_records_per_s": rate, "records_per_request": per_request, **out}
+    named = {"group": group} if group else {}
+    return {"rate_records_per_s": rate, "records_per_request": per_request, **named, **out}
 
 
 def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:
@@ -236,6 +246,7 @@ def main() -> None:
     ap.add_argument("--e2e-rate", type=int, default=10_000, help="records/s produced in the latency run")
     ap.add_argument("--e2e-batch", type=int, default=100, help="records per produce request in the latency run")
     ap.add_argument("--e2e-warmup", type=float, default=2, help="seconds at the start of the latency run not counted")
+    ap.add_argument("--e2e-group", help="read as this consumer group in the latency run (an offset commit per batch)")
     args = ap.parse_args()
 
     root = args.root or tempfile.mkdtemp(prefix="logstore-bench-")
@@ -285,7 +296,14 @@ def main() -> None:
             )
         if args.e2e_seconds > 0:
             out["end_to_end"] = end_to_end(
-                spark, root, args.e2e_seconds, args.trigger_ms, args.e2e_rate, args.e2e_warmup, args.e2e_batch
+                spark,
+                root,
+                args.e2e_seconds,
+                args.trigger_ms,
+                args.e2e_rate,
+                args.e2e_warmup,
+                args.e2e_batch,
+                args.e2e_group,
             )
         spark.stop()
         out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
