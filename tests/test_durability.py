@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from logstore import _delta
+from logstore import _delta, _log_append
 from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.offsets import OffsetsStore
@@ -119,14 +119,26 @@ def test_topic_commits_are_not_fsynced_when_commit_fsync_is_off(tmp_path: Path, 
     assert fsynced.paths == []
 
 
-def test_group_offset_commits_are_fsynced(tmp_path: Path, fsynced: _Recorder) -> None:
+def test_group_offset_commits_are_fsynced(tmp_path: Path, fsynced: _Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first commit creates the table through delta-rs; the later ones are made as topic commits are
+    # (a data file, then a commit file written aside, fsynced by descriptor and linked into place).
+    monkeypatch.setattr(_log_append, "fsync_path", fsynced)
+    real_fsync = os.fsync
+
+    def fsync_fd(fd: int) -> None:
+        fsynced.paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_fd)
     offsets = OffsetsStore(str(tmp_path))
-    for i in range(2):
+    for i in range(3):
         fsynced.paths.clear()
         offsets.commit("g", "t", {0: 5 + i})
         log_dir = os.path.join(offsets.path, "_delta_log")
         commit = os.path.join(log_dir, f"{i:020d}.json")
-        assert commit in fsynced.paths and log_dir in fsynced.paths
-        data = [p for p in fsynced.paths if p.endswith(".parquet")]
+        written_aside = [p for p in fsynced.paths if os.path.basename(p).startswith(f".{i:020d}.json.")]
+        assert commit in fsynced.paths or written_aside, fsynced.paths
+        assert log_dir in fsynced.paths
+        data = sorted({p for p in fsynced.paths if p.endswith(".parquet")})
         assert len(data) == 1 and os.path.dirname(data[0]).startswith(offsets.path)
         assert os.path.dirname(data[0]) in fsynced.paths
