@@ -84,9 +84,7 @@ typecheck: setup
 test: setup lint typecheck chromium
 	$(BIN)/pytest -q
 
-# wrk (Debian) drives the ingest benchmark when present; without it a Python client does.
 bench: setup kafka
-	command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null 2>&1 || true)
 	$(BIN)/python bench/write_path.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/vs_kafka.py

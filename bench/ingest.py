@@ -2,7 +2,8 @@
 
 Prints one JSON document. Starts ``logstore serve`` on loopback (fresh root,
 one 8-partition topic) and drives it from a separate load-generator process
-(asyncio + httpx, keep-alive connections) with 1,000-record JSON batches of
+(``bench/_http_load.py``: asyncio, keep-alive HTTP/1.1 connections, prepared
+requests, as wrk) with 1,000-record JSON batches of
 100-byte values:
 
 * ``max``: closed loop, ``--concurrency`` requests in flight, acks=all →
@@ -36,10 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +45,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pyarrow as pa
-from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop, touch
+from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop, touch
 from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.catalog import Catalog
@@ -60,48 +58,6 @@ from logstore.writer import TopicWriter
 PARTITIONS = 8
 SCALE_PARTITIONS = 4
 """Partitions of each topic in the ``--topics`` and ``--open-topics`` runs."""
-
-
-_WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
-wrk.body = f:read("*a")
-f:close()
-"""
-
-
-def run_wrk(url: str, acks: str, seconds: float, concurrency: int) -> dict[str, float] | None:
-    """Closed loop with wrk (C, one thread) when it is installed: far less CPU than a Python client."""
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        return None
-    with tempfile.TemporaryDirectory() as d:
-        script, payload = Path(d, "post.lua"), Path(d, "body.json")
-        script.write_text(_WRK_SCRIPT)
-        payload.write_bytes(body())
-        out = subprocess.run(
-            [
-                wrk,
-                "-t1",
-                f"-c{concurrency}",
-                f"-d{int(seconds)}s",
-                "-s",
-                str(script),
-                f"{url}/v1/topics/bench/records?acks={acks}",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "BENCH_BODY": str(payload)},
-        ).stdout
-    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    ok = total - (int(bad.group(1)) if bad else 0)
-    return {"requests": ok, "records_per_s": ok * RECORDS / seconds, "load_generator": "wrk"}
-
-
-# -- orchestration --------------------------------------------------------------
 
 
 def metric(url: str, name: str) -> float:
@@ -202,7 +158,7 @@ def scale(counts: list[int], seconds: float, concurrency: int) -> dict[str, obje
     runs = [scale_run(n, seconds, concurrency) for n in counts]
     first = runs[0]
     return {
-        "load_generator": "httpx",
+        "load_generator": LOAD_GENERATOR,
         "partitions_per_topic": SCALE_PARTITIONS,
         "batch_records": RECORDS,
         "value_bytes": VALUE_BYTES,
@@ -287,9 +243,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             srv = start_server(Path(d))
             try:
-                res = run_wrk(srv.url, "all", args.seconds, args.concurrency) or closed_loop(
-                    srv.url, "bench", "all", args.concurrency, seconds=args.seconds
-                )
+                res = closed_loop(srv.url, "bench", "all", args.concurrency, seconds=args.seconds)
                 commits = metric(srv.url, "logstore_commit_records_count")
                 records = metric(srv.url, "logstore_commit_records_sum")
             finally:
@@ -299,7 +253,7 @@ def main() -> None:
             limits.append(core_limit(per_commit[-1], int(res["records_per_s"] * 3)))
     best = statistics.median(maxes)
     out = {
-        "load_generator": "wrk" if shutil.which("wrk") else "httpx",
+        "load_generator": LOAD_GENERATOR,
         "batch_records": RECORDS,
         "value_bytes": VALUE_BYTES,
         "partitions": PARTITIONS,
@@ -329,9 +283,7 @@ def main() -> None:
         srv = start_server(Path(d), **{"buffer.memory": buffer})
         try:
             base = _hwm(srv)
-            flood = run_wrk(srv.url, "0", args.seconds, args.concurrency * 2) or closed_loop(
-                srv.url, "bench", "0", args.concurrency * 2, seconds=args.seconds
-            )
+            flood = closed_loop(srv.url, "bench", "0", args.concurrency * 2, seconds=args.seconds)
             peak = _hwm(srv)
         finally:
             srv.stop()

@@ -18,7 +18,7 @@ broker+controller (storage formatted with ``kafka.tools.StorageTool``, then
   records back → records/s (``records_per_s`` counts the group join,
   ``fetch_records_per_s`` does not).
 
-logstore side (``logstore serve`` on a fresh root, the Python load generator
+logstore side (``logstore serve`` on a fresh root, the load generator
 of ``bench/_http_load.py``, 1,000-record JSON batches of the same 100-byte
 values, null keys):
 
@@ -78,7 +78,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
+from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
 from consume import end_to_end, stream_latency
 
 from logstore.catalog import Catalog
@@ -493,7 +493,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         "latency_is": "per record: send() to its acknowledgement",
     }
     logstore: dict[str, Any] = {
-        "load_generator": "httpx in a child process (bench/_http_load.py), 1,000-record JSON requests",
+        "load_generator": LOAD_GENERATOR + ", 1,000-record JSON requests",
         "server": "logstore serve, default config",
         "latency_is": "per request of 1,000 records: POST to answer",
     }
