@@ -64,6 +64,7 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from logstore.reader import TopicReader
 from logstore.security import Guard, PrincipalMapper, parse_super_users
 
 __all__ = ["create_app", "create_guard", "status_for"]
@@ -184,8 +185,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         app.state.stats = StatsSampler(
             config.stats_sample_ms,
             store.list_topics,
-            store.catalog.table,
-            store.catalog.describe_topic,
+            lambda name: TopicReader(store.catalog, name),
             store.offsets.committed,
         )
         sampler = asyncio.create_task(app.state.stats.run())

@@ -144,29 +144,34 @@ class Catalog:
             n for n in os.listdir(self.topics_dir) if os.path.isdir(os.path.join(self.topics_dir, n, "_delta_log"))
         )
 
-    def describe_topic(self, name: str, table: DeltaTable | None = None) -> TopicInfo:
+    def describe_topic(self, name: str, table: DeltaTable | LogTail | None = None) -> TopicInfo:
         """Partitions (log start offset, high watermark, size) and effective config.
 
-        Reads the Delta log and file statistics only, never the data.
+        Reads the Delta log and file statistics only, never the data: of
+        ``table`` when given (a delta-rs handle, or a reader's tail that
+        follows the log), else of a handle opened for this call.
         """
         dt = table if table is not None else self.table(name)
-        count, config, overrides = self._read_properties(dt)
-        files = _delta.data_files(dt)
+        if isinstance(dt, LogTail):
+            configuration, files, version = dt.configuration, list(dt.files.values()), dt.version
+        else:
+            configuration, files, version = dt.metadata().configuration, _delta.data_files(dt), dt.version()
+        count, config, overrides = self._read_properties(configuration)
         parts = []
         for p in range(count):
             mine = [f for f in files if f.partition == p]
             hw = high_watermark(dt, p, mine)
             parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, sum(f.size_bytes for f in mine), len(mine)))
-        return TopicInfo(name, tuple(parts), config, overrides, dt.version())
+        return TopicInfo(name, tuple(parts), config, overrides, version)
 
     def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:
         """(partition count, effective config) of a topic, from its table properties only."""
         dt = table if table is not None else self.table(name)
-        count, config, _ = self._read_properties(dt)
+        count, config, _ = self._read_properties(dt.metadata().configuration)
         return count, config
 
-    def _read_properties(self, dt: DeltaTable) -> tuple[int, TopicConfig, dict[str, str]]:
-        props = dict(dt.metadata().configuration)
+    def _read_properties(self, configuration: Mapping[str, str | None]) -> tuple[int, TopicConfig, dict[str, str]]:
+        props = dict(configuration)
         overrides = {
             k.removeprefix(_delta.CONFIG_PREFIX): v
             for k, v in props.items()

@@ -32,7 +32,7 @@ from logstore.catalog import Catalog, high_watermark, log_start_offset, partitio
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.files import offsets_sorted
 from logstore.schema import TOPIC_SCHEMA
-from logstore.structs import FetchResult
+from logstore.structs import FetchResult, TopicInfo
 
 __all__ = ["PartitionView", "TopicReader", "offset_cuts", "offset_for_timestamp", "offset_runs", "read_files"]
 
@@ -126,6 +126,10 @@ class TopicReader:
     def num_partitions(self) -> int:
         """The topic's partition count at the loaded version."""
         return partition_count_in(self._tail.configuration)
+
+    def describe(self) -> TopicInfo:
+        """The topic at the loaded version, as :meth:`Catalog.describe_topic` describes it (no I/O)."""
+        return self._catalog.describe_topic(self.topic, self._tail)
 
     def partition_view(self, partition: int) -> PartitionView:
         """Files, log start offset and HW of ``partition`` at the loaded version.

@@ -9,13 +9,17 @@ from typing import Any
 import pytest
 
 from ingest_api.console.stats import WINDOW_S, StatsSampler
+from logstore.reader import TopicReader
+from logstore.schema import input_table
 from logstore.store import LogStore
+from logstore.structs import ProducerBatch, TopicInfo
 from tests.server import Server
 
 
 def _sampler(store: LogStore, interval_ms: int = 5_000) -> StatsSampler:
-    c = store.catalog
-    return StatsSampler(interval_ms, store.list_topics, c.table, c.describe_topic, store.offsets.committed)
+    return StatsSampler(
+        interval_ms, store.list_topics, lambda n: TopicReader(store.catalog, n), store.offsets.committed
+    )
 
 
 def test_the_ring_buffers_hold_fifteen_minutes_and_no_more(store: LogStore, make_topic: Callable[..., str]) -> None:
@@ -33,11 +37,14 @@ def test_an_unchanged_topic_is_not_described_again(store: LogStore, make_topic: 
     topic = make_topic(partitions=3)
     described: list[str] = []
 
-    def describe(name: str, table: Any) -> Any:
-        described.append(name)
-        return store.catalog.describe_topic(name, table)
+    class CountingReader(TopicReader):
+        def describe(self) -> TopicInfo:
+            described.append(self.topic)
+            return super().describe()
 
-    sampler = StatsSampler(5_000, store.list_topics, store.catalog.table, describe, store.offsets.committed)
+    sampler = StatsSampler(
+        5_000, store.list_topics, lambda n: CountingReader(store.catalog, n), store.offsets.committed
+    )
     sampler.sweep()
     sampler.sweep()
     assert described == [topic]
@@ -45,6 +52,29 @@ def test_an_unchanged_topic_is_not_described_again(store: LogStore, make_topic: 
     store.alter_topic(topic, config={"retention.ms": 1000})  # a new table version
     sampler.sweep()
     assert described == [topic, topic]
+
+
+def test_each_sweep_describes_the_topic_as_a_fresh_read_does(store: LogStore, make_topic: Callable[..., str]) -> None:
+    """The sampler's readers follow the log commit by commit; what they describe matches a fresh handle's view."""
+    topic = make_topic(partitions=3)
+    sampler = _sampler(store)
+    for round_ in range(4):
+        n = 10 * (round_ + 1)
+        parts = [(i + round_) % 3 for i in range(n)]
+        store.append(topic, [ProducerBatch(input_table(parts, [b"v%d" % i for i in range(n)]))])
+        if round_ == 2:
+            store.alter_topic(topic, partitions=4)
+        sampler.sweep()
+        fresh = store.describe_topic(topic)
+        latest = sampler.topic_series[topic][-1]
+        assert latest.partitions == len(fresh.partitions)
+        assert (
+            latest.high_watermark_sum
+            == sum(p.high_watermark for p in fresh.partitions)
+            == 10 * sum(range(1, round_ + 2))
+        )
+        assert latest.size_bytes == sum(p.size_bytes for p in fresh.partitions)
+        assert sampler._hws[topic] == tuple(p.high_watermark for p in fresh.partitions)
 
 
 def test_a_deleted_topic_leaves_the_series(store: LogStore, make_topic: Callable[..., str]) -> None:

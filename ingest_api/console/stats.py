@@ -10,10 +10,12 @@ not only this node's produce requests.
 
 Memory is bounded: at most ``WINDOW_S / interval`` samples per topic and per
 group (180 at the 5 s default), each a few numbers (plus one per partition of a
-group), and one open Delta table handle per topic; a deleted topic or group is
-dropped at the next sweep. The first sweep reads every topic's log (about 2 s
-for 200 topics); later ones re-read only tables whose version moved. The series
-lives in memory only: it starts empty when the node starts.
+group), and one topic reader per topic; a deleted topic or group is dropped at
+the next sweep. The first sweep reads every topic's log (about 2 s for 200
+topics); later ones read only each table's new commit files (a reader follows
+the log, :class:`logstore.reader.TopicReader`) and describe again only the
+topics whose version moved. The series lives in memory only: it starts empty
+when the node starts.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
 from fastapi.concurrency import run_in_threadpool
 
-from logstore.errors import GroupIdNotFoundError, LogstoreError
+from logstore.errors import GroupIdNotFoundError, KafkaStorageError, LogstoreError
+from logstore.reader import TopicReader
 from logstore.structs import GroupOffset, GroupTopicPartition, OffsetCommit, TopicInfo
 
 __all__ = ["WINDOW_S", "GroupSample", "StatsSampler", "TopicSample"]
@@ -73,7 +74,7 @@ class GroupSample:
 class StatsSampler:
     """The node's ring buffers of topic and group samples; ``sweep`` takes one sample of everything.
 
-    ``topics``, ``table`` and ``describe_topic`` are the catalog's public reads, ``committed`` the offsets
+    ``topics`` lists the topics and ``reader`` opens a :class:`TopicReader` of one, ``committed`` the offsets
     store's latest commits of every group ((group, topic, partition) → (offset, time ms, metadata)); a group's
     lag is taken against the high watermarks of the same sweep, so a sweep reads each table once.
     ``sweep`` runs in a worker thread (it reads Delta logs), the readers on the event loop.
@@ -83,19 +84,18 @@ class StatsSampler:
         self,
         interval_ms: int,
         topics: Callable[[], list[str]],
-        table: Callable[[str], DeltaTable],
-        describe_topic: Callable[[str, DeltaTable], TopicInfo],
+        reader: Callable[[str], TopicReader],
         committed: Callable[[], Mapping[GroupTopicPartition, OffsetCommit]],
     ) -> None:
         self.interval_ms = interval_ms
         self.capacity = max(2, math.ceil(WINDOW_S * 1000 / interval_ms))
-        self._topics, self._table, self._describe_topic = topics, table, describe_topic
+        self._topics, self._reader = topics, reader
         self._committed = committed
         self._hws: dict[str, tuple[int, ...]] = {}
         """topic → its partitions' high watermarks at its latest sample."""
-        # one open table per topic, brought up to date each sweep: a topic whose version did not move since its
+        # one reader per topic, brought up to date each sweep: a topic whose version did not move since its
         # last sample is not described again (the sweep's cost follows the topics that changed)
-        self._tables: dict[str, tuple[DeltaTable, int]] = {}
+        self._tables: dict[str, tuple[TopicReader, int]] = {}
         self.topic_series: dict[str, deque[TopicSample]] = {}
         self.group_series: dict[str, deque[GroupSample]] = {}
         # the sweep and on-demand samples of requests run in different worker threads
@@ -164,23 +164,23 @@ class StatsSampler:
 
     def _sample_topic(self, name: str, now_ms: int) -> None:
         cached = self._tables.get(name)
-        dt = None
+        reader = None
         if cached is not None:
-            dt, described = cached
+            reader, described = cached
             try:
-                dt.update_incremental()
-            except DeltaError:  # deleted or recreated under us: open it afresh
-                dt = None
-        if dt is None:
-            dt, described = self._table(name), -1
-        version = dt.version()
+                reader.refresh()
+            except KafkaStorageError:  # deleted or recreated under us: open it afresh
+                reader = None
+        if reader is None:
+            reader, described = self._reader(name), -1
+        version = reader.version
         series = self.topic_series.get(name)
         if version == described and series:
             last = series[-1]
             self._add_topic_sample(name, replace(last, time_ms=now_ms, records_per_s=0.0, bytes_per_s=0.0))
         else:
-            self._add_topic(name, self._describe_topic(name, dt), now_ms)
-        self._tables[name] = (dt, version)
+            self._add_topic(name, reader.describe(), now_ms)
+        self._tables[name] = (reader, version)
 
     def _add_topic_sample(self, name: str, sample: TopicSample) -> None:
         with self._lock:
