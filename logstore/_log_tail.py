@@ -13,7 +13,10 @@ newer checkpoint), more than :data:`MAX_STEP` commits are new, or an action
 carries what it does not model (a deletion vector).
 
 Commit files appear whole (put-if-absent by link or rename, by every engine), so
-a file that exists can be read to its end. Not thread-safe: one reader's thread.
+a file that exists can be read to its end. A table deleted and created again
+under the same path (a topic re-created, by this process or another) has a new
+``_delta_log`` directory: the tail notices by the directory's inode and loads
+the new table afresh. Not thread-safe: one reader's thread.
 """
 
 from __future__ import annotations
@@ -73,8 +76,12 @@ class LogTail:
         """Apply the commits after :attr:`version`; returns the new version.
 
         Raises:
-            DeltaError, OSError: the table could not be read.
+            FileNotFoundError: the table's ``_delta_log`` is gone (the table was deleted).
+            DeltaError, KafkaStorageError, OSError: the table could not be read.
         """
+        if _identity(self._log) != self._identity:  # re-created: its versions start again at 0
+            self._load(_delta.open_table(self._root))
+            return self.version
         try:
             commits = list(self._new_commits())
             for actions in commits:
@@ -87,6 +94,7 @@ class LogTail:
         return self.version
 
     def _load(self, table: DeltaTable) -> None:
+        self._identity = _identity(self._log)
         self._dt = table
         self.version: int = table.version()
         self._files: dict[str, DataFile] = {f.log_path: f for f in data_files(table)}
@@ -158,6 +166,12 @@ class LogTail:
             log_path=log_path,
             max_timestamp_ms=_epoch_ms(highs.get("timestamp")),
         )
+
+
+def _identity(log_dir: str) -> tuple[int, int]:
+    """(device, inode) of a table's ``_delta_log`` directory: what tells a re-created table from the one loaded."""
+    st = os.stat(log_dir)
+    return st.st_dev, st.st_ino
 
 
 def _epoch_ms(iso: object) -> int | None:

@@ -117,9 +117,16 @@ class TopicReader:
         return self._tail.version
 
     def refresh(self) -> int:
-        """Load the newest table version (reading only the commits since the last); returns it."""
+        """Load the newest table version (reading only the commits since the last); returns it.
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic was deleted.
+            KafkaStorageError: its table could not be read.
+        """
         try:
             return self._tail.advance()
+        except FileNotFoundError:
+            raise UnknownTopicOrPartitionError(f"topic '{self.topic}' does not exist") from None
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read topic '{self.topic}': {e}") from e
 

@@ -10,8 +10,8 @@ writer lock and never fence it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from logstore.catalog import Catalog
 from logstore.config import LogstoreConfig
@@ -37,6 +37,8 @@ from logstore.writer import TopicWriter
 
 __all__ = ["LogStore"]
 
+_T = TypeVar("_T")
+
 
 class LogStore:
     """The embedded store: one object per root and process.
@@ -58,7 +60,16 @@ class LogStore:
         return self.catalog.create_topic(name, partitions, config)
 
     def describe_topic(self, name: str) -> TopicInfo:
-        return self.catalog.describe_topic(name)
+        """Partitions and config of topic ``name`` at its newest version (see :meth:`Catalog.describe_topic`).
+
+        Through this store's warm reader of the topic, which reads only the
+        commits since its last look (an offset commit validates its offsets
+        this way on every request).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        return self._read(name, lambda reader: reader.describe())
 
     def list_topics(self) -> list[str]:
         return self.catalog.list_topics()
@@ -102,12 +113,24 @@ class LogStore:
         self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
     ) -> FetchResult:
         """A slice of ``partition`` from ``offset`` (see :meth:`TopicReader.fetch`), with a warm reader."""
+        return self._read(
+            topic, lambda r: r.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes, refresh=False)
+        )
+
+    def _read(self, topic: str, read: Callable[[TopicReader], _T]) -> _T:
+        """``read`` with this store's warm reader of ``topic``, brought up to date first; one thread at a time."""
         with self._guard:
             reader = self._readers.get(topic)
             if reader is None:
                 reader = self._readers[topic] = self.reader(topic)
         with self._lock(f"read:{topic}"):
-            return reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
+            try:
+                reader.refresh()
+                return read(reader)
+            except UnknownTopicOrPartitionError:  # deleted, or re-created under the same name: a new reader next time
+                with self._guard:
+                    self._readers.pop(topic, None)
+                raise
 
     def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
         """``group``'s latest commits on ``topic``."""
@@ -123,7 +146,7 @@ class LogStore:
             OffsetOutOfRangeError: an offset outside its partition's range.
             UnknownTopicOrPartitionError: no such topic or partition.
         """
-        info = self.catalog.describe_topic(topic)
+        info = self.describe_topic(topic)
         for p, o in offsets.items():
             if not 0 <= p < len(info.partitions):
                 raise UnknownTopicOrPartitionError(f"partition {p} of topic '{topic}' does not exist")
@@ -181,7 +204,7 @@ class LogStore:
         for (g, t, p), (offset, ts, meta) in sorted(committed.items()):
             if t not in hws:
                 try:
-                    hws[t] = [x.high_watermark for x in self.catalog.describe_topic(t).partitions]
+                    hws[t] = [x.high_watermark for x in self.describe_topic(t).partitions]
                 except LogstoreError:
                     hws[t] = []
             hw = hws[t][p] if p < len(hws[t]) else 0

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
+from logstore import _delta
 from logstore._log_tail import LogTail
 from logstore.catalog import app_log_start
 from logstore.config import load_config
+from logstore.errors import UnknownTopicOrPartitionError
 from logstore.files import data_files
 from logstore.reader import TopicReader
 from logstore.schema import input_table
@@ -112,3 +115,50 @@ def test_a_reader_follows_new_commits_without_reloading_through_delta_rs(tmp_pat
     for p in range(2):
         assert reader.partition_view(p) == fresh.partition_view(p)
     assert reader.fetch(0, 0, max_records=10_000).records == fresh.fetch(0, 0, max_records=10_000).records
+
+
+def test_a_topic_deleted_and_created_again_is_read_afresh(tmp_path: Path) -> None:
+    """A re-created topic starts again at version 0: the tail must not apply its commits on top of the old ones."""
+    rng = random.Random(7)
+    store, other = _store(tmp_path), _store(tmp_path)  # `other` plays another process
+    store.create_topic("t", 2)
+    for _ in range(12):
+        _append(store, rng, 2)
+    reader = TopicReader(store.catalog, "t")
+    assert reader.refresh() == 12
+    other.delete_topic("t")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        reader.refresh()
+    other.create_topic("t", 3)
+    for _ in range(14):  # past the old version: its commits 13 and 14 would otherwise be read as the old table's
+        _append(other, rng, 3)
+    assert reader.refresh() == 14
+    _assert_as_delta_rs(reader._tail, store.catalog.topic_path("t"))
+    assert reader.describe() == store.catalog.describe_topic("t")
+
+
+def test_the_stores_describe_follows_other_writers_without_opening_the_table_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LogStore.describe_topic (offset commits validate through it) keeps one warm reader per topic."""
+    rng = random.Random(3)
+    store, other = _store(tmp_path), _store(tmp_path)
+    store.create_topic("t", 2)
+    _append(other, rng, 2)  # `other`'s writer is open before counting
+    opened: list[str] = []
+    real_open = _delta.open_table
+    monkeypatch.setattr(_delta, "open_table", lambda path: opened.append(path) or real_open(path))
+    seen = []
+    for _ in range(5):
+        _append(other, rng, 2)
+        seen.append(store.describe_topic("t"))
+        store.commit_offsets("g", "t", {0: seen[-1].partitions[0].high_watermark})
+    assert [p for p in opened if p.endswith("/topics/t")] == [store.catalog.topic_path("t")]  # the reader, once
+    monkeypatch.undo()
+    assert [info.table_version for info in seen] == [2, 3, 4, 5, 6]
+    assert seen[-1] == other.catalog.describe_topic("t")
+    other.delete_topic("t")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        store.describe_topic("t")
+    other.create_topic("t", 1)
+    assert store.describe_topic("t").partitions == other.catalog.describe_topic("t").partitions

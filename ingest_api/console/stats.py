@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from fastapi.concurrency import run_in_threadpool
 
-from logstore.errors import GroupIdNotFoundError, KafkaStorageError, LogstoreError
+from logstore.errors import GroupIdNotFoundError, LogstoreError
 from logstore.reader import TopicReader
 from logstore.structs import GroupOffset, GroupTopicPartition, OffsetCommit, TopicInfo
 
@@ -169,7 +169,7 @@ class StatsSampler:
             reader, described = cached
             try:
                 reader.refresh()
-            except KafkaStorageError:  # deleted or recreated under us: open it afresh
+            except LogstoreError:  # deleted, or unreadable this time: open it afresh (or skip it)
                 reader = None
         if reader is None:
             reader, described = self._reader(name), -1
