@@ -86,6 +86,25 @@ def test_produce_and_fetch_round_trip(api: httpx.Client) -> None:
     assert bin_rec["key"] == {"b64": base64.b64encode(b"\xff\x00").decode()} and bin_rec["value"] == {"b64": "gA=="}
 
 
+def test_the_answer_names_each_records_partition_and_offset_in_request_order(api: httpx.Client) -> None:
+    """Both answers (acks=all after the commit, acks=1 once logged) list every record, in the request's order."""
+    create(api, "t", partitions=3)
+    sent = [{"value": f"v{i}", "partition": (7 * i) % 3} for i in range(500)]
+    next_offset = [0, 0, 0]
+    for acks in ("all", "1", "all"):
+        r = produce(api, "t", sent, acks=acks)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        want = []
+        for rec in sent:
+            p = rec["partition"]
+            want.append({"partition": p, "offset": next_offset[p]})
+            next_offset[p] += 1
+        assert r.json() == {"offsets": want}, acks
+    for p in range(3):
+        got = api.get(f"/v1/topics/t/partitions/{p}/records", params={"offset": 0, "max_records": 2000}).json()
+        assert [rec["offset"] for rec in got["records"]] == list(range(next_offset[p]))
+
+
 def test_acks_levels(api: httpx.Client) -> None:
     create(api, "t")
     assert produce(api, "t", [{"value": "a"}], acks="0").status_code == 202

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Annotated, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,13 +109,12 @@ async def produce(
         return Response(status_code=202)
     if acks == "1" and sub.promised is not None and sub.logged is not None:
         await asyncio.wrap_future(sub.logged)
-        parts, offsets = sub.partitions.to_pylist(), sub.promised.tolist()
+        response = _offsets_json(sub.partitions, pa.array(sub.promised, pa.int64()))
         ready = sub.times.logged
     else:
         result: AppendResult = await asyncio.wrap_future(sub.committed)
-        parts, offsets = result.partitions.to_pylist(), result.offsets.to_pylist()
+        response = _offsets_json(result.partitions, result.offsets)
         ready = sub.times.answered
-    response = _json({"offsets": [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]})
     done = time.perf_counter()
     stages = broker.metrics.produce_stage
     if acks == "1" and sub.times.logged:
@@ -239,6 +239,26 @@ def _headers_json(headers: list[dict[str, Any]]) -> dict[str, Any] | list[dict[s
     if len(pairs) == len(headers):
         return pairs
     return [{"key": h["key"], "value": encode_bytes(h["value"])} for h in headers]
+
+
+def _offsets_json(partitions: pa.Array, offsets: pa.Array) -> Response:
+    """``{"offsets": [{"partition": p, "offset": o}, ...]}``, one entry per record in request order.
+
+    Formatted by Arrow kernels into one buffer, not through a Python dict per
+    record: an answer to 1,000 records cost the event loop ~0.2 ms the other way.
+    """
+    if len(partitions) == 0:
+        return _json({"offsets": []})
+    entries = pc.binary_join_element_wise(
+        '{"partition":', pc.cast(partitions, pa.string()), ',"offset":', pc.cast(offsets, pa.string()), "},", ""
+    )
+    if isinstance(entries, pa.ChunkedArray):
+        entries = entries.combine_chunks()
+    _, ends, data = entries.buffers()  # int32 end offsets, then the characters of every entry back to back
+    bounds = np.frombuffer(ends, np.int32)
+    first, last = int(bounds[entries.offset]), int(bounds[entries.offset + len(entries)])
+    body = b'{"offsets":[' + memoryview(data)[first : last - 1].tobytes() + b"]}"  # without the last comma
+    return Response(body, media_type="application/json")
 
 
 def _json(body: Any, headers: dict[str, str] | None = None) -> Response:
