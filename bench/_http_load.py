@@ -10,6 +10,9 @@ event loop does not share a GIL with the benchmark's orchestration:
 * ``open``: requests sent on a fixed schedule (``rate`` requests/s) whatever
   the answers' latency (open loop, no coordinated omission) → per-request
   latency p50/p99/p99.9 in ms, from send to the last byte of the answer;
+* ``stamped``: the open loop's schedule with requests built as they leave,
+  each record's timestamp the send time (end-to-end latency: CreateTime to
+  consumer) → records answered;
 * ``touch``: one one-record acks=all request to each topic given,
   ``concurrency`` at a time → how many were answered 200, and the seconds.
 
@@ -37,6 +40,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -262,10 +266,11 @@ async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, obj
     return {"topics": len(topics), "answered_200": ok, "failures": failures, "seconds": elapsed}
 
 
-async def _open_loop(
-    url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str
-) -> dict[str, float]:
-    request = _produce_requests(url, [topic], acks, body_format)[topic]
+async def _schedule(url: str, seconds: float, rate: float, request: Callable[[], bytes]) -> tuple[list[float], int]:
+    """Send ``request()`` ``rate`` times a second for ``seconds``, whatever the answers' latency.
+
+    Returns the latencies of the 200 answers (s) and the number of other outcomes.
+    """
     parts = urlsplit(url)
     idle: list[Http1] = []  # connections between requests; a request that finds none opens one
     lat: list[float] = []
@@ -276,7 +281,7 @@ async def _open_loop(
         conn = idle.pop() if idle else Http1(parts.hostname or "127.0.0.1", parts.port or 80)
         t0 = time.perf_counter()
         try:
-            status = await conn.send(request)
+            status = await conn.send(request())
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             status = 0
         if status == 200:
@@ -296,6 +301,14 @@ async def _open_loop(
     await asyncio.gather(*tasks)
     for conn in idle:
         conn.close()
+    return lat, failed
+
+
+async def _open_loop(
+    url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str
+) -> dict[str, float]:
+    prepared = _produce_requests(url, [topic], acks, body_format)[topic]
+    lat, failed = await _schedule(url, seconds, rate, lambda: prepared)
     ms = np.array(lat) * 1000
     return {
         "requests": len(lat),
@@ -305,6 +318,20 @@ async def _open_loop(
         "p99_ms": float(np.percentile(ms, 99)),
         "p999_ms": float(np.percentile(ms, 99.9)),
     }
+
+
+async def _stamped_loop(url: str, topic: str, per_request: int, seconds: float, rate: float) -> dict[str, float]:
+    """acks=all requests of ``per_request`` ``VALUE_BYTES``-byte records, each record's timestamp the send time."""
+    head = f"POST /v1/topics/{topic}/records?acks=all HTTP/1.1\r\nhost: {urlsplit(url).netloc}\r\n"
+    value = "x" * VALUE_BYTES
+
+    def request() -> bytes:
+        record = f'{{"value":"{value}","timestamp":{time.time_ns() // 1_000_000}}}'
+        body = ('{"records":[' + ",".join([record] * per_request) + "]}").encode()
+        return f"{head}content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
+
+    lat, failed = await _schedule(url, seconds, rate, request)
+    return {"requests": len(lat), "failed": failed, "records": len(lat) * per_request}
 
 
 def closed_loop(
@@ -337,6 +364,16 @@ def open_loop(
     return _run("open", url, topic, acks, body_format, seconds, requests_per_s)
 
 
+def stamped_loop(url: str, topic: str, per_request: int, records_per_s: float, seconds: float) -> dict[str, float]:
+    """Open loop in a child process: acks=all requests of ``per_request`` records whose timestamps are the send time.
+
+    ``records_per_s`` records a second for ``seconds``, on a fixed schedule (for
+    end-to-end latency: CreateTime → consumer). Returns the requests answered 200,
+    the others, and the records answered.
+    """
+    return _run("stamped", url, topic, "all", "json", per_request, seconds, records_per_s / per_request)
+
+
 def _run(*args: object) -> dict[str, float]:
     out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
     if out.returncode:
@@ -353,6 +390,9 @@ def _main(argv: list[str]) -> None:
     elif mode == "touch":
         (concurrency,) = rest
         out = asyncio.run(_touch(url, topic.split(","), int(concurrency)))
+    elif mode == "stamped":
+        per_request, seconds, rate = rest
+        out = asyncio.run(_stamped_loop(url, topic, int(per_request), float(seconds), float(rate)))
     else:
         seconds, rate = rest
         out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate), body_format))

@@ -128,48 +128,28 @@ def end_to_end(
 
     With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch).
 
-    Open loop: requests of ``per_request`` records (acks=all, CreateTime = send time) leave on a fixed
-    schedule at ``rate`` records/s whatever the answers' latency (a late request is sent at once, and the
-    schedule is not moved), for ``warmup_s`` + ``seconds``.
+    Open loop (``_http_load.stamped_loop``, in a child process): requests of ``per_request`` records
+    (acks=all, CreateTime = send time) leave on a fixed schedule at ``rate`` records/s whatever the
+    answers' latency, for ``warmup_s`` + ``seconds``.
     """
-    import threading
     from pathlib import Path
 
     import httpx
-    from _http_load import LogstoreServer
+    from _http_load import LogstoreServer, stamped_loop
 
     srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
     try:
         httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()
-        value = "x" * 100
 
         def warm() -> None:
             ms = int(time.time() * 1000)
             httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
 
         def produce(start: float) -> int:
-            sent = 0
-            interval = per_request / rate
-
-            def sender(offset: int, step: int) -> None:
-                nonlocal sent
-                with httpx.Client(base_url=srv.url, timeout=30) as c:
-                    i = offset
-                    while (due := start + i * interval) <= start + warmup_s + seconds:
-                        time.sleep(max(0.0, due - time.monotonic()))
-                        ms = int(time.time() * 1000)
-                        records = [{"value": value, "timestamp": ms}] * per_request
-                        c.post("/v1/topics/e2e/records", json={"records": records}).raise_for_status()
-                        sent += per_request
-                        i += step
-
-            # Four senders so that one slow answer does not hold back the schedule.
-            threads = [threading.Thread(target=sender, args=(k, 4)) for k in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            return sent
+            # From a child process, as Kafka's side produces from ProducerPerformance's JVM: senders in this
+            # process would share its GIL with the driver's foreachBatch, which takes the measurement.
+            remaining = max(0.0, start + warmup_s + seconds - time.monotonic())
+            return int(stamped_loop(srv.url, "e2e", per_request, rate, remaining)["records"])
 
         reader = (
             spark.readStream.format("logstore")
