@@ -155,8 +155,8 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     What the first requests would import lazily is imported first, so that it
     is frozen too: pyarrow's conversion of Python lists (the produce parser's
     ``pa.array``) imports pandas when it is installed (it is, with pyspark) —
-    0.4 s on the first produce request, and ~35k objects that every later full
-    collection scanned (20-40 ms each).
+    0.4 s on the first produce request, and ~30k objects that every later full
+    collection scanned (~20 ms each).
     """
     parse_produce(b'{"records": [{"key": "k", "value": "v"}]}')
     gc.collect()

@@ -54,9 +54,15 @@ class Planner:
         out: Views = {}
         for t in self.topics():
             reader = self._readers.get(t)
-            if reader is None:
-                reader = self._readers[t] = TopicReader(self.catalog, t)
-            reader.refresh()
+            try:
+                if reader is None:
+                    reader = self._readers[t] = TopicReader(self.catalog, t)
+                reader.refresh()
+            except UnknownTopicOrPartitionError:  # deleted since it was listed
+                self._readers.pop(t, None)
+                if self.options.pattern is not None:
+                    continue  # as if listed a moment later
+                raise
             out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions())}
         return out
 
