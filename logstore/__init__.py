@@ -12,15 +12,52 @@ Main entry points: :class:`LogStore` (the embedded store under one root),
 :class:`OffsetsStore`, :func:`load_config`.
 """
 
-from logstore.catalog import Catalog
-from logstore.config import LogstoreConfig, TopicConfig, load_config
-from logstore.errors import LogstoreError
-from logstore.offsets import OffsetsStore
-from logstore.partitioner import Partitioner, murmur2
-from logstore.reader import TopicReader
-from logstore.store import LogStore
-from logstore.structs import AppendResult, FetchResult, GroupOffset, PartitionInfo, ProducerBatch, TopicInfo
-from logstore.writer import TopicWriter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from logstore.catalog import Catalog
+    from logstore.config import LogstoreConfig, TopicConfig, load_config
+    from logstore.errors import LogstoreError
+    from logstore.offsets import OffsetsStore
+    from logstore.partitioner import Partitioner, murmur2
+    from logstore.reader import TopicReader
+    from logstore.store import LogStore
+    from logstore.structs import AppendResult, FetchResult, GroupOffset, PartitionInfo, ProducerBatch, TopicInfo
+    from logstore.writer import TopicWriter
+
+_HOMES = {
+    "AppendResult": "structs",
+    "Catalog": "catalog",
+    "FetchResult": "structs",
+    "GroupOffset": "structs",
+    "LogStore": "store",
+    "LogstoreConfig": "config",
+    "LogstoreError": "errors",
+    "OffsetsStore": "offsets",
+    "PartitionInfo": "structs",
+    "Partitioner": "partitioner",
+    "ProducerBatch": "structs",
+    "TopicConfig": "config",
+    "TopicInfo": "structs",
+    "TopicReader": "reader",
+    "TopicWriter": "writer",
+    "load_config": "config",
+    "murmur2": "partitioner",
+}
+"""Where each public name lives. Imported on first use (PEP 562), so a process that needs one
+submodule (a Spark worker planning a batch, the CLI's ``--help``) does not import the whole core."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'logstore' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"logstore.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AppendResult",

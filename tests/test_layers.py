@@ -36,6 +36,25 @@ def test_importing_the_core_imports_no_caller() -> None:
     assert r.stdout.strip() == "[]"
 
 
+def test_the_packages_names_resolve_on_first_use_to_their_modules_objects() -> None:
+    """``logstore``'s public names load their module on first use; each is that module's object."""
+    code = (
+        "import importlib, sys, logstore\n"
+        "assert 'logstore.writer' not in sys.modules and 'logstore.store' not in sys.modules\n"
+        "for name in logstore.__all__:\n"
+        "    home = importlib.import_module('logstore.' + logstore._HOMES[name])\n"
+        "    assert getattr(logstore, name) is getattr(home, name), name\n"
+        "from logstore import LogStore, TopicWriter\n"
+        "try:\n"
+        "    logstore.Nope\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "module 'logstore' has no attribute 'Nope'"
+
+
 def test_session_registers_the_data_sources_of_the_entry_point_group() -> None:
     from spark_source import LogstoreDataSource
 

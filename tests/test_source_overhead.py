@@ -49,7 +49,8 @@ for part in reader.partitions(start, end):
 reader.latestOffset(end, ReadAllAvailable())
 reader.commit(end)
 reader.stop()
-print(json.dumps({"pandas_imported": "pandas" in sys.modules, "batches": batches}))
+core = sorted(m for m in sys.modules if m.startswith("logstore"))
+print(json.dumps({"pandas_imported": "pandas" in sys.modules, "core_modules": core, "batches": batches}))
 """
 
 
@@ -73,6 +74,21 @@ def test_planning_and_reading_never_import_pandas(
 
     assert sum(b["rows"] for b in result["batches"]) == 3  # type: ignore[attr-defined, index]
     assert result["pandas_imported"] is False
+
+
+def test_the_query_process_imports_no_more_of_the_core_than_it_reads(
+    config: LogstoreConfig, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # Every query start pays its planning process's imports before its first batch. The source reads logs and
+    # files and commits group offsets: the store, the topic writer, the WAL and acks=1 promises are not its.
+    t = make_topic(partitions=1)
+    store.append(t, [ProducerBatch(input_table([0], [b"a"]))])
+
+    result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
+
+    imported = set(result["core_modules"])  # type: ignore[call-overload]
+    assert {"logstore.reader", "logstore.catalog"} <= imported
+    assert not imported & {"logstore.store", "logstore.writer", "logstore.wal", "logstore.promises"}
 
 
 def test_every_batch_carries_its_slices_topic_and_partition(
