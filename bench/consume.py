@@ -7,8 +7,16 @@ one Spark session:
 * ``source``: ``readStream.format("logstore")`` from earliest with
   ``trigger(availableNow=True)`` into the ``noop`` sink;
 * ``delta``: ``read.format("delta")`` of the topic's table into ``noop`` — the limit;
+* ``source_batch``: ``read.format("logstore")`` into ``noop``, the same read
+  without a streaming query's start (its checkpoint, offset and commit logs and
+  the planning process it starts);
+* ``delta_stream``: ``readStream.format("delta")`` with ``availableNow`` into
+  ``noop``, Delta's own streaming source on the same table;
 
-and prints one JSON object with records/s of each and their ratio. Then it
+and prints one JSON object with records/s of each and the ratios: ``ratio``
+(source / delta, the issue's figure), ``batch_ratio`` (source_batch / delta:
+the read path alone) and ``stream_ratio`` (source / delta_stream: query against
+query). Then it
 measures end-to-end latency: a `logstore serve` on the same root receives
 acks=all produce requests of ``--e2e-batch`` records (CreateTime = send time) at
 ``--e2e-rate`` records/s for ``--e2e-seconds`` while a streaming query with a
@@ -172,35 +180,61 @@ def end_to_end(
     return {"rate_records_per_s": rate, "records_per_request": per_request, **named, **out}
 
 
-def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:
-    """One measurement of the source and of the native Delta read of the same table: records/s of each."""
+def stream_seconds(query: Any) -> tuple[int, float]:
+    """Run a ``writeStream`` builder with ``availableNow``: rows read, seconds from start() to its end."""
     t0 = time.perf_counter()
-    q = (
-        spark.readStream.format("logstore")
-        .option("logstore.root", root)
-        .option("subscribe", "bench")
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerPartition", str(max_records))
+    q = query.trigger(availableNow=True).start()
+    q.awaitTermination()
+    return sum(p["numInputRows"] for p in q.recentProgress), time.perf_counter() - t0
+
+
+def batch_seconds(frame: Any) -> float:
+    """Seconds to read ``frame`` whole into the ``noop`` sink."""
+    t0 = time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - t0
+
+
+def source_stream(spark: Any, root: str, topic: str, checkpoint: str, max_records: int | None = None) -> Any:
+    """``topic`` from earliest through the `logstore` source into ``noop`` (a ``writeStream`` builder)."""
+    reader = spark.readStream.format("logstore").option("logstore.root", root).option("subscribe", topic)
+    if max_records is not None:
+        reader = reader.option("maxRecordsPerPartition", str(max_records))
+    return (
+        reader.option("startingOffsets", "earliest")
         .load()
         .writeStream.format("noop")
-        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
-        .trigger(availableNow=True)
-        .start()
+        .option("checkpointLocation", checkpoint)
     )
-    q.awaitTermination()
-    source_s = time.perf_counter() - t0
-    rows = sum(p["numInputRows"] for p in q.recentProgress)
-    t0 = time.perf_counter()
-    spark.read.format("delta").load(path).write.format("noop").mode("overwrite").save()
-    delta_s = time.perf_counter() - t0
+
+
+def native_reads(spark: Any, root: str, topic: str, path: str, checkpoint: str) -> dict[str, float]:
+    """Seconds of the three comparison reads of ``topic``'s table at ``path``: see the module docstring."""
+    source_batch = spark.read.format("logstore").option("logstore.root", root).option("subscribe", topic).load()
+    delta_stream = spark.readStream.format("delta").load(path).writeStream.format("noop")
     return {
+        "delta_s": batch_seconds(spark.read.format("delta").load(path)),
+        "source_batch_s": batch_seconds(source_batch),
+        "delta_stream_s": stream_seconds(delta_stream.option("checkpointLocation", checkpoint))[1],
+    }
+
+
+def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:
+    """One measurement of the source and of the comparison reads of the same table: seconds and records/s of each."""
+    rows, source_s = stream_seconds(source_stream(spark, root, "bench", tempfile.mkdtemp(dir=scratch), max_records))
+    native = native_reads(spark, root, "bench", path, tempfile.mkdtemp(dir=scratch))
+    out: dict[str, float] = {
         "rows": rows,
         "source_s": round(source_s, 3),
         "source_records_per_s": round(rows / source_s),
-        "delta_s": round(delta_s, 3),
-        "delta_records_per_s": round(rows / delta_s),
-        "ratio": round(delta_s / source_s, 3),
     }
+    for name in ("delta", "source_batch", "delta_stream"):
+        out[f"{name}_s"] = round(native[f"{name}_s"], 3)
+        out[f"{name}_records_per_s"] = round(rows / native[f"{name}_s"])
+    out["ratio"] = round(native["delta_s"] / source_s, 3)
+    out["batch_ratio"] = round(native["delta_s"] / native["source_batch_s"], 3)
+    out["stream_ratio"] = round(native["delta_stream_s"] / source_s, 3)
+    return out
 
 
 def medians(rounds: list[dict[str, float]]) -> dict[str, Any]:

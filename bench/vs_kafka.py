@@ -39,9 +39,13 @@ offset, on the two topics ``produce_max`` filled:
 * ``source``: the ``logstore`` source reading the topic produced over HTTP;
 * ``native_delta_read``: ``spark.read.format("delta")`` of the same table (a
   batch read: the floor of what reading those files costs);
+* ``source_batch_read``: ``spark.read.format("logstore")`` of the same topic
+  (the source's read path without a streaming query's start);
+* ``native_delta_stream``: ``spark.readStream.format("delta")`` of the same
+  table (Delta's own streaming source, query against query);
 
 then the ``compact`` maintenance job (segment compaction, as Spark tasks) runs
-on the logstore topic and all three are measured again (Kafka's topic is
+on the logstore topic and all of them are measured again (Kafka's topic is
 unchanged: the second figure shows the run's drift).
 
 End to end (``--e2e-seconds``, default 20; 0 skips it): records produced at
@@ -79,7 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
-from consume import end_to_end, stream_latency
+from consume import end_to_end, native_reads, source_stream, stream_latency, stream_seconds
 
 from logstore.catalog import Catalog
 from logstore.config import load_config
@@ -247,13 +251,7 @@ def consumer_performance(bootstrap: str, topic: str, records: int) -> dict[str, 
 # -- Spark consume --------------------------------------------------------------
 
 
-def _stream(query: Any) -> dict[str, float]:
-    """Run an availableNow query to its end: rows it read, wall seconds from start() to the end, rows/s."""
-    t0 = time.perf_counter()
-    q = query.trigger(availableNow=True).start()
-    q.awaitTermination()
-    seconds = time.perf_counter() - t0
-    rows = sum(p["numInputRows"] for p in q.recentProgress)
+def _figures(rows: int, seconds: float) -> dict[str, float]:
     return {"rows": rows, "seconds": round(seconds, 3), "records_per_s": round(rows / seconds)}
 
 
@@ -261,29 +259,26 @@ def consume_round(
     spark: Any, bootstrap: str, root: str, catalog: Catalog, topic: str, scratch: Path
 ) -> dict[str, dict[str, float]]:
     """One measurement of each reader on ``topic``'s current backlog on both sides (fresh checkpoints)."""
-    kafka = _stream(
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
+    kafka = _figures(
+        *stream_seconds(
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
+        )
     )
-    source = _stream(
-        spark.readStream.format("logstore")
-        .option("logstore.root", root)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
-    )
-    t0 = time.perf_counter()
-    spark.read.format("delta").load(catalog.topic_path(topic)).write.format("noop").mode("overwrite").save()
-    seconds = time.perf_counter() - t0
-    delta = {"rows": source["rows"], "seconds": round(seconds, 3), "records_per_s": round(source["rows"] / seconds)}
-    return {"kafka_source": kafka, "source": source, "native_delta_read": delta}
+    rows, seconds = stream_seconds(source_stream(spark, root, topic, tempfile.mkdtemp(dir=scratch)))
+    native = native_reads(spark, root, topic, catalog.topic_path(topic), tempfile.mkdtemp(dir=scratch))
+    return {
+        "kafka_source": kafka,
+        "source": _figures(rows, seconds),
+        "native_delta_read": _figures(rows, native["delta_s"]),
+        "source_batch_read": _figures(rows, native["source_batch_s"]),
+        "native_delta_stream": _figures(rows, native["delta_stream_s"]),
+    }
 
 
 def consume(
@@ -340,6 +335,8 @@ def consume(
     logstore = {
         "source": med(before, "source"),
         "native_delta_read": med(before, "native_delta_read"),
+        "source_batch_read": med(before, "source_batch_read"),
+        "native_delta_stream": med(before, "native_delta_stream"),
         "segment_compaction": {
             "seconds": round(compact_s, 2),
             "files_before": files_before,
@@ -347,6 +344,8 @@ def consume(
         },
         "source_after_compaction": med(after, "source"),
         "native_delta_read_after_compaction": med(after, "native_delta_read"),
+        "source_batch_read_after_compaction": med(after, "source_batch_read"),
+        "native_delta_stream_after_compaction": med(after, "native_delta_stream"),
     }
     if e2e["kafka"]:
         kafka["end_to_end"] = _median_of(e2e["kafka"])
@@ -448,6 +447,16 @@ def ratios(kafka: dict[str, Any], logstore: dict[str, Any]) -> dict[str, float |
                 src_c, logstore["native_delta_read_after_compaction"]["records_per_s"]
             ),
         }
+        # The same reads like for like: batch against batch (the read path alone, without a streaming
+        # query's start), and query against query (Delta's own streaming source on the same table).
+        for suffix in ("", "_after_compaction"):
+            out[f"source_batch_read_over_native_delta_read{suffix}"] = _ratio(
+                logstore[f"source_batch_read{suffix}"]["records_per_s"],
+                logstore[f"native_delta_read{suffix}"]["records_per_s"],
+            )
+            out[f"source_over_native_delta_stream{suffix}"] = _ratio(
+                logstore[f"source{suffix}"]["records_per_s"], logstore[f"native_delta_stream{suffix}"]["records_per_s"]
+            )
     if "end_to_end" in logstore:
         ke, le = kafka["end_to_end"], logstore["end_to_end"]
         out["e2e_p50_logstore_over_kafka"] = _ratio(le["p50_ms"], ke["p50_ms"])
