@@ -26,6 +26,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import unquote
 
@@ -174,6 +175,26 @@ def refresh(dt: DeltaTable) -> None:
         if not set_aside_torn_checkpoints(table_path(dt)):
             raise
         _listing_retry(dt.update_incremental)
+
+
+@dataclass(frozen=True)
+class CheckpointPointer:
+    """What a table's ``_delta_log/_last_checkpoint`` says of its newest checkpoint."""
+
+    version: int
+    actions: int
+    """Actions the checkpoint holds (its ``size``: one per data file, plus metadata, protocol and app ids); 0 if
+    the pointer does not say."""
+
+
+def last_checkpoint(table_root: str) -> CheckpointPointer | None:
+    """The table's newest checkpoint as ``_last_checkpoint`` names it; None when there is none or it is unreadable."""
+    try:
+        with open(os.path.join(table_root, "_delta_log", "_last_checkpoint"), "rb") as fh:
+            pointer = orjson.loads(fh.read())
+        return CheckpointPointer(int(pointer["version"]), int(pointer.get("size", 0)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, orjson.JSONDecodeError):
+        return None
 
 
 def set_aside_torn_checkpoints(table_root: str) -> bool:

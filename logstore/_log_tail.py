@@ -121,11 +121,8 @@ class LogTail:
             v += 1
 
     def _checkpoint_version(self) -> int:
-        try:
-            with open(os.path.join(self._log, "_last_checkpoint"), "rb") as f:
-                return int(orjson.loads(f.read())["version"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
-            return -1
+        last = _delta.last_checkpoint(self._root)
+        return -1 if last is None else last.version
 
     def _apply(self, actions: list[dict[str, Any]]) -> None:
         for action in actions:

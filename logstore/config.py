@@ -299,7 +299,12 @@ class LogstoreConfig:
     )
     checkpoint_interval: int = field(
         default=100,
-        metadata=_key("checkpoint.interval", "Delta commits between checkpoints of a topic table.", minimum=1),
+        metadata=_key(
+            "checkpoint.interval",
+            "Delta commits between checkpoints of a topic table (at least: a checkpoint of n actions, one per "
+            "data file, is followed by the next one no sooner than n/100 commits later).",
+            minimum=1,
+        ),
     )
     offsets_history_commits: int = field(
         default=10,

@@ -212,6 +212,28 @@ def test_checkpoints_are_written_in_the_background(store: LogStore, tmp_path: ob
     assert [fresh.high_watermark(0), fresh.high_watermark(1)] == [6, 6]
 
 
+def test_a_table_of_many_files_is_checkpointed_less_often(tmp_path: Path) -> None:
+    # A checkpoint rewrites one action per data file: one of n actions waits n / 100 commits after the last,
+    # so a table that gathers files between compactions does not spend ever more CPU per commit on them.
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path), "checkpoint.interval": 2}))
+    catalog.create_topic("t", 60)
+    w = TopicWriter(catalog, "t")
+    log = Path(catalog.topic_path("t")) / "_delta_log"
+    for _ in range(24):  # 60 files a commit: the checkpoint at version v holds ~60 v actions
+        ok(w.append([batch(list(range(60)))])[0])
+        w._appender.wait_for_checkpoints()
+    w.close()
+    made = sorted(int(n.name.split(".")[0]) for n in log.glob("*.checkpoint.parquet"))
+    expected, last = [], None
+    for v in range(2, 25, 2):  # at every interval, unless the newest checkpoint is too recent for its size
+        if last is None or v - last >= (60 * last + 3) // 100:
+            expected.append(v)
+            last = v
+    assert made == expected
+    assert len(made) < 12  # every interval: versions 2, 4, ... 24
+    assert TopicWriter(catalog, "t").high_watermark(59) == 24
+
+
 def test_idle_writer_after_log_cleanup_commits_where_readers_look(tmp_path: Path) -> None:
     catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path)}))
     catalog.create_topic("t", 2)
