@@ -31,9 +31,7 @@ def test_importing_the_core_imports_no_caller() -> None:
         "callers = ('ingest_api', 'spark_source', 'spark_sink', 'maintenance', 'logstore_cli')\n"
         "print(sorted(n for n in sys.modules if n.split('.')[0] in callers))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]"
+    assert _fresh_interpreter(code) == "[]"
 
 
 def test_the_packages_names_resolve_on_first_use_to_their_modules_objects() -> None:
@@ -50,9 +48,14 @@ def test_the_packages_names_resolve_on_first_use_to_their_modules_objects() -> N
         "except AttributeError as e:\n"
         "    print(e)\n"
     )
+    assert _fresh_interpreter(code) == "module 'logstore' has no attribute 'Nope'"
+
+
+def _fresh_interpreter(code: str) -> str:
+    """What ``code`` prints when run by a new interpreter from the project's root (it must exit 0)."""
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "module 'logstore' has no attribute 'Nope'"
+    return r.stdout.strip()
 
 
 def test_session_registers_the_data_sources_of_the_entry_point_group() -> None:
