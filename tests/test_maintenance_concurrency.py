@@ -65,7 +65,8 @@ def test_produce_consume_and_maintenance_lose_and_duplicate_nothing(
     )
     h = History()
     permits = threading.Semaphore(0)
-    producing_done = threading.Event()
+    producing_done = threading.Event()  # the test thread's word to the producer: make no more commits
+    produced = threading.Event()  # the producer's: it has returned, so its last commit is in the log
     writer = TopicWriter(store.catalog, t)
 
     def commit(i: int) -> None:
@@ -92,13 +93,16 @@ def test_produce_consume_and_maintenance_lose_and_duplicate_nothing(
                 i += 1
         except BaseException as e:
             h.errors.append(e)
+        finally:
+            produced.set()
 
     def consume() -> None:
         reader = store.reader(t)
         pos = dict.fromkeys(range(PARTITIONS), 0)
         try:
             while True:
-                finished = producing_done.is_set()
+                # Not producing_done: the producer may still be inside the commit it took a permit for.
+                finished = produced.is_set()
                 reader.refresh()
                 progressed = False
                 for p in range(PARTITIONS):
