@@ -43,6 +43,7 @@ Invariants, all kept under the group's lock:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -59,6 +60,7 @@ from logstore.errors import (
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidRequestError,
+    LogstoreError,
     OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
@@ -68,6 +70,8 @@ from logstore.structs import FetchResult, GroupTopicPartition, TopicPartition
 
 if TYPE_CHECKING:
     from logstore.store import LogStore
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_POLL_INTERVAL_MS",
@@ -145,6 +149,8 @@ class _Group:
     fenced: OrderedDict[str, str] = field(default_factory=OrderedDict)
     """Departed members → why they went (for the error their next call gets)."""
     leases: dict[str, GroupLease] = field(default_factory=dict)
+    stale: bool = False
+    """A rebalance was started and did not finish (a topic's table could not be read): the next sweep redoes it."""
 
 
 class Coordinator(Protocol):
@@ -345,20 +351,31 @@ class GroupCoordinator:
 
         The node calls it on a timer, so a topic that gains partitions gets
         owners for them within one period, whoever altered it.
+
+        A group whose topics cannot be read now is logged and left for the next
+        call; the other groups are still swept.
         """
         with self._guard:
             groups = list(self._groups.values())
         for g in groups:
-            with g.lock:
-                self._expire_group(g)
-                topics = sorted(g.counts) if g.members else []
-            if not topics:
-                continue
-            # Read outside the group's lock: it opens Delta tables, and members must not wait on it.
-            counts = {t: self._partition_count(t) for t in topics}
-            with g.lock:
-                if g.members and any(g.counts.get(t) not in (None, n) for t, n in counts.items()):
-                    self._rebalance(g)
+            try:
+                self._sweep(g)
+            except LogstoreError as e:
+                log.warning("group '%s': expiry or rebalance failed (%s); retrying at the next sweep", g.name, e)
+
+    def _sweep(self, g: _Group) -> None:
+        with g.lock:
+            self._expire_group(g)
+            if g.stale and g.members:
+                self._rebalance(g)
+            topics = sorted(g.counts) if g.members else []
+        if not topics:
+            return
+        # Read outside the group's lock: it opens Delta tables, and members must not wait on it.
+        counts = {t: self._partition_count(t) for t in topics}
+        with g.lock:
+            if g.members and any(g.counts.get(t) not in (None, n) for t, n in counts.items()):
+                self._rebalance(g)
 
     def drop(self, group: str) -> None:
         """Forget ``group``'s members and release its leases: another node coordinates it now (cluster mode).
@@ -522,6 +539,7 @@ class GroupCoordinator:
 
     def _rebalance(self, g: _Group, joined: _Member | None = None) -> None:
         """A new target after a change of membership, then as much of it as revocations allow."""
+        g.stale = True  # until the new target is in place: a rebalance that raises is redone by the next sweep
         subscriptions = {mid: m.topics for mid, m in g.members.items()}
         counts = {t: self._partition_count(t) for t in {t for m in g.members.values() for t in m.topics}}
         g.counts = counts
@@ -532,6 +550,7 @@ class GroupCoordinator:
             joined.generation = g.generation
         self._reconcile(g, bumped=True)
         self._release_unused_leases(g)
+        g.stale = False
 
     def _partition_count(self, topic: str) -> int:
         """The topic's partitions; 0 once it is deleted (its members keep the group's other topics)."""

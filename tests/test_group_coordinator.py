@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -114,6 +115,30 @@ def test_expire_alone_removes_silent_members_and_releases_the_lease(
     coordinator.expire()
     assert coordinator.members("g") == [] and coordinator.groups() == []
     GroupLease(store.config.root, "g").acquire([t])  # a Spark query may read the topic now
+
+
+def test_a_group_whose_topic_cannot_be_read_holds_up_neither_other_groups_nor_its_own_rebalance(
+    coordinator: GroupCoordinator, make_topic: Callable[..., str], clock: Clock, store: LogStore
+) -> None:
+    broken, fine = make_topic(partitions=2), make_topic(partitions=2)
+    for group, topic in (("g1", broken), ("g2", fine)):
+        first = coordinator.join(group, [topic], session_timeout_ms=1000)
+        coordinator.join(group, [topic], session_timeout_ms=60_000)
+        coordinator.heartbeat(group, first.member_id)  # acknowledged: the second member has its share
+    commit = sorted(Path(store.catalog.topic_path(broken), "_delta_log").glob("*.json"))[-1]
+    good = commit.read_bytes()
+    commit.write_bytes(b"{not json")  # g1's topic cannot be opened: its rebalance raises KAFKA_STORAGE_ERROR
+    clock.now = 5  # both groups' first members are silent past their session
+
+    coordinator.expire()  # g1 comes first: before, its failure ended the sweep and g2 kept its dead member
+
+    def owned(group: str) -> list[list[TP]]:
+        return [sorted(m.assigned) for m in coordinator._groups[group].members.values()]
+
+    assert owned("g2") == [[TP(fine, 0), TP(fine, 1)]]
+    commit.write_bytes(good)
+    coordinator.expire()  # g1's rebalance, left unfinished, is done once the topic can be read again
+    assert owned("g1") == [[TP(broken, 0), TP(broken, 1)]]
 
 
 def test_a_member_that_heartbeats_but_does_not_fetch_leaves_after_max_poll_interval(

@@ -110,6 +110,29 @@ def test_the_heartbeat_survives_an_io_error(tmp_path: Path) -> None:
         lease.release()
 
 
+def test_the_heartbeat_survives_an_unexpected_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lease = GroupLease(str(tmp_path), "g", timeout_ms=150)
+    lease.acquire({"t"})
+    renew = lease._renew
+    failures = iter([RuntimeError("a defect in one renewal")])
+
+    def once_broken(topic: str) -> None:
+        err = next(failures, None)
+        if err is not None:
+            raise err
+        renew(topic)
+
+    try:
+        monkeypatch.setattr(lease, "_renew", once_broken)
+        _wait_for(lambda: lease.renewal_failures == 1)
+        renewed = lease.renewals
+        _wait_for(lambda: lease.renewals >= renewed + 2)  # logged with its traceback; the next rounds renew
+        assert lease._thread is not None and lease._thread.is_alive()
+        lease.acquire({"t"})
+    finally:
+        lease.release()
+
+
 def _wait_for(condition: object, timeout_s: float = 20.0) -> None:
     assert callable(condition)
     deadline = time.monotonic() + timeout_s
