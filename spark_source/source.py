@@ -120,20 +120,27 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[tuple[str, int], int] | None = None
         self._plans: dict[str, Views] = {}
         self._available: Offsets | None = None
+        self._initial: Offsets | None = None
+        """Where this run of the query starts when Spark has no committed position (resolved once)."""
 
     # -- Spark's methods (driver-side worker) --------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        planner = self._planner_()
-        views = planner.views()
-        self._hold(views)
-        start = planner.starting_offsets(views)
-        if self.options.group is not None:
-            for (_, t, p), (offset, _, _) in self._offsets_().committed(self.options.group).items():
-                if t in start and str(p) in start[t]:
-                    start[t][str(p)] = offset
-                    self._committed[(t, str(p))] = offset
-        return start
+        # Spark asks more than once before the first batch is committed: for the start of its
+        # latestOffset, then again for the start of its input partitions. Both must be the same
+        # position: "latest" resolved again a moment later would start past the end just planned.
+        if self._initial is None:
+            planner = self._planner_()
+            views = planner.views()
+            self._hold(views)
+            start = planner.starting_offsets(views)
+            if self.options.group is not None:
+                for (_, t, p), (offset, _, _) in self._offsets_().committed(self.options.group).items():
+                    if t in start and str(p) in start[t]:
+                        start[t][str(p)] = offset
+                        self._committed[(t, str(p))] = offset
+            self._initial = start
+        return canonical(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:

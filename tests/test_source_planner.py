@@ -5,14 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from logstore.config import load_config
 from logstore.errors import UnknownTopicOrPartitionError
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
+from spark_source import LogstoreStreamReader
 from spark_source._options import SourceOptions
 from spark_source._planner import Planner
+from spark_source._slices import TopicSlice
 
 
 def _store(root: Path) -> LogStore:
@@ -50,3 +53,30 @@ def test_a_pattern_skips_a_topic_deleted_between_listing_and_reading(
     store.delete_topic("logs-b")
     monkeypatch.setattr(planner.catalog, "list_topics", lambda: listed)
     assert sorted(planner.views()) == ["logs-a"]
+
+
+def test_a_query_from_latest_starts_its_first_batch_where_it_planned_it(tmp_path: Path) -> None:
+    """Spark asks for the initial offset twice before the first batch commits, records arriving in between.
+
+    The calls below are in the order Spark's micro-batch loop makes them: the initial offset as the start
+    of the first ``latestOffset``, then again as the start of that batch's input partitions.
+    """
+    store = _store(tmp_path)
+    store.create_topic("t", 1)
+
+    def produce(n: int) -> None:
+        store.append("t", [ProducerBatch(input_table([0] * n, [b"v"] * n))])
+
+    produce(3)
+    reader = LogstoreStreamReader(
+        SourceOptions.parse({"logstore.root": str(tmp_path), "subscribe": "t"}, streaming=True)
+    )
+    first = reader.initialOffset()
+    assert first == {"t": {"0": 3}}  # startingOffsets=latest, the default
+    produce(2)
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert end == {"t": {"0": 5}}
+    produce(2)
+    assert reader.initialOffset() == first
+    slices = reader.partitions(reader.initialOffset(), end)
+    assert [(s.start, s.end) for s in slices if isinstance(s, TopicSlice)] == [(3, 5)]
