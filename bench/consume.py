@@ -75,7 +75,7 @@ def stream_latency(
     *,
     trigger_ms: int,
     warmup_s: float,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Latency from a record's CreateTime to ``foreachBatch`` seeing it, per record: p50/p99/max in ms.
 
     ``stream`` is a streaming DataFrame with a ``timestamp`` column; it runs with a
@@ -106,6 +106,7 @@ def stream_latency(
         counted_from_ms = time.time() * 1000 + warmup_s * 1000
         sent = produce(start)
         q.processAllAvailable()
+        progress = [p["durationMs"] for p in q.recentProgress if p["numInputRows"] > 0]
     finally:
         q.stop()
     created = np.concatenate([c for c, _ in seen])
@@ -119,6 +120,10 @@ def stream_latency(
         "p50_ms": round(float(np.percentile(lat, 50)), 1),
         "p99_ms": round(float(np.percentile(lat, 99)), 1),
         "max_ms": round(float(lat.max()), 1),
+        # The last micro-batches (Spark keeps ~100 progress reports) that read records: their median durations.
+        "micro_batch_ms_p50": {
+            k: float(np.median([d.get(k, 0) for d in progress])) for k in ("triggerExecution", "addBatch", "walCommit")
+        },
     }
 
 
@@ -131,8 +136,10 @@ def end_to_end(
     warmup_s: float,
     per_request: int = 100,
     group: str | None = None,
+    partitions: int = 2,
 ) -> dict[str, Any]:
-    """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``.
+    """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``
+    of ``partitions`` partitions.
 
     With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch).
 
@@ -147,7 +154,7 @@ def end_to_end(
 
     srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
     try:
-        httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": 2}).raise_for_status()
+        httpx.post(srv.url + "/v1/topics", json={"name": "e2e", "partitions": partitions}).raise_for_status()
 
         def warm() -> None:
             ms = int(time.time() * 1000)
@@ -177,7 +184,7 @@ def end_to_end(
     finally:
         srv.stop()
     named = {"group": group} if group else {}
-    return {"rate_records_per_s": rate, "records_per_request": per_request, **named, **out}
+    return {"rate_records_per_s": rate, "records_per_request": per_request, "partitions": partitions, **named, **out}
 
 
 def stream_seconds(query: Any) -> tuple[int, float]:
@@ -260,6 +267,7 @@ def main() -> None:
     ap.add_argument("--e2e-rate", type=int, default=10_000, help="records/s produced in the latency run")
     ap.add_argument("--e2e-batch", type=int, default=100, help="records per produce request in the latency run")
     ap.add_argument("--e2e-warmup", type=float, default=2, help="seconds at the start of the latency run not counted")
+    ap.add_argument("--e2e-partitions", type=int, default=2, help="partitions of the latency run's topic")
     ap.add_argument("--e2e-group", help="read as this consumer group in the latency run (an offset commit per batch)")
     args = ap.parse_args()
 
@@ -318,6 +326,7 @@ def main() -> None:
                 args.e2e_warmup,
                 args.e2e_batch,
                 args.e2e_group,
+                args.e2e_partitions,
             )
         spark.stop()
         out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -4,7 +4,7 @@ Depends on the core (`logstore`); the core never imports it. The one data
 source class also serves writes (:mod:`spark_sink`).
 """
 
-from spark_source._slices import KAFKA_ARROW_SCHEMA, KAFKA_SCHEMA_DDL, TopicSlice
+from spark_source._slices import KAFKA_ARROW_SCHEMA, KAFKA_SCHEMA_DDL, ReadTask, TopicSlice
 from spark_source.source import LogstoreBatchReader, LogstoreDataSource, LogstoreStreamReader
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "LogstoreBatchReader",
     "LogstoreDataSource",
     "LogstoreStreamReader",
+    "ReadTask",
     "TopicSlice",
 ]

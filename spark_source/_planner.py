@@ -16,7 +16,7 @@ from logstore.config import load_config
 from logstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.reader import PartitionView, TopicReader, offset_for_timestamp
 from spark_source._options import EARLIEST, LATEST, OffsetSpec, SourceOptions
-from spark_source._slices import TopicSlice, plan_slices
+from spark_source._slices import ReadTask, TopicSlice, pack_slices, plan_slices
 
 __all__ = ["Offsets", "Planner", "Views", "canonical", "rate_limited"]
 
@@ -120,6 +120,10 @@ class Planner:
             )
         log.warning("failOnDataLoss=false: %s; continuing from offset %d", what, lo)
         return lo
+
+    def tasks(self, start: Offsets, end: Offsets, views: Views) -> list[ReadTask]:
+        """Spark's input partitions for ``start`` → ``end``: the :meth:`slices`, small ones packed together."""
+        return pack_slices(self.slices(start, end, views), self.options.max_records_per_partition)
 
     def slices(self, start: Offsets, end: Offsets, views: Views) -> list[TopicSlice]:
         """Input partitions covering ``start`` → ``end`` from the files of ``views``."""

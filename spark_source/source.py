@@ -8,8 +8,9 @@ Where each piece runs:
   ``partitions``, ``commit`` and ``stop`` run in one long-lived Python worker
   the driver starts per query (no SparkSession there). That worker reads the
   topics' Delta logs, commits the group's offsets and holds the group's lease.
-* ``read`` runs on executors, one call per :class:`~spark_source._slices.TopicSlice`;
-  it reads only the slice's files, listed at planning time, and is stateless.
+* ``read`` runs on executors, one call per :class:`~spark_source._slices.ReadTask`
+  (a partition's slice, or several small ones); it reads only the slices' files,
+  listed at planning time, and is stateless.
 
 Consumer groups. With ``group``, a new query starts from the group's committed
 offsets (``startingOffsets`` for partitions it never committed) and the group's
@@ -45,7 +46,7 @@ from logstore.leases import GroupLease
 from logstore.offsets import OffsetsStore
 from spark_source._options import SourceOptions
 from spark_source._planner import Offsets, Planner, Views, canonical, rate_limited
-from spark_source._slices import HEADERS_DDL, KAFKA_SCHEMA_DDL, TopicSlice, read_slice
+from spark_source._slices import HEADERS_DDL, KAFKA_SCHEMA_DDL, ReadTask, read_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,11 +101,11 @@ class LogstoreBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = Planner(self.options)
         views = planner.views()
-        return planner.slices(planner.starting_offsets(views), planner.ending_offsets(views), views)
+        return planner.tasks(planner.starting_offsets(views), planner.ending_offsets(views), views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicSlice)
-        return read_slice(partition)
+        assert isinstance(partition, ReadTask)
+        return read_task(partition)
 
 
 class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -188,11 +189,11 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         views = self._plans.get(_key(end))
         if views is None:  # planned by an earlier run of the query (a replay after a restart)
             views = planner.views()
-        return planner.slices(start, end, views)
+        return planner.tasks(start, end, views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicSlice)
-        return read_slice(partition)
+        assert isinstance(partition, ReadTask)
+        return read_task(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(end)

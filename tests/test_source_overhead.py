@@ -43,7 +43,7 @@ for part in reader.partitions(start, end):
             "rows": rb.num_rows,
             "topics": sorted(set(rb.column("topic").to_pylist())),
             "partitions": sorted(set(rb.column("partition").to_pylist())),
-            "partition": part.partition,
+            "read": sorted({s.partition for s in part.slices}),
             "offsets": [rb.column("offset")[0].as_py(), rb.column("offset")[-1].as_py()],
         })
 reader.latestOffset(end, ReadAllAvailable())
@@ -108,8 +108,8 @@ def test_every_batch_carries_its_slices_topic_and_partition(
     assert sorted(b["rows"] for b in batches) == [1, n - 65_536, 65_536]
     for b in batches:
         assert b["topics"] == [t]
-        assert b["partitions"] == [b["partition"]]
-    assert sorted((b["partition"], b["offsets"]) for b in batches) == [
+        assert b["partitions"] == b["read"]  # one partition's slice a task here: partition 1's is too big to share
+    assert sorted((b["read"][0], b["offsets"]) for b in batches) == [
         (0, [0, 0]),
         (1, [0, 65_535]),
         (1, [65_536, n - 1]),
@@ -127,7 +127,7 @@ def test_a_slice_of_many_small_files_reaches_spark_as_one_batch(
 
     result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
 
-    assert result["batches"] == [{"rows": 120, "topics": [t], "partitions": [0], "partition": 0, "offsets": [0, 119]}]
+    assert result["batches"] == [{"rows": 120, "topics": [t], "partitions": [0], "read": [0], "offsets": [0, 119]}]
 
 
 def test_the_reported_latest_offset_is_the_one_the_batch_was_planned_on(
@@ -163,3 +163,19 @@ def test_python_workers_import_compiled_pyspark_not_the_zip(spark: SparkSession)
 
     assert ".zip" not in path
     assert path.endswith("__init__.py")
+
+
+def test_small_slices_of_several_partitions_reach_spark_as_one_batch(
+    config: LogstoreConfig, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # A low-rate stream's micro-batch holds a few records of each partition: one task reads them all, and they
+    # reach Spark together, each row with its own partition and offsets in order within it.
+    t = make_topic(partitions=4)
+    for _ in range(3):
+        store.append(t, [ProducerBatch(input_table([0, 1, 2, 3], [b"a", b"b", b"c", b"d"]))])
+
+    result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
+
+    assert result["batches"] == [
+        {"rows": 12, "topics": [t], "partitions": [0, 1, 2, 3], "read": [0, 1, 2, 3], "offsets": [0, 2]}
+    ]

@@ -15,7 +15,7 @@ from logstore.structs import ProducerBatch
 from spark_source import LogstoreStreamReader
 from spark_source._options import SourceOptions
 from spark_source._planner import Planner
-from spark_source._slices import TopicSlice
+from spark_source._slices import ReadTask
 
 
 def _store(root: Path) -> LogStore:
@@ -78,5 +78,5 @@ def test_a_query_from_latest_starts_its_first_batch_where_it_planned_it(tmp_path
     assert end == {"t": {"0": 5}}
     produce(2)
     assert reader.initialOffset() == first
-    slices = reader.partitions(reader.initialOffset(), end)
-    assert [(s.start, s.end) for s in slices if isinstance(s, TopicSlice)] == [(3, 5)]
+    tasks = reader.partitions(reader.initialOffset(), end)
+    assert [(s.start, s.end) for task in tasks if isinstance(task, ReadTask) for s in task.slices] == [(3, 5)]

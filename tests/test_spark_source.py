@@ -233,3 +233,16 @@ def test_large_slices_are_split_across_tasks(
     df = read_batch(spark, store, subscribe=t, maxRecordsPerPartition=20)
     assert df.rdd.getNumPartitions() == 3
     assert offsets_by_partition(df) == {0: list(range(60))}
+
+
+def test_small_slices_share_a_task(spark: SparkSession, store: LogStore, make_topic: Callable[..., str]) -> None:
+    t, u = make_topic(partitions=4), make_topic(partitions=2)
+    produce(store, t, [0, 1, 2, 3] * 5)
+    produce(store, u, [0, 1] * 3)
+    df = read_batch(spark, store, subscribePattern=f"{t}|{u}")
+    assert df.rdd.getNumPartitions() == 1  # six partitions of a few records: one Python task, not six
+    assert offsets_by_partition(df.where(df.topic == t)) == {p: list(range(5)) for p in range(4)}
+    assert offsets_by_partition(df.where(df.topic == u)) == {p: list(range(3)) for p in range(2)}
+    # Slices of the task budget or more (at most maxRecordsPerPartition records) keep a task each.
+    assert read_batch(spark, store, subscribe=t, maxRecordsPerPartition=5).rdd.getNumPartitions() == 4
+    assert read_batch(spark, store, subscribe=t, maxRecordsPerPartition=10).rdd.getNumPartitions() == 2
