@@ -393,9 +393,15 @@ def kafka_end_to_end(
 # -- the run --------------------------------------------------------------------
 
 
-def _median_of(results: list[dict[str, float]]) -> dict[str, float]:
-    """Field-wise medians of ``results`` (the run with the median records/s for counts would differ little)."""
-    return {k: round(statistics.median(r[k] for r in results), 2) for k in results[0]}
+def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise medians of ``results``, nested fields too (the run with the median records/s for counts would
+    differ little)."""
+    return {
+        k: _median_of([r[k] for r in results])
+        if isinstance(v, dict)
+        else round(statistics.median(r[k] for r in results), 2)
+        for k, v in results[0].items()
+    }
 
 
 def _machine() -> dict[str, Any]:
