@@ -230,18 +230,8 @@ class Accumulator:
             self.refresh_partitions()
         num_partitions = self._num_partitions
         if parsed.keys.null_count == n and not named:
-            if parsed.producer_id is not None:
-                sticky = self._partitioner.assign(
-                    self.topic,
-                    [None],
-                    [None],
-                    num_partitions,
-                    producer_id=parsed.producer_id,
-                    sequence=parsed.sequence,
-                )[0]
-            else:
-                sticky = self._partitioner.assign(self.topic, [None], [None], num_partitions)[0]
-            parts = pa.repeat(sticky, n)
+            sticky = self._partitioner.sticky(num_partitions, producer_id=parsed.producer_id, sequence=parsed.sequence)
+            parts = pa.repeat(pa.scalar(sticky, pa.int32()), n)
         else:
             parts = self._partitioner.assign(
                 self.topic,

@@ -117,6 +117,17 @@ class Partitioner:
         """The partition Kafka's Java client picks for ``key``."""
         return to_positive(murmur2(key)) % num_partitions
 
+    def sticky(self, num_partitions: int, *, producer_id: str | None = None, sequence: int | None = None) -> int:
+        """The partition of a request's key-less records without an explicit partition.
+
+        An idempotent producer's request (``producer_id`` and ``sequence``) always
+        lands on the same partition, so a retry goes where the original went;
+        other requests take the partitions in turn.
+        """
+        if producer_id is not None and sequence is not None:
+            return to_positive(murmur2(f"{producer_id}/{sequence}".encode())) % num_partitions
+        return next(self._sticky) % num_partitions
+
     def assign(
         self,
         topic: str,
@@ -132,10 +143,7 @@ class Partitioner:
         Raises:
             UnknownTopicOrPartitionError: an explicit partition outside 0..num_partitions-1.
         """
-        if producer_id is not None and sequence is not None:
-            sticky = to_positive(murmur2(f"{producer_id}/{sequence}".encode())) % num_partitions
-        else:
-            sticky = next(self._sticky) % num_partitions
+        sticky = self.sticky(num_partitions, producer_id=producer_id, sequence=sequence)
         if all(p is None for p in explicit):
             key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
             hashed = (murmur2_array(key_arr).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
