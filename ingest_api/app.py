@@ -276,5 +276,5 @@ async def _expire_sessions(coordinator: GroupCoordinator, broker: Broker) -> Non
         try:
             await run_in_threadpool(forget_moved_groups, coordinator, broker)
             await run_in_threadpool(coordinator.expire)
-        except Exception:
+        except Exception:  # the sweep must outlive any one failure (storage errors are handled per group)
             log.exception("expiring group members failed; retrying in %.1f s", _SESSION_SWEEP_S)

@@ -484,7 +484,7 @@ class _Checkpointer:
             if self._fsync:
                 # delta-rs does not fsync: a checkpoint torn by a power loss would be the one readers trust.
                 sync_checkpoint(self._root, table.version())
-        except Exception:
+        except Exception:  # never ends the checkpoint worker: commits are durable without checkpoints
             # A checkpoint only speeds up opening; the next request tries again from a fresh handle.
             log.warning("checkpoint of %s failed", self._root, exc_info=True)
             table = None

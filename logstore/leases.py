@@ -264,7 +264,7 @@ class GroupLease:
                         self._timeout_ms // 3,
                     )
                     continue
-                except Exception:
+                except Exception:  # a defect in one renewal must not end the heartbeat; acquire() still checks
                     self.renewal_failures += 1
                     log.exception("group lease of '%s': renewal failed; retrying at the next round", self.group)
                     continue

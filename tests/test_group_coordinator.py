@@ -5,12 +5,16 @@ A fake clock drives session expiry, so these tests never sleep.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from ingest_api.app import _expire_sessions
+from ingest_api.broker import Broker
+from logstore.config import LogstoreConfig
 from logstore.coordinator import GroupCoordinator, MemberState
 from logstore.errors import (
     GroupSubscribedToTopicError,
@@ -115,6 +119,53 @@ def test_expire_alone_removes_silent_members_and_releases_the_lease(
     coordinator.expire()
     assert coordinator.members("g") == [] and coordinator.groups() == []
     GroupLease(store.config.root, "g").acquire([t])  # a Spark query may read the topic now
+
+
+def test_the_nodes_session_sweep_survives_an_unexpected_error(
+    coordinator: GroupCoordinator,
+    make_topic: Callable[..., str],
+    clock: Clock,
+    config: LogstoreConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The ingest node's sweep task is the only thing that expires silent members between requests: an error
+    # that is not a storage error (a defect) in one sweep is logged, and the next sweep expires them.
+    t = make_topic(partitions=1)
+    coordinator.join("g", [t], session_timeout_ms=1000)
+    clock.now = 5
+    expire = coordinator.expire
+    failures = iter([RuntimeError("a defect in one sweep")])
+    sweeps: list[str] = []
+
+    def once_broken() -> None:
+        err = next(failures, None)
+        if err is not None:
+            sweeps.append("raised")
+            raise err
+        expire()
+        sweeps.append("swept")
+
+    monkeypatch.setattr(coordinator, "expire", once_broken)
+    broker = Broker(config)
+
+    async def sweep_until_swept() -> None:
+        # Watches the sweeps themselves: reading the group (members(), groups()) would expire it too.
+        task = asyncio.create_task(_expire_sessions(coordinator, broker))
+        try:
+            async with asyncio.timeout(20):
+                while "swept" not in sweeps:
+                    assert not task.done(), "the sweep task ended"
+                    await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+
+    try:
+        asyncio.run(sweep_until_swept())
+    finally:
+        broker.close()
+    monkeypatch.undo()
+    assert sweeps[:2] == ["raised", "swept"]
+    assert coordinator.members("g") == []
 
 
 def test_a_group_whose_topic_cannot_be_read_holds_up_neither_other_groups_nor_its_own_rebalance(
