@@ -8,12 +8,13 @@ JARS   := .cache/jars
 ZK     := .cache/zookeeper
 KAFKA  := .cache/kafka
 SPARK_KAFKA := .cache/spark-kafka
+LOCALFS := .cache/localfs
 ROOT   ?= ./data
 CONSOLE_VENDOR := ingest_api/console/static/vendor
 
 .PHONY: setup run demo test lint typecheck unit bench jars zookeeper kafka console chromium clean
 
-setup: $(VENV)/.installed $(JARS)/.done $(ZK)/.done $(CONSOLE_VENDOR)/.done
+setup: $(VENV)/.installed $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(ZK)/.done $(CONSOLE_VENDOR)/.done
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,15 @@ $(JARS)/.done: jars/pom.xml
 	touch $@
 
 jars: $(JARS)/.done
+
+# Hadoop's local file system without a child process per file created or renamed (jars/localfs),
+# compiled against this pyspark's own jars; logstore.spark.session() puts it on a local driver's classpath.
+$(LOCALFS)/logstore-localfs.jar: $(wildcard jars/localfs/logstore/hadoop/*.java) $(VENV)/.installed
+	rm -rf $(LOCALFS)/classes && mkdir -p $(LOCALFS)/classes
+	javac -Xlint:all,-path -Werror --release 17 -d $(LOCALFS)/classes \
+	    -cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	    $(filter %.java,$^)
+	jar cf $@ -C $(LOCALFS)/classes .
 
 # The web console's charting library (uPlot) from the npm registry, served by the node from
 # $(CONSOLE_VENDOR) (build output, not committed): no CDN, the console works offline.

@@ -30,7 +30,9 @@ __all__ = [
     "DATA_SOURCES_GROUP",
     "DELTA_ARTIFACT",
     "data_sources",
+    "LOCAL_FS_JAR",
     "delta_jars",
+    "local_file_system_conf",
     "session",
     "spark_home_without_python_zips",
 ]
@@ -114,6 +116,7 @@ def session(**overrides: str) -> SparkSession:
     else:
         conf["spark.jars.packages"] = f"{DELTA_ARTIFACT}:{_delta_version()}"
     conf.update(overrides)
+    conf.update(local_file_system_conf(conf))
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)
@@ -121,6 +124,42 @@ def session(**overrides: str) -> SparkSession:
     for source in data_sources():
         spark.dataSource.register(source)
     return spark
+
+
+LOCAL_FS_JAR = Path(__file__).resolve().parent.parent / ".cache" / "localfs" / "logstore-localfs.jar"
+"""Hadoop's local file system without a child process per file (``jars/localfs``, built by ``make``)."""
+
+
+def local_file_system_conf(conf: dict[str, str]) -> dict[str, str]:
+    """Spark conf that makes a local-mode driver use ``jars/localfs``'s file system for ``file:`` paths.
+
+    Without Hadoop's native library (a pip-installed pyspark has none) the
+    local file system runs ``chmod`` in a child process for every file and
+    directory it creates and ``readlink`` for both paths of every rename: a
+    fork of the driver's JVM each, tens of milliseconds on a small machine.
+    A streaming query pays four of each a micro-batch for its offset and
+    commit logs — ~45 ms apiece, about half of a short micro-batch —, a
+    Delta commit and every Parquet file written to a local table pay them
+    too. ``jars/localfs`` makes the same system calls in-process; files,
+    permissions and checksums are as Hadoop's.
+
+    Empty (Hadoop's own file system) when the jar is not built, for a
+    cluster master (the jar is on this machine only), or when a SparkContext
+    is already running (its classpath can no longer change). The driver's
+    ``spark.driver.extraClassPath`` in ``conf`` is kept, after the jar.
+    """
+    if not LOCAL_FS_JAR.is_file() or not conf.get("spark.master", "local").startswith("local"):
+        return {}
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return {}
+    classpath = [str(LOCAL_FS_JAR), *filter(None, [conf.get("spark.driver.extraClassPath")])]
+    return {
+        "spark.driver.extraClassPath": os.pathsep.join(classpath),
+        "spark.hadoop.fs.file.impl": "logstore.hadoop.NioLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "logstore.hadoop.NioLocalFs",
+    }
 
 
 def spark_home_without_python_zips() -> str | None:
