@@ -56,6 +56,8 @@ RECORDS = 1000
 """Records per produce request."""
 VALUE_BYTES = 100
 """Bytes per record value (keys are null)."""
+KEEP_ALIVE_S = 4.0
+"""An open-loop connection idle this long is closed, not reused (under uvicorn's 5 s keep-alive)."""
 LOAD_GENERATOR = "bench/_http_load.py: asyncio HTTP/1.1 in a child process, prepared requests, keep-alive"
 """How the benchmarks' JSON documents name this load generator."""
 
@@ -266,19 +268,32 @@ async def _touch(url: str, topics: list[str], concurrency: int) -> dict[str, obj
     return {"topics": len(topics), "answered_200": ok, "failures": failures, "seconds": elapsed}
 
 
-async def _schedule(url: str, seconds: float, rate: float, request: Callable[[], bytes]) -> tuple[list[float], int]:
+async def _schedule(
+    url: str, seconds: float, rate: float, request: Callable[[], bytes]
+) -> tuple[list[float], dict[str, int]]:
     """Send ``request()`` ``rate`` times a second for ``seconds``, whatever the answers' latency.
 
-    Returns the latencies of the 200 answers (s) and the number of other outcomes.
+    Returns the latencies of the 200 answers (s) and the other outcomes: how many
+    of each status code (``"0"``: the connection failed).
     """
     parts = urlsplit(url)
-    idle: list[Http1] = []  # connections between requests; a request that finds none opens one
+    # Connections between requests, with when each was last used; a request that finds none opens one. One
+    # idle for KEEP_ALIVE_S is closed instead: the server may be closing it (uvicorn's keep-alive is 5 s),
+    # and a request sent on it then fails without having been read.
+    idle: list[tuple[Http1, float]] = []
     lat: list[float] = []
-    failed = 0
+    failed: dict[str, int] = {}
+
+    def connection() -> Http1:
+        while idle:
+            conn, used = idle.pop()
+            if time.monotonic() - used < KEEP_ALIVE_S:
+                return conn
+            conn.close()
+        return Http1(parts.hostname or "127.0.0.1", parts.port or 80)
 
     async def one() -> None:
-        nonlocal failed
-        conn = idle.pop() if idle else Http1(parts.hostname or "127.0.0.1", parts.port or 80)
+        conn = connection()
         t0 = time.perf_counter()
         try:
             status = await conn.send(request())
@@ -287,8 +302,8 @@ async def _schedule(url: str, seconds: float, rate: float, request: Callable[[],
         if status == 200:
             lat.append(time.perf_counter() - t0)
         else:
-            failed += 1
-        idle.append(conn)
+            failed[str(status)] = failed.get(str(status), 0) + 1
+        idle.append((conn, time.monotonic()))
 
     tasks = []
     start = time.perf_counter()
@@ -299,7 +314,7 @@ async def _schedule(url: str, seconds: float, rate: float, request: Callable[[],
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
-    for conn in idle:
+    for conn, _ in idle:
         conn.close()
     return lat, failed
 
@@ -312,7 +327,7 @@ async def _open_loop(
     ms = np.array(lat) * 1000
     return {
         "requests": len(lat),
-        "failed": failed,
+        "failed": sum(failed.values()),
         "rate_records_per_s": rate * RECORDS,
         "p50_ms": float(np.percentile(ms, 50)),
         "p99_ms": float(np.percentile(ms, 99)),
@@ -331,7 +346,16 @@ async def _stamped_loop(url: str, topic: str, per_request: int, seconds: float, 
         return f"{head}content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
 
     lat, failed = await _schedule(url, seconds, rate, request)
-    return {"requests": len(lat), "failed": failed, "records": len(lat) * per_request}
+    ms = np.array(lat) * 1000 if lat else np.zeros(1)
+    return {
+        "requests": len(lat),
+        "failed": sum(failed.values()),
+        "failed_by_status": failed,  # "0": the connection failed
+        "records": len(lat) * per_request,
+        # send → acknowledgement (acks=all: committed, so a consumer's next plan sees it)
+        "ack_p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "ack_p99_ms": round(float(np.percentile(ms, 99)), 1),
+    }
 
 
 def closed_loop(
@@ -369,7 +393,7 @@ def stamped_loop(url: str, topic: str, per_request: int, records_per_s: float, s
 
     ``records_per_s`` records a second for ``seconds``, on a fixed schedule (for
     end-to-end latency: CreateTime → consumer). Returns the requests answered 200,
-    the others, and the records answered.
+    the others, the records answered, and the answers' p50 and p99 latency in ms.
     """
     return _run("stamped", url, topic, "all", "json", per_request, seconds, records_per_s / per_request)
 

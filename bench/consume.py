@@ -120,9 +120,10 @@ def stream_latency(
         "p50_ms": round(float(np.percentile(lat, 50)), 1),
         "p99_ms": round(float(np.percentile(lat, 99)), 1),
         "max_ms": round(float(lat.max()), 1),
-        # The last micro-batches (Spark keeps ~100 progress reports) that read records: their median durations.
+        # The last micro-batches (Spark keeps ~100 progress reports) that read records: the median of each phase
+        # Spark times (latestOffset, queryPlanning, walCommit, addBatch, commitOffsets, …; triggerExecution is all).
         "micro_batch_ms_p50": {
-            k: float(np.median([d.get(k, 0) for d in progress])) for k in ("triggerExecution", "addBatch", "walCommit")
+            k: float(np.median([d.get(k, 0) for d in progress])) for k in sorted({k for d in progress for k in d})
         },
     }
 
@@ -160,11 +161,15 @@ def end_to_end(
             ms = int(time.time() * 1000)
             httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
 
+        acks: dict[str, float] = {}
+
         def produce(start: float) -> int:
             # From a child process, as Kafka's side produces from ProducerPerformance's JVM: senders in this
             # process would share its GIL with the driver's foreachBatch, which takes the measurement.
             remaining = max(0.0, start + warmup_s + seconds - time.monotonic())
-            return int(stamped_loop(srv.url, "e2e", per_request, rate, remaining)["records"])
+            sent = stamped_loop(srv.url, "e2e", per_request, rate, remaining)
+            acks.update(p50_ms=sent["ack_p50_ms"], p99_ms=sent["ack_p99_ms"], failed=sent["failed"])
+            return int(sent["records"])
 
         reader = (
             spark.readStream.format("logstore")
@@ -184,7 +189,14 @@ def end_to_end(
     finally:
         srv.stop()
     named = {"group": group} if group else {}
-    return {"rate_records_per_s": rate, "records_per_request": per_request, "partitions": partitions, **named, **out}
+    return {
+        "rate_records_per_s": rate,
+        "records_per_request": per_request,
+        "partitions": partitions,
+        **named,
+        **out,
+        "produce_ack_ms": acks,  # of the requests: until committed, a record is not there to be read
+    }
 
 
 def stream_seconds(query: Any) -> tuple[int, float]:
