@@ -144,15 +144,17 @@ def local_file_system_conf(conf: dict[str, str]) -> dict[str, str]:
     permissions and checksums are as Hadoop's.
 
     Empty (Hadoop's own file system) when the jar is not built, for a
-    cluster master (the jar is on this machine only), or when a SparkContext
-    is already running (its classpath can no longer change). The driver's
-    ``spark.driver.extraClassPath`` in ``conf`` is kept, after the jar.
+    cluster master (the jar is on this machine only), or when the driver's JVM
+    is already running — an earlier session's, or ``spark-submit``'s, which
+    started it before this interpreter — as its classpath can no longer
+    change. The driver's ``spark.driver.extraClassPath`` in ``conf`` is kept,
+    after the jar.
     """
     if not LOCAL_FS_JAR.is_file() or not conf.get("spark.master", "local").startswith("local"):
         return {}
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is not None:
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return {}
     classpath = [str(LOCAL_FS_JAR), *filter(None, [conf.get("spark.driver.extraClassPath")])]
     return {

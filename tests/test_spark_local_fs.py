@@ -73,7 +73,8 @@ def test_only_a_new_local_driver_gets_it(spark: Any) -> None:
         "import json; from logstore.spark import local_file_system_conf as c; print(json.dumps(["
         "c({'spark.master': 'local[2]', 'spark.driver.extraClassPath': '/x.jar'}), c({'spark.master': 'yarn'})]))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
     local, cluster = json.loads(done.stdout)
     assert local == {
         "spark.driver.extraClassPath": f"{LOCAL_FS_JAR}{os.pathsep}/x.jar",
@@ -81,5 +82,14 @@ def test_only_a_new_local_driver_gets_it(spark: Any) -> None:
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "logstore.hadoop.NioLocalFs",
     }
     assert cluster == {}  # the jar is on this machine only
+    # Under spark-submit the JVM was started before the interpreter, with the classpath it was given.
+    submitted = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "PYSPARK_GATEWAY_PORT": "1"},
+    )
+    assert json.loads(submitted.stdout) == [{}, {}]
     # This test run's driver is running: its classpath can no longer change, so nothing is asked of it.
     assert local_file_system_conf({"spark.master": "local[2]"}) == {}
