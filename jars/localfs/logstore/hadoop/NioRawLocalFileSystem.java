@@ -10,16 +10,16 @@ import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.io.nativeio.NativeIO;
 
 /**
- * Hadoop's raw local file system, setting permissions through {@code java.nio} when Hadoop's native
- * library is not loaded.
+ * Hadoop's raw local file system, making in-process the system calls Hadoop's makes through child
+ * processes when its native library is not loaded.
  *
  * <p>Without {@code libhadoop} (a pip-installed pyspark has none), {@link RawLocalFileSystem} sets the
- * permission of every file and directory it creates by running {@code chmod} in a child process: a fork
- * of the driver's JVM, tens of milliseconds each. A streaming query writes four such files a micro-batch
- * (its offset log and commit log entries and their checksums). This class makes the same
- * {@code chmod(2)} call in-process, and finds out whether a path is a symbolic link in-process
- * too (Hadoop runs {@code readlink} for that, twice a rename). Only the nine rwx bits are set; the sticky bit is not (nothing that
- * writes a local table or checkpoint asks for it).
+ * permission of every file and directory it creates by running {@code chmod}, and finds out whether a
+ * path is a symbolic link by running {@code readlink} (twice a rename): a fork of the driver's JVM
+ * each, tens of milliseconds. A streaming query writes four files a micro-batch (its offset log and
+ * commit log entries and their checksums) and renames two. This class makes the same {@code chmod(2)}
+ * and {@code lstat(2)} calls in-process. Only the nine rwx bits are set, not the sticky bit (nothing
+ * that writes a local table or checkpoint asks for it).
  */
 public class NioRawLocalFileSystem extends RawLocalFileSystem {
   @Override
@@ -36,10 +36,9 @@ public class NioRawLocalFileSystem extends RawLocalFileSystem {
   }
 
   /**
-   * A path's status without following a final symbolic link. Hadoop's answers this by running {@code
-   * readlink} in a child process for every path (each rename asks it of both its paths); a path that is
-   * no symbolic link (checked in-process) has the status {@link #getFileStatus} gives, which is what
-   * Hadoop answers for it too.
+   * A path's status without following a final symbolic link. A path that is no symbolic link (checked
+   * in-process) has the status {@link #getFileStatus} gives, which is Hadoop's answer for it too; a
+   * symbolic link gets Hadoop's answer.
    */
   @Override
   public FileStatus getFileLinkStatus(Path f) throws IOException {
