@@ -147,8 +147,9 @@ def local_file_system_conf(conf: dict[str, str]) -> dict[str, str]:
     cluster master (the jar is on this machine only), or when the driver's JVM
     is already running — an earlier session's, or ``spark-submit``'s, which
     started it before this interpreter — as its classpath can no longer
-    change. The driver's ``spark.driver.extraClassPath`` in ``conf`` is kept,
-    after the jar.
+    change. A ``spark.driver.extraClassPath`` in ``conf`` (the user's
+    overrides) is kept, after the jar; one set only in ``spark-defaults.conf``
+    is replaced, as any ``--conf`` replaces it: pass it to :func:`session`.
     """
     if not LOCAL_FS_JAR.is_file() or not conf.get("spark.master", "local").startswith("local"):
         return {}
