@@ -143,15 +143,16 @@ def local_file_system_conf(conf: dict[str, str]) -> dict[str, str]:
     too. ``jars/localfs`` makes the same system calls in-process; files,
     permissions and checksums are as Hadoop's.
 
-    Empty (Hadoop's own file system) when the jar is not built, for a
-    cluster master (the jar is on this machine only), or when the driver's JVM
-    is already running — an earlier session's, or ``spark-submit``'s, which
-    started it before this interpreter — as its classpath can no longer
-    change. A ``spark.driver.extraClassPath`` in ``conf`` (the user's
-    overrides) is kept, after the jar; one set only in ``spark-defaults.conf``
-    is replaced, as any ``--conf`` replaces it: pass it to :func:`session`.
+    Empty (Hadoop's own file system) off POSIX systems (Windows has its own
+    ``winutils`` path), when the jar is not built, for a cluster master (the
+    jar is on this machine only), or when the driver's JVM is already
+    running — an earlier session's, or ``spark-submit``'s, which started it
+    before this interpreter — as its classpath can no longer change. A
+    ``spark.driver.extraClassPath`` in ``conf`` (the user's overrides) is
+    kept, after the jar; one set only in ``spark-defaults.conf`` is replaced,
+    as any ``--conf`` replaces it: pass it to :func:`session`.
     """
-    if not LOCAL_FS_JAR.is_file() or not conf.get("spark.master", "local").startswith("local"):
+    if os.name != "posix" or not LOCAL_FS_JAR.is_file() or not conf.get("spark.master", "local").startswith("local"):
         return {}
     from pyspark import SparkContext
 

@@ -32,7 +32,11 @@ public class NioRawLocalFileSystem extends RawLocalFileSystem {
         permission.getUserAction().SYMBOL
             + permission.getGroupAction().SYMBOL
             + permission.getOtherAction().SYMBOL;
-    Files.setPosixFilePermissions(pathToFile(p).toPath(), PosixFilePermissions.fromString(rwx));
+    try {
+      Files.setPosixFilePermissions(pathToFile(p).toPath(), PosixFilePermissions.fromString(rwx));
+    } catch (UnsupportedOperationException e) {
+      super.setPermission(p, permission); // a file system without POSIX permissions: Hadoop's way
+    }
   }
 
   /**
