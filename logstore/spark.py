@@ -116,7 +116,9 @@ def session(**overrides: str) -> SparkSession:
     else:
         conf["spark.jars.packages"] = f"{DELTA_ARTIFACT}:{_delta_version()}"
     conf.update(overrides)
-    conf.update(local_file_system_conf(conf))
+    for k, v in local_file_system_conf(conf).items():  # the classpath keeps the user's; other keys they set win
+        if k == "spark.driver.extraClassPath" or k not in overrides:
+            conf[k] = v
     builder = SparkSession.builder
     for k, v in conf.items():
         builder = builder.config(k, v)
