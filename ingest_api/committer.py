@@ -481,5 +481,5 @@ def skip_sequence(writer: TopicWriter, batch: ProducerBatch) -> None:
     empty = ProducerBatch(batch.records.slice(0, 0), batch.producer_id, batch.sequence, validated=True)
     try:
         writer.append_held([empty])
-    except Exception:
+    except Exception:  # the batch was already answered; the producer meets this as OUT_OF_ORDER_SEQUENCE_NUMBER
         log.exception("topic %s: cannot skip sequence %s of %s", writer.topic, batch.sequence, batch.producer_id)

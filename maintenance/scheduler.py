@@ -90,7 +90,7 @@ class Scheduler:
         for topic in self.catalog.list_topics():
             try:
                 _, config = self.catalog.topic_config(topic)
-            except Exception:
+            except Exception:  # one unreadable topic must not stop the others' maintenance; counted and logged
                 log.exception("maintenance: cannot read topic %s; skipping it this cycle", topic)
                 self.failures += 1
                 continue
@@ -111,7 +111,7 @@ class Scheduler:
             report = self._run(
                 job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=log.info
             )
-        except Exception:
+        except Exception:  # a job that raises (not a per-topic error in its report): counted, logged, retried
             log.exception("maintenance: %s of %s failed; the next cycle retries", job, what)
             self.failures += 1
             return

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from ingest_api.broker import Broker
+from ingest_api.committer import skip_sequence
 from ingest_api.parse import parse_produce
 from logstore.config import LogstoreConfig, load_config
-from logstore.errors import InvalidTimestampError, UnknownServerError
+from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
 from logstore.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
@@ -128,3 +130,27 @@ def test_a_poisoned_wal_frame_is_skipped_and_the_others_are_replayed(
     # The producer goes on after its skipped sequence.
     r = c.post("/v1/topics/t/records", json={"records": [{"value": "c"}], "producer_id": "p", "sequence": 3})
     assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 2}], r.text
+
+
+def test_a_sequence_that_cannot_be_skipped_is_logged_and_the_producer_is_refused_its_next_one(
+    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # skip_sequence runs after a batch failed and its producer was answered; when the skip fails too, the
+    # committer must go on to answer the other batches: the failure is logged, and the producer meets it
+    # as OUT_OF_ORDER_SEQUENCE_NUMBER on its next sequence (its retry of the failed one still fits).
+    class FailingSkip(TopicWriter):
+        def append_held(self, batches: Any) -> Any:
+            if all(len(b.records) == 0 for b in batches):
+                raise OSError("the disk went away")
+            return super().append_held(batches)
+
+    topic = make_topic(partitions=1)
+    writer = FailingSkip(store.catalog, topic)
+    one = records(["a"], 0)
+    with writer.hold():
+        assert isinstance(writer.append_held([ProducerBatch(one, 7, 0)])[0], AppendResult)
+        skip_sequence(writer, ProducerBatch(one, 7, 1))  # batch 1 failed; its skip fails now
+        assert "cannot skip sequence 1 of 7" in caplog.text
+        refused = writer.append_held([ProducerBatch(one, 7, 2)])[0]
+        assert isinstance(refused, OutOfOrderSequenceNumberError)
+        assert isinstance(writer.append_held([ProducerBatch(one, 7, 1)])[0], AppendResult)

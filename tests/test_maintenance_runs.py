@@ -125,3 +125,20 @@ def test_spark_submit_entry_point_runs_as_a_file(store: LogStore, config: Logsto
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["job"] == "retention" and report["log_start_offsets"] == {"events": {"0": 4}}
     assert "retention events/0: removed 2 files" in done.stdout
+
+
+def test_a_topic_whose_config_cannot_be_read_is_skipped_and_the_others_maintained(
+    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A topic directory with an empty Delta log: listed as a topic, but no table to read its config from.
+    os.makedirs(os.path.join(store.catalog.topics_dir, "aaa-broken", "_delta_log"))
+    deleting = make_topic(partitions=1, retention_ms=HOUR_MS)
+    old_commits(store, deleting, 4)
+
+    scheduler = Scheduler(store.catalog, every_s=0)  # no Spark: in-process jobs only
+    reports = scheduler.run_cycle()
+
+    assert scheduler.failures == 1
+    assert "cannot read topic aaa-broken" in caplog.text
+    assert store.describe_topic(deleting).partitions[0].log_start_offset == 6  # retention ran after the failure
+    assert any(deleting in r.summary() for r in reports)

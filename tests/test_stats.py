@@ -127,3 +127,31 @@ def _wait(condition: Callable[[], bool], timeout_s: float = 20) -> None:
         if time.monotonic() > deadline:
             pytest.fail("condition not met in time")
         time.sleep(0.05)
+
+
+def test_the_sampling_loop_survives_a_failed_sweep(store: LogStore, make_topic: Callable[..., str]) -> None:
+    import asyncio
+
+    topic = make_topic(partitions=1)
+    listed: list[int] = []
+
+    def list_topics() -> list[str]:
+        listed.append(1)
+        if len(listed) == 1:
+            raise RuntimeError("a defect in one sweep")
+        return store.list_topics()
+
+    sampler = StatsSampler(20, list_topics, lambda n: TopicReader(store.catalog, n), store.offsets.committed)
+
+    async def sample_after_the_failure() -> None:
+        task = asyncio.create_task(sampler.run())
+        try:
+            async with asyncio.timeout(20):
+                while topic not in sampler.topic_series:
+                    assert not task.done(), "the sampling loop ended"
+                    await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+
+    asyncio.run(sample_after_the_failure())
+    assert len(listed) >= 2

@@ -211,7 +211,7 @@ class StatsSampler:
             started = time.monotonic()
             try:
                 await run_in_threadpool(self.sweep)
-            except Exception:
+            except Exception:  # the console's sampler outlives any one sweep; the API never waits on it
                 log.exception("sampling topic and group stats failed; retrying in %d ms", self.interval_ms)
             # a sweep slower than the interval (many topics) delays the next one rather than piling up
             await asyncio.sleep(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))
