@@ -1,10 +1,13 @@
 """Configuration: TOML, environment and CLI layers; unknown keys and bad values rejected by name."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from logstore.config import LogstoreConfig, TopicConfig, env_name, load_config
+from logstore.config import LogstoreConfig, TopicConfig, env_name, load_config, usable_cores
 from logstore.errors import InvalidConfigError
 
 
@@ -18,6 +21,23 @@ def test_defaults_without_a_file() -> None:
 def test_shipped_config_file_matches_defaults() -> None:
     shipped = Path(__file__).parent.parent / "conf" / "logstore.toml"
     assert load_config(shipped, environ={}) == LogstoreConfig()
+
+
+def test_committer_threads_default_to_the_usable_cores_at_most_4() -> None:
+    assert LogstoreConfig().num_io_threads == min(4, usable_cores())
+    assert load_config(environ={}, overrides={"num.io.threads": 8}).num_io_threads == 8
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_a_process_confined_to_one_core_commits_on_one_thread() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from logstore.config import LogstoreConfig; print(LogstoreConfig().num_io_threads)"],
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "1"
 
 
 def test_layers_win_in_order(tmp_path: Path) -> None:
