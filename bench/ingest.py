@@ -26,7 +26,10 @@ Cost as the work grows, instead of the runs above:
   ``SCALE_PARTITIONS`` partitions, every topic written once (opened), then
   ``--concurrency`` acks=all requests in flight for ``--seconds``, each to a
   topic drawn at random → records/s, mean latency, the server's RSS (VmRSS,
-  VmHWM) and thread count, and each N's ratios to the first N's figures.
+  VmHWM) and thread count, and each N's ratios to the first N's figures; and
+  meanwhile the latency of a metadata request sent every 50 ms (what the
+  node's other requests — fetch, heartbeats, the console — wait under that
+  load). ``--io-threads N`` sets the server's ``num.io.threads``.
 * ``--open-topics N``: N topics each written one small request → the
   server's threads and RSS with N topics open, whether every request got its
   200, and the server's CPU use while they sit idle.
@@ -39,8 +42,10 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -49,7 +54,7 @@ from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, bod
 from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.catalog import Catalog
-from logstore.config import load_config
+from logstore.config import DEFAULT_IO_THREADS, load_config
 from logstore.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
@@ -58,6 +63,8 @@ from logstore.writer import TopicWriter
 PARTITIONS = 8
 SCALE_PARTITIONS = 4
 """Partitions of each topic in the ``--topics`` and ``--open-topics`` runs."""
+PROBE_INTERVAL_S = 0.05
+"""Pause between two metadata requests of :class:`MetadataProbe`."""
 
 
 def metric(url: str, name: str) -> float:
@@ -127,22 +134,62 @@ def server_status(srv: LogstoreServer) -> dict[str, float]:
     }
 
 
-def _server_with_topics(root: Path, count: int) -> tuple[LogstoreServer, list[str]]:
+def _server_with_topics(root: Path, count: int, **config: object) -> tuple[LogstoreServer, list[str]]:
     """A server over ``root`` holding ``count`` topics of ``SCALE_PARTITIONS`` partitions (created before it starts)."""
     names = [f"t{i:05d}" for i in range(count)]
     store = LogStore(load_config(environ={}, overrides={"logstore.root": str(root)}))
     for name in names:
         store.create_topic(name, SCALE_PARTITIONS)
-    return LogstoreServer(root).start(), names
+    return LogstoreServer(root, **config).start(), names
 
 
-def scale_run(count: int, seconds: float, concurrency: int) -> dict[str, float]:
+class MetadataProbe:
+    """While the load runs: ``GET /v1/topics/{topic}`` every ``PROBE_INTERVAL_S`` → how long another request waits.
+
+    Produce shares the node's event loop with every other request (fetch,
+    group heartbeats, metadata, the console); this is what they see under load.
+    """
+
+    def __init__(self, url: str, topic: str) -> None:
+        self._url = f"{url}/v1/topics/{topic}"
+        self._stop = threading.Event()
+        self._ms: list[float] = []
+        self._thread = threading.Thread(target=self._run, name="metadata-probe")
+
+    def __enter__(self) -> MetadataProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.wait(PROBE_INTERVAL_S):
+                started = time.perf_counter()
+                client.get(self._url).raise_for_status()
+                self._ms.append((time.perf_counter() - started) * 1000)
+
+    def summary(self) -> dict[str, float]:
+        """p50, p99 and max in ms of the requests answered (and how many)."""
+        ms = sorted(self._ms) or [float("nan")]
+        return {
+            "requests": len(self._ms),
+            "p50_ms": round(ms[len(ms) // 2], 1),
+            "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
+            "max_ms": round(ms[-1], 1),
+        }
+
+
+def scale_run(count: int, seconds: float, concurrency: int, **config: object) -> dict[str, Any]:
     """Closed loop over ``count`` topics, each request to one at random, after every topic was opened."""
     with tempfile.TemporaryDirectory() as d:
-        srv, names = _server_with_topics(Path(d), count)
+        srv, names = _server_with_topics(Path(d), count, **config)
         try:
             touch(srv.url, names, concurrency)
-            res = closed_loop(srv.url, names, "all", concurrency, seconds=seconds)
+            with MetadataProbe(srv.url, names[0]) as probe:
+                res = closed_loop(srv.url, names, "all", concurrency, seconds=seconds)
             status = server_status(srv)
         finally:
             srv.stop()
@@ -150,12 +197,14 @@ def scale_run(count: int, seconds: float, concurrency: int) -> dict[str, float]:
         "topics": count,
         "records_per_s": round(res["records_per_s"]),
         "mean_latency_ms": round(res["mean_ms"], 1),
+        "metadata_request_meanwhile": probe.summary(),
         **status,
     }
 
 
-def scale(counts: list[int], seconds: float, concurrency: int) -> dict[str, object]:
-    runs = [scale_run(n, seconds, concurrency) for n in counts]
+def scale(counts: list[int], seconds: float, concurrency: int, io_threads: int | None = None) -> dict[str, object]:
+    config = {} if io_threads is None else {"num.io.threads": io_threads}
+    runs = [scale_run(n, seconds, concurrency, **config) for n in counts]
     first = runs[0]
     return {
         "load_generator": LOAD_GENERATOR,
@@ -164,6 +213,7 @@ def scale(counts: list[int], seconds: float, concurrency: int) -> dict[str, obje
         "value_bytes": VALUE_BYTES,
         "concurrency": concurrency,
         "seconds": seconds,
+        "num_io_threads": io_threads if io_threads is not None else f"default ({DEFAULT_IO_THREADS} here)",
         "runs": runs,
         f"ratios_to_{first['topics']}_topics": {
             str(r["topics"]): {
@@ -227,13 +277,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--topics", help="comma list of topic counts (1,50,200): the scale runs instead of the others")
     ap.add_argument("--open-topics", type=int, help="open this many topics and report threads and memory")
+    ap.add_argument("--io-threads", type=int, help="num.io.threads of the --topics runs (else the default)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds = 1, 4
     if args.topics or args.open_topics:
         out: dict[str, object] = {}
         if args.topics:
-            out["scale"] = scale([int(n) for n in args.topics.split(",")], args.seconds, args.concurrency)
+            counts = [int(n) for n in args.topics.split(",")]
+            out["scale"] = scale(counts, args.seconds, args.concurrency, args.io_threads)
         if args.open_topics:
             out["open_topics"] = open_topics(args.open_topics, args.concurrency)
         print(json.dumps(out, indent=2))
