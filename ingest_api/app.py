@@ -34,6 +34,7 @@ from ingest_api.forwarding import Forwarder
 from ingest_api.group_routing import Forwarded, forget_moved_groups
 from ingest_api.metrics import Metrics
 from ingest_api.parse import parse_produce
+from ingest_api.parsers import Parsers
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
@@ -197,6 +198,8 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             store.offsets.committed,
         )
         sampler = asyncio.create_task(app.state.stats.run())
+        parsers = Parsers(config.num_parser_processes, broker.metrics)
+        app.state.parsers = parsers
         try:
             yield
         finally:
@@ -207,6 +210,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
             await run_in_threadpool(coordinator.close)
             await run_in_threadpool(broker.close)
             await app.state.forwarder.close()
+            await parsers.close()
             if guard is not None:
                 await run_in_threadpool(guard.store.close)  # last: requests still check keys while draining
             unwatch_gc()

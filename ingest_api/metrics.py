@@ -95,4 +95,17 @@ class Metrics:
         self.forwarded_records = Counter(
             "logstore_forwarded_records", "Records forwarded to their partition's leader", registry=r
         )
+        self.parsed_bodies = Counter(
+            "logstore_parsed_bodies",
+            "JSON produce bodies parsed, by where: parser (a parser process) or event_loop (small bodies, "
+            "none ready, or refused: the event loop parses those again to raise their error)",
+            ["where"],
+            registry=r,
+        )
+        self.parser_restarts = Counter(
+            "logstore_parser_restarts",
+            "Parser processes (num.parser.processes) that ended and were replaced; their bodies were parsed "
+            "on the event loop",
+            registry=r,
+        )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)

@@ -28,6 +28,7 @@ from logstore.errors import InvalidConfigError
 
 __all__ = [
     "DEFAULT_IO_THREADS",
+    "DEFAULT_PARSER_PROCESSES",
     "CleanupPolicy",
     "LogstoreConfig",
     "TimestampType",
@@ -65,6 +66,15 @@ only wait for it, and the event loop waits longest: on 2 cores with 20 busy
 topics, 4 committer threads answered a metadata request in 204 to 360 ms
 (p50) and took 135k to 189k records/s; 2 threads, 17 to 23 ms and 180k to
 209k records/s (``bench/ingest.py --topics 20 --io-threads N``).
+"""
+
+DEFAULT_PARSER_PROCESSES = 1 if usable_cores() >= 2 else 0
+"""``num.parser.processes`` unless configured: one process parsing JSON bodies on the second core.
+
+The node's own process is bound by one interpreter lock, which its event
+loop shares with the committers; a 1,000-record JSON body costs the event loop
+about 1 ms of it to parse. On one core a parser process would only take turns
+with the node.
 """
 
 
@@ -229,6 +239,16 @@ class LogstoreConfig:
             "(a topic commits on one of them at a time, and costs none while idle). "
             "Default: the CPU cores this process may run on, at most 4.",
             minimum=1,
+        ),
+    )
+    num_parser_processes: int = field(
+        default=DEFAULT_PARSER_PROCESSES,
+        metadata=_key(
+            "num.parser.processes",
+            "Processes beside the ingest node that parse JSON produce bodies into Arrow, so the node's "
+            "event loop does not (0: it parses them itself). Default: 1 when this process may run on 2 or more "
+            "CPU cores, else 0.",
+            minimum=0,
         ),
     )
     buffer_memory: int = field(

@@ -28,16 +28,26 @@ def test_committer_threads_default_to_the_usable_cores_at_most_4() -> None:
     assert load_config(environ={}, overrides={"num.io.threads": 8}).num_io_threads == 8
 
 
+def test_one_parser_process_by_default_when_there_is_a_second_core() -> None:
+    assert LogstoreConfig().num_parser_processes == (1 if usable_cores() >= 2 else 0)
+    assert load_config(environ={}, overrides={"num.parser.processes": 0}).num_parser_processes == 0
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
-def test_a_process_confined_to_one_core_commits_on_one_thread() -> None:
+def test_a_process_confined_to_one_core_commits_on_one_thread_and_parses_itself() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from logstore.config import LogstoreConfig; print(LogstoreConfig().num_io_threads)"],
+        [
+            sys.executable,
+            "-c",
+            "from logstore.config import LogstoreConfig; c = LogstoreConfig(); "
+            "print(c.num_io_threads, c.num_parser_processes)",
+        ],
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
         capture_output=True,
         text=True,
         check=True,
     )
-    assert out.stdout.strip() == "1"
+    assert out.stdout.strip() == "1 0"
 
 
 def test_layers_win_in_order(tmp_path: Path) -> None:

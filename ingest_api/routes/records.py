@@ -18,7 +18,7 @@ from ingest_api.broker import Acks, Broker
 from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
 from ingest_api.forwarding import produce_in_cluster
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
-from ingest_api.parse import parse_arrow, parse_produce
+from ingest_api.parse import parse_arrow
 from logstore.catalog import validate_topic_name
 from logstore.codec import encode_bytes
 from logstore.errors import NotLeaderOrFollowerError, RequestTimedOutError
@@ -84,7 +84,7 @@ async def produce(
     if request.headers.get("content-type", "").startswith(ARROW_STREAM):
         parsed = parse_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
     else:
-        parsed = parse_produce(body)
+        parsed = await request.app.state.parsers.parse(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)
     if broker.cluster is not None:
         parts, placed = await produce_in_cluster(
