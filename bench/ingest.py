@@ -16,7 +16,7 @@ requests, as wrk) with 1,000-record JSON batches of
   (``Content-Type: application/vnd.apache.arrow.stream``), both from the Python
   load generator: max records/s and latency at half the JSON maximum, and the ratio.
 * ``overload``: acks=0 flood with a small ``buffer.memory``; the server's peak
-  RSS (VmHWM) against buffer.memory.
+  RSS (VmHWM; its parser processes' added) against buffer.memory.
 
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
 
@@ -120,18 +120,38 @@ def core_limit(records_per_commit: float, total: int) -> float:
 
 
 def server_status(srv: LogstoreServer) -> dict[str, float]:
-    """The server process's resident memory now and at its peak (MiB) and its thread count, from /proc."""
+    """The node's resident memory now and at its peak (MiB, its parser processes included) and its thread count."""
     assert srv.proc is not None
+    fields = _status(srv.proc.pid)
+    children = [_status(pid) for pid in _children(srv.proc.pid)]
+    return {
+        "rss_mib": round(sum(int(f["VmRSS"][0]) for f in [fields, *children]) / 1024),
+        "hwm_mib": round(sum(int(f["VmHWM"][0]) for f in [fields, *children]) / 1024),
+        "threads": int(fields["Threads"][0]),
+    }
+
+
+def _status(pid: int) -> dict[str, list[str]]:
     fields = {}
-    with open(f"/proc/{srv.proc.pid}/status") as f:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             name, _, value = line.partition(":")
             fields[name] = value.split()
-    return {
-        "rss_mib": round(int(fields["VmRSS"][0]) / 1024),
-        "hwm_mib": round(int(fields["VmHWM"][0]) / 1024),
-        "threads": int(fields["Threads"][0]),
-    }
+    return fields
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (the node's parser processes), from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
 
 
 def _server_with_topics(root: Path, count: int, **config: object) -> tuple[LogstoreServer, list[str]]:
@@ -389,12 +409,8 @@ def body_formats(args: argparse.Namespace, half: float) -> dict[str, object]:
 
 
 def _hwm(srv: LogstoreServer) -> int:
-    assert srv.proc is not None
-    with open(f"/proc/{srv.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """The peak resident bytes of the node and of its parser processes, summed (each process's own peak)."""
+    return int(server_status(srv)["hwm_mib"] * 2**20)
 
 
 if __name__ == "__main__":
