@@ -142,16 +142,7 @@ def _status(pid: int) -> dict[str, list[str]]:
 
 def _children(pid: int) -> list[int]:
     """The processes ``pid`` started (the node's parser processes), from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
+    return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
 
 
 def _server_with_topics(root: Path, count: int, **config: object) -> tuple[LogstoreServer, list[str]]:

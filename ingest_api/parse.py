@@ -46,6 +46,19 @@ class ParsedRecords:
     def __len__(self) -> int:
         return len(self.values)
 
+    @classmethod
+    def from_table(cls, table: pa.Table, producer_id: str | None, sequence: int | None) -> ParsedRecords:
+        """The records of a table of :data:`~logstore.produce_format.PRODUCE_SCHEMA` (one chunk per column)."""
+        return cls(
+            keys=table["key"].chunk(0),
+            values=table["value"].chunk(0),
+            headers=table["headers"].chunk(0),
+            timestamps=table["timestamp"].chunk(0),
+            partitions=table["partition"].to_pylist(),
+            producer_id=producer_id,
+            sequence=sequence,
+        )
+
 
 def parse_produce(body: bytes) -> ParsedRecords:
     """Parse a produce request body (DESIGN §3).
@@ -140,16 +153,7 @@ def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> P
             raise InvalidRequestError(f"{SEQUENCE_HEADER} must be an integer in 0..2^63-1, got '{sequence}'")
         seq = int(sequence)
     _check_idempotence(producer_id, seq, PRODUCER_ID_HEADER, SEQUENCE_HEADER)
-    table = decode_produce(body)
-    return ParsedRecords(
-        keys=table["key"].chunk(0),
-        values=table["value"].chunk(0),
-        headers=table["headers"].chunk(0),
-        timestamps=table["timestamp"].chunk(0),
-        partitions=table["partition"].to_pylist(),
-        producer_id=producer_id,
-        sequence=seq,
-    )
+    return ParsedRecords.from_table(decode_produce(body), producer_id, seq)
 
 
 def _check_idempotence(producer_id: object, sequence: object, id_name: str, sequence_name: str) -> None:

@@ -242,15 +242,7 @@ def _decode(payload: bytes) -> ParsedRecords:
     (n,) = _COUNT.unpack_from(payload)
     producer_id, sequence = orjson.loads(memoryview(payload)[_COUNT.size : _COUNT.size + n])
     table = pa.ipc.open_stream(memoryview(payload)[_COUNT.size + n :]).read_all()
-    return ParsedRecords(
-        keys=table["key"].chunk(0),
-        values=table["value"].chunk(0),
-        headers=table["headers"].chunk(0),
-        timestamps=table["timestamp"].chunk(0),
-        partitions=table["partition"].to_pylist(),
-        producer_id=producer_id,
-        sequence=sequence,
-    )
+    return ParsedRecords.from_table(table, producer_id, sequence)
 
 
 def _encode(parsed: ParsedRecords) -> list[bytes]:
