@@ -89,6 +89,31 @@ def _fsync_pool() -> ThreadPoolExecutor:
         return _fsync_executor[1]
 
 
+def _by_partition(records: pa.Table) -> list[tuple[int, pa.Table]]:
+    """Each partition's rows of ``records`` (in their order, without the ``partition`` column), by partition.
+
+    A commit's records are its requests' batches. When every batch lists its
+    partitions in ascending order — a key-less request goes to one partition
+    — each partition's table is made of slices of them, without a copy, so a
+    commit does not hold a second copy of its records while it writes them.
+    Otherwise (keyed records spread over the partitions) the records are
+    copied once, sorted by partition.
+    """
+    batches = records.to_batches()
+    parts = [batch.column("partition").to_numpy() for batch in batches]
+    if any(np.any(p[1:] < p[:-1]) for p in parts):
+        order = np.argsort(np.concatenate(parts), kind="stable")
+        batches = records.take(pa.array(order)).to_batches()
+        parts = [batch.column("partition").to_numpy() for batch in batches]
+    pieces: dict[int, list[pa.RecordBatch]] = {}
+    for batch, batch_parts in zip(batches, parts, strict=True):
+        bounds = (np.flatnonzero(np.diff(batch_parts)) + 1).tolist()
+        for start, end in zip([0, *bounds], [*bounds, len(batch_parts)], strict=True):
+            if end > start:
+                pieces.setdefault(int(batch_parts[start]), []).append(batch.slice(start, end - start))
+    return [(p, pa.Table.from_batches(pieces[p], records.schema).drop_columns(["partition"])) for p in sorted(pieces)]
+
+
 def _rows_per_write(chunk: pa.Table) -> int:
     # The page size is checked only after each write batch of rows (1024 by default): with large
     # records one page would hold the whole file, so size the batches to close a page near _PAGE_BYTES.
@@ -150,19 +175,10 @@ class LogAppender:
     # -- data files -------------------------------------------------------------
 
     def write_files(self, records: pa.Table) -> list[NewFile]:
-        """One Parquet file per partition of ``records`` (sorted by partition, then offset)."""
-        parts = records["partition"].to_numpy()
-        if not len(parts):
-            return []
-        bounds = np.flatnonzero(np.diff(parts)) + 1
-        starts = np.concatenate([[0], bounds])
-        ends = np.concatenate([bounds, [len(parts)]])
-        data = records.drop_columns(["partition"])
+        """One Parquet file per partition of ``records``, its rows in the order ``records`` has them."""
         files = []
         now_ms = time.time_ns() // 1_000_000
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            p = int(parts[s])
-            chunk = data.slice(s, e - s)
+        for p, chunk in _by_partition(records):
             rel = f"partition={p}/part-{uuid.uuid4()}-c000.snappy.parquet"
             path = os.path.join(self.root, rel)
             try:

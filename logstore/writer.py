@@ -598,8 +598,6 @@ class TopicWriter:
         touched = [int(p) for p in np.nonzero(counts)[0]]
 
         out = self._stamp(table, offsets, now_ms)
-        if len(parts) > 1 and np.any(parts[1:] < parts[:-1]):
-            out = out.take(pa.array(np.argsort(parts, kind="stable")))
 
         if self._leaders is None:
             txns = [(_delta.APP_EPOCH, self.epoch)]

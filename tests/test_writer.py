@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -57,6 +58,35 @@ def test_many_batches_over_many_partitions_are_one_commit(store: LogStore, make_
     assert w.table_version == before + 1
     assert {ok(r).table_version for r in results} == {before + 1}
     assert [ok(r).offsets.to_pylist() for r in results] == [[0, 0], [0, 0, 1], [1]]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["requests-to-one-partition-each", "with-a-keyed-request"])
+def test_a_commit_writes_each_partitions_rows_in_offset_order(
+    store: LogStore, make_topic: Callable[..., str], keyed: bool
+) -> None:
+    # Key-less requests each go to one partition, in any order; a keyed one spreads over several.
+    t = make_topic(partitions=3)
+    w = TopicWriter(store.catalog, t)
+    batches = [batch([2] * 3, "a"), batch([0] * 2, "b"), batch([2, 1], "c")]
+    if keyed:
+        batches.insert(2, batch([1, 0, 2, 0, 1], "k"))
+    before = w.table_version
+    results = [ok(r) for r in w.append(batches)]
+    assert w.table_version == before + 1
+
+    expected: dict[int, list[tuple[int, bytes]]] = {}
+    for b, r in zip(batches, results, strict=True):
+        parts, values = b.records["partition"].to_pylist(), b.records["value"].to_pylist()
+        for p, o, v in zip(parts, r.offsets.to_pylist(), values, strict=True):
+            expected.setdefault(p, []).append((o, v))
+    dt = DeltaTable(store.catalog.topic_path(t))
+    files = {int(uri.split("partition=")[1].split("/")[0]): uri for uri in dt.file_uris()}
+    assert len(files) == len(dt.file_uris())
+    assert sorted(files) == sorted(expected)  # one file per partition
+    for p, uri in files.items():
+        got = pq.read_table(uri, columns=["offset", "value"]).to_pydict()
+        assert list(zip(got["offset"], got["value"], strict=True)) == expected[p]
+        assert [o for o, _ in expected[p]] == list(range(len(expected[p])))
 
 
 def test_high_watermark_is_recovered_from_the_log(store: LogStore, make_topic: Callable[..., str]) -> None:
