@@ -16,7 +16,10 @@ requests, as wrk) with 1,000-record JSON batches of
   (``Content-Type: application/vnd.apache.arrow.stream``), both from the Python
   load generator: max records/s and latency at half the JSON maximum, and the ratio.
 * ``overload``: acks=0 flood with a small ``buffer.memory``; the server's peak
-  RSS (VmHWM; its parser processes' added) against buffer.memory.
+  RSS (VmHWM; its parser processes' added) against buffer.memory, and its
+  peak PSS (libraries the node and its parsers share counted once).
+  ``--overload``: only this run; ``--parser-processes N`` sets its
+  ``num.parser.processes``.
 
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
 
@@ -38,6 +41,7 @@ Cost as the work grows, instead of the runs above:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -295,9 +299,14 @@ def main() -> None:
     ap.add_argument("--topics", help="comma list of topic counts (1,50,200): the scale runs instead of the others")
     ap.add_argument("--open-topics", type=int, help="open this many topics and report threads and memory")
     ap.add_argument("--io-threads", type=int, help="num.io.threads of the --topics runs (else the default)")
+    ap.add_argument("--overload", action="store_true", help="only the overload run")
+    ap.add_argument("--parser-processes", type=int, help="num.parser.processes of the overload run (else the default)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds = 1, 4
+    if args.overload:
+        print(json.dumps({"overload": overload(args)}, indent=2))
+        return
     if args.topics or args.open_topics:
         out: dict[str, object] = {}
         if args.topics:
@@ -347,23 +356,58 @@ def main() -> None:
                 srv.stop()
     out["latency_at_half_max"] = latency
     out["body_formats"] = body_formats(args, half)
+    out["overload"] = overload(args)
+    print(json.dumps(out, indent=2))
+
+
+def overload(args: argparse.Namespace) -> dict[str, object]:
+    """An acks=0 flood (twice ``--concurrency`` connections), ``buffer.memory`` 64 MiB: the node's memory.
+
+    ``peak_rss_mb`` sums each process's VmHWM over the node and its parser
+    processes, which counts the libraries they share (Python, Arrow) once per
+    process. ``peak_resident_mb``, sampled every 0.1 s, is the node's resident
+    memory plus what its parsers hold privately: shared pages counted once.
+    """
     buffer = 64 * 1024 * 1024
     with tempfile.TemporaryDirectory() as d:
-        srv = start_server(Path(d), **{"buffer.memory": buffer})
+        config: dict[str, object] = {"buffer.memory": buffer}
+        if args.parser_processes is not None:
+            config["num.parser.processes"] = args.parser_processes
+        srv = start_server(Path(d), **config)
         try:
-            base = _hwm(srv)
-            flood = closed_loop(srv.url, "bench", "0", args.concurrency * 2, seconds=args.seconds)
+            base, base_resident = _hwm(srv), _resident(srv)
+            peak_resident = [base_resident]
+            done = threading.Event()
+
+            def sample() -> None:
+                while not done.wait(0.1):
+                    with contextlib.suppress(OSError):  # a parser process that just ended
+                        peak_resident.append(_resident(srv))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            try:
+                flood = closed_loop(srv.url, "bench", "0", args.concurrency * 2, seconds=args.seconds)
+            finally:
+                done.set()
+                sampler.join()
             peak = _hwm(srv)
+            parsed = {
+                where: metric(srv.url, f'logstore_parsed_bodies_total{{where="{where}"}}')
+                for where in ("parser", "event_loop")
+            }
         finally:
             srv.stop()
-    out["overload"] = {
+    return {
         "acks_0_records_per_s_offered": round(flood["records_per_s"]),
         "buffer_memory_mb": buffer // 2**20,
+        "bodies_parsed": parsed,
         "rss_before_mb": round(base / 2**20),
         "peak_rss_mb": round(peak / 2**20),
         "peak_minus_before_over_buffer": round((peak - base) / buffer, 2),
+        "resident_before_mb": round(base_resident / 2**20),
+        "peak_resident_mb": round(max(peak_resident) / 2**20),
     }
-    print(json.dumps(out, indent=2))
 
 
 def body_formats(args: argparse.Namespace, half: float) -> dict[str, object]:
@@ -397,6 +441,17 @@ def body_formats(args: argparse.Namespace, half: float) -> dict[str, object]:
     json_max = out["json"]["acks_all_records_per_s"]  # type: ignore[index]
     out["arrow_over_json_records_per_s"] = round(out["arrow"]["acks_all_records_per_s"] / json_max, 3)  # type: ignore[index]
     return out
+
+
+def _resident(srv: LogstoreServer) -> int:
+    """The node's resident bytes plus its parser processes' private ones (what they share with it counted once)."""
+    assert srv.proc is not None
+    private = ("Private_Clean", "Private_Dirty")
+    total = 0
+    for pid, fields in [(srv.proc.pid, ("Rss",)), *((c, private) for c in _children(srv.proc.pid))]:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            total += sum(int(line.split()[1]) * 1024 for line in f if line.split(":")[0] in fields)
+    return total
 
 
 def _hwm(srv: LogstoreServer) -> int:
