@@ -32,7 +32,8 @@ of these hold, checked under the accumulator's lock at acceptance:
 3. *No frame ahead of it failed to be logged* while it is uncommitted: the WAL
    fails later frames until such a frame is committed.
 
-Memory is bounded by ``buffer.memory``: bytes accepted but not yet committed,
+Memory is bounded by ``buffer.memory``: bytes accepted but not yet committed
+(the Arrow buffers the records hold, so per-record overhead counts too),
 across all topics of the node; past it requests are refused with
 ``THROTTLING_QUOTA_EXCEEDED`` (HTTP 429).
 """
@@ -251,7 +252,10 @@ class Accumulator:
         records = pa.Table.from_arrays(
             [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
         )
-        nbytes = self._writer.check_records(records)
+        self._writer.check_records(records)
+        # What the records hold in memory (keys, values, headers, their offsets, partitions, timestamps),
+        # not only their key and value bytes: for small records that is several times more.
+        nbytes = records.get_total_buffer_size()
         counts = np.bincount(parts.to_numpy(zero_copy_only=False), minlength=num_partitions).astype(np.int64)
         self._buffer.reserve(nbytes)
         try:

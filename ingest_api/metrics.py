@@ -16,7 +16,12 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.records_in = Counter("logstore_records_in", "Records accepted, per topic", ["topic"], registry=r)
-        self.bytes_in = Counter("logstore_bytes_in", "Key and value bytes accepted, per topic", ["topic"], registry=r)
+        self.bytes_in = Counter(
+            "logstore_bytes_in",
+            "Bytes of records committed, as they were held in memory, per topic",
+            ["topic"],
+            registry=r,
+        )
         self.produce_latency = Histogram(
             "logstore_produce_latency_seconds",
             "Produce request latency per acks level",

@@ -166,6 +166,16 @@ def test_full_buffer_is_429_with_retry_after(server: StartServer) -> None:
     assert r.headers["retry-after"] == "1"
 
 
+def test_buffer_memory_counts_what_small_records_hold_in_memory(server: StartServer) -> None:
+    # 1,000 one-byte values are 1,000 bytes of values, but with their offsets and partitions
+    # the records hold ~9 KB: two such requests do not fit in 12,000 bytes of buffer.memory.
+    api = server(**{"buffer.memory": 12_000, "linger.ms": 3000, "batch.size": 10_000_000}).client()
+    create(api, "t")
+    tiny = [{"value": "x"} for _ in range(1000)]
+    assert produce(api, "t", tiny, acks="0").status_code == 202  # waits for linger
+    error(produce(api, "t", tiny, acks="0"), 429, "THROTTLING_QUOTA_EXCEEDED")
+
+
 def test_long_poll_returns_when_records_arrive(api: httpx.Client) -> None:
     create(api, "t")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
