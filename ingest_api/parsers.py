@@ -7,14 +7,9 @@ does it on another core and hands the records back as one Arrow IPC stream
 of :data:`logstore.produce_format.PRODUCE_SCHEMA`, which the event loop reads
 without a copy.
 
-Each parser is a child process speaking a framed protocol on its stdin and
-stdout, many requests in flight, answered in order::
-
-    request:  u64 id, u32 length, the body
-    answer:   u64 id, u8 status, u32 length, payload
-              status 1: u32 n, n bytes of JSON [producer_id, sequence], then the Arrow IPC stream
-              status 0: the body was refused (no payload)
-              status 2, id 0: the process is ready (sent once, first)
+Each parser is a child process (:mod:`ingest_api.parser_process`) speaking a
+framed protocol on its stdin and stdout, many requests in flight, answered in
+order.
 
 The processes start with the first large JSON body the node receives (a node
 that never gets one never starts them), and take bodies once they are ready;
@@ -35,26 +30,20 @@ so the node's own death (even ``kill -9``) ends its parsers.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
-import signal
-import socket
-import stat
-import struct
 import sys
 from collections.abc import Coroutine
 from contextlib import suppress
 from pathlib import Path
-from typing import BinaryIO
 
 import orjson
 import pyarrow as pa
 
+from ingest_api import parser_process
 from ingest_api.metrics import Metrics
 from ingest_api.parse import ParsedRecords, parse_produce
-from logstore.errors import LogstoreError
-from logstore.produce_format import PRODUCE_SCHEMA
+from ingest_api.parser_process import ANSWER, COUNT, PARSED, READY, REQUEST, widen
 
 __all__ = ["MIN_BODY_BYTES", "Parsers"]
 
@@ -63,12 +52,7 @@ log = logging.getLogger(__name__)
 MIN_BODY_BYTES = 16 * 1024
 """Smaller JSON bodies are parsed on the event loop (a 100-record body of 100-byte values is ~13 KB)."""
 
-_REQUEST = struct.Struct("<QI")
-_ANSWER = struct.Struct("<QBI")
-_COUNT = struct.Struct("<I")
-_REFUSED, _PARSED, _READY = 0, 1, 2
 _RESTART_DELAY_S = 1.0
-_CHANNEL_BYTES = 4 * 1024 * 1024
 
 
 class Parsers:
@@ -131,7 +115,7 @@ class Parsers:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            __name__,
+            parser_process.__name__,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=_child_environment(),
@@ -139,7 +123,7 @@ class Parsers:
         )
         assert process.stdin is not None
         transport = process.stdin.transport
-        _widen((transport.get_extra_info("socket") or transport.get_extra_info("pipe")).fileno())
+        widen((transport.get_extra_info("socket") or transport.get_extra_info("pipe")).fileno())
         parser = _Parser(process)
         self._slots[slot] = parser
         parser.reader = asyncio.create_task(self._watch(slot, parser))
@@ -180,7 +164,7 @@ class _Parser:
         future: asyncio.Future[ParsedRecords | None] = asyncio.get_running_loop().create_future()
         self._next_id += 1
         self.pending[self._next_id] = future
-        self.process.stdin.writelines((_REQUEST.pack(self._next_id, len(body)), body))
+        self.process.stdin.writelines((REQUEST.pack(self._next_id, len(body)), body))
         return future
 
     async def read_answers(self) -> None:
@@ -189,9 +173,9 @@ class _Parser:
         stdout = self.process.stdout
         try:
             while True:
-                request_id, status, length = _ANSWER.unpack(await stdout.readexactly(_ANSWER.size))
+                request_id, status, length = ANSWER.unpack(await stdout.readexactly(ANSWER.size))
                 payload = await stdout.readexactly(length)
-                if status == _READY:
+                if status == READY:
                     self.ready = True
                     continue
                 future = self.pending.pop(request_id, None)
@@ -202,7 +186,7 @@ class _Parser:
                     self.process.kill()
                     return
                 if not future.done():  # a request whose client went away was cancelled
-                    future.set_result(self._decode(payload) if status == _PARSED else None)
+                    future.set_result(self._decode(payload) if status == PARSED else None)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the process ended
         finally:
@@ -239,38 +223,10 @@ class _Parser:
 
 def _decode(payload: bytes) -> ParsedRecords:
     """A parser's answer → the records, viewing the Arrow buffers in ``payload`` (no copy)."""
-    (n,) = _COUNT.unpack_from(payload)
-    producer_id, sequence = orjson.loads(memoryview(payload)[_COUNT.size : _COUNT.size + n])
-    table = pa.ipc.open_stream(memoryview(payload)[_COUNT.size + n :]).read_all()
+    (n,) = COUNT.unpack_from(payload)
+    producer_id, sequence = orjson.loads(memoryview(payload)[COUNT.size : COUNT.size + n])
+    table = pa.ipc.open_stream(memoryview(payload)[COUNT.size + n :]).read_all()
     return ParsedRecords.from_table(table, producer_id, sequence)
-
-
-def _encode(parsed: ParsedRecords) -> list[bytes]:
-    """:func:`_decode`'s payload, as the buffers to write."""
-    table = pa.Table.from_arrays(
-        [pa.array(parsed.partitions, pa.int32()), parsed.timestamps, parsed.keys, parsed.values, parsed.headers],
-        schema=PRODUCE_SCHEMA,
-    )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, PRODUCE_SCHEMA) as writer:
-        writer.write_table(table)
-    ids = orjson.dumps([parsed.producer_id, parsed.sequence])
-    return [_COUNT.pack(len(ids)), ids, sink.getvalue().to_pybytes()]
-
-
-def _widen(fd: int) -> None:
-    """Let a whole body or answer sit in the channel ``fd`` writes to, so it crosses in one turn of the event loop.
-
-    The channel is a socket pair (uvloop) or a pipe (asyncio); by default they
-    hold ~200 KB and 64 KB. Best effort: the system's limits
-    (``net.core.wmem_max``, ``fs.pipe-max-size``) may keep them smaller.
-    """
-    with suppress(OSError):
-        if stat.S_ISSOCK(os.fstat(fd).st_mode):
-            with socket.socket(fileno=os.dup(fd)) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _CHANNEL_BYTES)
-        elif stat.S_ISFIFO(os.fstat(fd).st_mode):
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(_CHANNEL_BYTES, 1024 * 1024))
 
 
 def _child_environment() -> dict[str, str]:
@@ -279,36 +235,3 @@ def _child_environment() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
-
-
-def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
-    """A parser process's loop: answer each framed body in order until ``stdin`` ends.
-
-    A body :func:`parse_produce` refuses (a :class:`~logstore.errors.LogstoreError`) is answered
-    ``refused``; any other exception ends the process (the node parses its bodies and logs the death).
-    """
-    _widen(stdout.fileno())
-    stdout.write(_ANSWER.pack(0, _READY, 0))
-    stdout.flush()
-    while True:
-        head = stdin.read(_REQUEST.size)
-        if len(head) < _REQUEST.size:
-            return
-        request_id, length = _REQUEST.unpack(head)
-        body = stdin.read(length)
-        if len(body) < length:
-            return
-        try:
-            parts = _encode(parse_produce(body))
-        except LogstoreError:
-            stdout.write(_ANSWER.pack(request_id, _REFUSED, 0))
-        else:
-            stdout.write(_ANSWER.pack(request_id, _PARSED, sum(len(p) for p in parts)))
-            for part in parts:
-                stdout.write(part)
-        stdout.flush()
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the node ends us
-    serve(sys.stdin.buffer, sys.stdout.buffer)

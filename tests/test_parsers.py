@@ -195,7 +195,7 @@ def test_the_node_hands_large_json_bodies_to_its_parser_and_its_end_ends_the_par
         assert c.post("/v1/topics/t/records", content=body).status_code == 200  # starts the parser
         assert srv.proc is not None
         deadline = time.monotonic() + 30
-        parser = "ingest_api.parsers"
+        parser = "ingest_api.parser_process"
         while not any(parser in (Path("/proc") / str(p) / "cmdline").read_text() for p in _children(srv.proc.pid)):
             assert time.monotonic() < deadline, "no parser process"
             time.sleep(0.01)
