@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,23 @@ def make_topic(store: LogStore) -> Callable[..., str]:
         return name
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_local_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Spark's scratch (``SPARK_LOCAL_DIRS``) of every JVM the run starts, under the run's temporary directory.
+
+    A Spark process removes its scratch directories (``spark-*``, ``blockmgr-*``, ~13 MB each) only when it
+    ends cleanly; the crash tests end theirs with kill -9. Under pytest's base directory, of which pytest
+    keeps the last three runs, they do not pile up in ``/tmp``.
+    """
+    before = os.environ.get("SPARK_LOCAL_DIRS")
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
+    yield
+    if before is None:
+        del os.environ["SPARK_LOCAL_DIRS"]
+    else:
+        os.environ["SPARK_LOCAL_DIRS"] = before
 
 
 @pytest.fixture(scope="session")
