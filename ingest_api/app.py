@@ -154,10 +154,9 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     pause goes to ``logstore_gc_pause_seconds``. Returns what stops the timing.
 
     What the first requests would import lazily is imported first, so that it
-    is frozen too: pyarrow's conversion of Python lists (the produce parser's
-    ``pa.array``) imports pandas when it is installed (it is, with pyspark) —
-    0.4 s on the first produce request, and ~30k objects that every later full
-    collection scanned (~20 ms each).
+    is frozen too: a parse. (It used to import pandas, ~30k objects that every
+    full collection scanned; :func:`~ingest_api.serve.serve` now keeps pandas
+    out of the node, :func:`~ingest_api.parse.without_pandas`.)
     """
     parse_produce(b'{"records": [{"key": "k", "value": "v"}]}')
     gc.collect()

@@ -28,7 +28,7 @@ from typing import BinaryIO
 import orjson
 import pyarrow as pa
 
-from ingest_api.parse import ParsedRecords, parse_produce
+from ingest_api.parse import ParsedRecords, parse_produce, without_pandas
 from logstore.errors import LogstoreError
 from logstore.produce_format import PRODUCE_SCHEMA
 
@@ -98,4 +98,5 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the node ends us
+    without_pandas()
     serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -26,6 +26,9 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     """
     check_exposure(config, insecure=insecure)
     tls = tls_options(config)
+    from ingest_api.parse import without_pandas
+
+    without_pandas()
     import uvicorn
 
     from ingest_api.app import create_app

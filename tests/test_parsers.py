@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -182,6 +183,41 @@ def _metric(server: Server, name: str, labels: str = "") -> float:
     return 0.0
 
 
+def _parsed_by_parser(srv: Server, c: httpx.Client) -> tuple[int, int]:
+    """Create topic ``t`` (4 partitions) and produce large JSON bodies of producer ``p`` from sequence 0 until
+    the node's parser process has parsed one; returns the parser's pid and how many bodies were sent."""
+    c.post("/v1/topics", json={"name": "t", "partitions": 4}).raise_for_status()
+    assert c.post("/v1/topics/t/records", content=_body(producer_id="p", sequence=0)).status_code == 200
+    assert srv.proc is not None
+    deadline = time.monotonic() + 30
+    parser = "ingest_api.parser_process"
+    while not any(parser in (Path("/proc") / str(p) / "cmdline").read_text() for p in _children(srv.proc.pid)):
+        assert time.monotonic() < deadline, "no parser process"
+        time.sleep(0.01)
+    (child,) = [p for p in _children(srv.proc.pid) if parser in (Path("/proc") / str(p) / "cmdline").read_text()]
+    # the parser takes bodies once it says it is ready: send until one is counted
+    seq = 1
+    while _metric(srv, "logstore_parsed_bodies_total", '{where="parser"}') == 0:
+        assert time.monotonic() < deadline, "no body was parsed by the parser process"
+        r = c.post("/v1/topics/t/records", content=_body(producer_id="p", sequence=seq))
+        assert r.status_code == 200, r.text
+        seq += 1
+    return child, seq
+
+
+def test_neither_the_node_nor_its_parser_loads_pandas(server: Callable[..., Server]) -> None:
+    """pyarrow's first conversion of Python lists would import pandas (~30 MiB a process) in both."""
+    srv = server(**{"num.parser.processes": 1})
+    with srv.client() as c:
+        child, _ = _parsed_by_parser(srv, c)
+        c.post("/v1/topics/t/records", content=b'{"records": [{"value": "small"}]}').raise_for_status()
+    assert srv.proc is not None
+    for pid in (srv.proc.pid, child):
+        maps = (Path("/proc") / str(pid) / "maps").read_text()
+        assert "/pandas/" not in maps, f"process {pid} loaded pandas"
+        assert "/pyarrow/" in maps  # the check reads the right process
+
+
 @pytest.mark.crash
 @pytest.mark.parametrize("end", ["SIGTERM", "SIGKILL"])
 def test_the_node_hands_large_json_bodies_to_its_parser_and_its_end_ends_the_parser(
@@ -191,22 +227,7 @@ def test_the_node_hands_large_json_bodies_to_its_parser_and_its_end_ends_the_par
     body = _body(producer_id="p", sequence=0)
     sent = orjson.loads(body)["records"]
     with srv.client() as c:
-        c.post("/v1/topics", json={"name": "t", "partitions": 4}).raise_for_status()
-        assert c.post("/v1/topics/t/records", content=body).status_code == 200  # starts the parser
-        assert srv.proc is not None
-        deadline = time.monotonic() + 30
-        parser = "ingest_api.parser_process"
-        while not any(parser in (Path("/proc") / str(p) / "cmdline").read_text() for p in _children(srv.proc.pid)):
-            assert time.monotonic() < deadline, "no parser process"
-            time.sleep(0.01)
-        (child,) = [p for p in _children(srv.proc.pid) if parser in (Path("/proc") / str(p) / "cmdline").read_text()]
-        # the parser takes bodies once it says it is ready: send until one is counted
-        seq = 1
-        while _metric(srv, "logstore_parsed_bodies_total", '{where="parser"}') == 0:
-            assert time.monotonic() < deadline, "no body was parsed by the parser process"
-            r = c.post("/v1/topics/t/records", content=_body(producer_id="p", sequence=seq))
-            assert r.status_code == 200, r.text
-            seq += 1
+        child, seq = _parsed_by_parser(srv, c)
         bad = c.post("/v1/topics/t/records", content=body.replace(b'"timestamp":1700000000000', b'"timestamp":-1'))
         assert (bad.status_code, bad.json()["error_code"]) == (400, "INVALID_TIMESTAMP")
         # what the parser parsed is what was sent: the last accepted body, read back
