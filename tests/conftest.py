@@ -45,9 +45,9 @@ def make_topic(store: LogStore) -> Callable[..., str]:
 def spark_local_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Spark's scratch (``SPARK_LOCAL_DIRS``) of every JVM the run starts, under the run's temporary directory.
 
-    A Spark process removes its scratch directories (``spark-*``, ``blockmgr-*``, ~13 MB each) only when it
-    ends cleanly; the crash tests end theirs with kill -9. Under pytest's base directory, of which pytest
-    keeps the last three runs, they do not pile up in ``/tmp``.
+    A Spark process removes its scratch directories (``spark-*``, one with a copy of pyspark of ~13 MB, and
+    ``blockmgr-*``) only when it ends cleanly; the crash tests end theirs with kill -9. Under pytest's base
+    directory, of which pytest keeps the last three runs, they do not pile up in ``/tmp``.
     """
     before = os.environ.get("SPARK_LOCAL_DIRS")
     os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
