@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, quota, requires
+from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, checks, count_quota, requires
 from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
@@ -70,7 +70,7 @@ async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: 
 @router.get(
     "/{member}/records",
     response_model=MemberRecords,
-    dependencies=[quota("consumer")],
+    dependencies=[checks(count_quota("consumer"))],
     responses={
         200: {
             "description": f"JSON; with `Accept: {ARROW_STREAM}`, an Arrow IPC stream (see logstore.fetch_format)",

@@ -15,7 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.broker import Acks, Broker
-from ingest_api.deps import BrokerDep, may_auto_create, quota, requires
+from ingest_api.deps import BrokerDep, allow, allow_auto_create, checks, count_quota
 from ingest_api.forwarding import produce_in_cluster
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
 from ingest_api.parse import parse_arrow
@@ -51,7 +51,9 @@ def _inline(model: type[ProduceRequest]) -> dict[str, Any]:
     "/{topic}/records",
     response_model=ProduceResponse,
     responses={202: {"description": "acks=0: accepted in memory"}},
-    dependencies=[requires(Operation.WRITE, ResourceType.TOPIC, "topic"), may_auto_create(), quota("producer")],
+    dependencies=[
+        checks(allow(Operation.WRITE, ResourceType.TOPIC, "topic"), allow_auto_create(), count_quota("producer"))
+    ],
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -155,7 +157,7 @@ async def _read_body(request: Request, broker: Broker) -> bytes:
 @router.get(
     "/{topic}/partitions/{partition}/records",
     response_model=FetchResponse,
-    dependencies=[requires(Operation.READ, ResourceType.TOPIC, "topic"), quota("consumer")],
+    dependencies=[checks(allow(Operation.READ, ResourceType.TOPIC, "topic"), count_quota("consumer"))],
 )
 async def fetch(
     topic: str,
