@@ -23,6 +23,9 @@ requests, as wrk) with 1,000-record JSON batches of
   ``--parser-processes N`` sets their ``num.parser.processes``.
 
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
+Every document starts with ``machine``: the load averages at the start and end
+and what creating a file costs now where the servers keep their data
+(``bench/_machine.py``): a commit's cost follows it.
 
 Cost as the work grows, instead of the runs above:
 
@@ -56,6 +59,7 @@ import httpx
 import orjson
 import pyarrow as pa
 from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop, touch
+from _machine import machine, storage
 from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.catalog import Catalog
@@ -319,8 +323,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds = 1, 4
+    info = machine() | {"storage": storage(tempfile.gettempdir())}  # where the servers' roots are made
+
+    def report(figures: dict[str, object]) -> None:
+        info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps({"machine": info, **figures}, indent=2))
+
     if args.overload:
-        print(json.dumps({"overload": overload(args)}, indent=2))
+        report({"overload": overload(args)})
         return
     if args.topics or args.open_topics:
         out: dict[str, object] = {}
@@ -329,7 +339,7 @@ def main() -> None:
             out["scale"] = scale(counts, args.seconds, args.concurrency, args.io_threads, args.runs)
         if args.open_topics:
             out["open_topics"] = open_topics(args.open_topics, args.concurrency)
-        print(json.dumps(out, indent=2))
+        report(out)
         return
     maxes, limits, per_commit = [], [], []
     for _ in range(args.runs):
@@ -372,7 +382,7 @@ def main() -> None:
     out["latency_at_half_max"] = latency
     out["body_formats"] = body_formats(args, half)
     out["overload"] = overload(args)
-    print(json.dumps(out, indent=2))
+    report(out)
 
 
 OVERLOAD_BUFFER = 64 * 1024 * 1024

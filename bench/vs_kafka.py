@@ -57,7 +57,9 @@ measured by ``bench/consume.py``'s ``stream_latency``: Kafka's side produced by
 source; 2 partitions each.
 
 Medians of ``--runs`` runs of every figure. The machine is shared by whatever
-else runs on it: read the load averages in ``machine`` before the figures.
+else runs on it: read the load averages in ``machine`` before the figures, and
+``machine.storage``: what creating a file costs now where the data is kept
+(``bench/_machine.py``), which a commit's cost follows.
 
     make kafka && .venv/bin/python bench/vs_kafka.py                   # 500k records: ~6 min at load 11 on 2 cores
     .venv/bin/python bench/vs_kafka.py --records 5000000 --runs 3      # on an idle machine
@@ -83,6 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
+from _machine import machine, storage
 from consume import end_to_end, native_reads, source_stream, stream_latency, stream_seconds
 
 from logstore.catalog import Catalog
@@ -404,20 +407,6 @@ def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _machine() -> dict[str, Any]:
-    with open("/proc/meminfo") as f:
-        mem_kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
-    with open("/proc/cpuinfo") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_gib": round(mem_kib / 2**20, 1),
-        "java": subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0],
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
 def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
@@ -500,7 +489,7 @@ def goals(kafka: dict[str, Any], logstore: dict[str, Any], r: dict[str, float | 
 
 
 def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
-    machine = _machine()
+    info = machine() | {"storage": storage(scratch)}
     records = args.records - args.records % RECORDS  # whole HTTP batches on both sides
     kafka: dict[str, Any] = {
         "version": KAFKA_VERSION,
@@ -589,9 +578,9 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         kafka |= kafka_c
         logstore |= logstore_c
     r = ratios(kafka, logstore)
-    machine["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
-        "machine": machine,
+        "machine": info,
         "config": {
             "records": records,
             "value_bytes": VALUE_BYTES,
