@@ -24,8 +24,8 @@ requests, as wrk) with 1,000-record JSON batches of
 
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
 Every document starts with ``machine``: the load averages at the start and end
-and what creating a file costs now where the servers keep their data
-(``bench/_machine.py``): a commit's cost follows it.
+and what creating a file costs where the servers keep their data, at the start
+and at the end (``bench/_machine.py``): a commit's cost follows it.
 
 Cost as the work grows, instead of the runs above:
 
@@ -327,6 +327,7 @@ def main() -> None:
 
     def report(figures: dict[str, object]) -> None:
         info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        info["storage_end"] = storage(tempfile.gettempdir())  # the runs' own deletions raise it
         print(json.dumps({"machine": info, **figures}, indent=2))
 
     if args.overload:

@@ -58,8 +58,9 @@ source; 2 partitions each.
 
 Medians of ``--runs`` runs of every figure. The machine is shared by whatever
 else runs on it: read the load averages in ``machine`` before the figures, and
-``machine.storage``: what creating a file costs now where the data is kept
-(``bench/_machine.py``), which a commit's cost follows.
+``machine.storage`` and ``machine.storage_end``: what creating a file costs
+where the data is kept, at the start and at the end (``bench/_machine.py``),
+which a commit's cost follows.
 
     make kafka && .venv/bin/python bench/vs_kafka.py                   # 500k records: ~6 min at load 11 on 2 cores
     .venv/bin/python bench/vs_kafka.py --records 5000000 --runs 3      # on an idle machine
@@ -579,6 +580,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         logstore |= logstore_c
     r = ratios(kafka, logstore)
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["storage_end"] = storage(scratch)  # the run's own deletions raise it
     return {
         "machine": info,
         "config": {
