@@ -138,11 +138,14 @@ def end_to_end(
     per_request: int = 100,
     group: str | None = None,
     partitions: int = 2,
+    read_on_driver: int = 0,
 ) -> dict[str, Any]:
     """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``
     of ``partitions`` partitions.
 
-    With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch).
+    With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch). With
+    ``read_on_driver``, the source's ``maxRecordsReadOnDriver``: micro-batches of at most that many records are
+    read while Spark plans them, not in a Python task.
 
     Open loop (``_http_load.stamped_loop``, in a child process): requests of ``per_request`` records
     (acks=all, CreateTime = send time) leave on a fixed schedule at ``rate`` records/s whatever the
@@ -176,6 +179,7 @@ def end_to_end(
             .option("logstore.root", root)
             .option("subscribe", "e2e")
             .option("startingOffsets", "earliest")
+            .option("maxRecordsReadOnDriver", str(read_on_driver))
         )
         stream = (reader.option("group", group) if group else reader).load()
         out = stream_latency(
@@ -188,7 +192,9 @@ def end_to_end(
         )
     finally:
         srv.stop()
-    named = {"group": group} if group else {}
+    named: dict[str, Any] = {"group": group} if group else {}
+    if read_on_driver:
+        named["max_records_read_on_driver"] = read_on_driver
     return {
         "rate_records_per_s": rate,
         "records_per_request": per_request,
@@ -281,6 +287,12 @@ def main() -> None:
     ap.add_argument("--e2e-warmup", type=float, default=2, help="seconds at the start of the latency run not counted")
     ap.add_argument("--e2e-partitions", type=int, default=2, help="partitions of the latency run's topic")
     ap.add_argument("--e2e-group", help="read as this consumer group in the latency run (an offset commit per batch)")
+    ap.add_argument(
+        "--e2e-read-on-driver",
+        type=int,
+        default=0,
+        help="the latency query's maxRecordsReadOnDriver (0: every micro-batch read in Python tasks)",
+    )
     args = ap.parse_args()
 
     root = args.root or tempfile.mkdtemp(prefix="logstore-bench-")
@@ -339,6 +351,7 @@ def main() -> None:
                 args.e2e_batch,
                 args.e2e_group,
                 args.e2e_partitions,
+                args.e2e_read_on_driver,
             )
         spark.stop()
         out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

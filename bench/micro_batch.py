@@ -1,6 +1,6 @@
 """Micro-batch benchmark: what one micro-batch of a low-rate stream costs Spark, phase by phase, per source.
 
-Three sources run one after the other, each for ``--seconds`` into the same
+Four sources run one after the other, each for ``--seconds`` into the same
 ``foreachBatch`` (the batch's ``timestamp`` column read back with ``toArrow()``,
 as the end-to-end runs of ``bench/consume.py`` and ``bench/vs_kafka.py`` do) on a
 ``--trigger-ms`` processing-time trigger, ``--rounds`` times alternating:
@@ -10,7 +10,9 @@ as the end-to-end runs of ``bench/consume.py`` and ``bench/vs_kafka.py`` do) on 
   reads nothing — what Spark's task path for Python data sources costs;
 * ``logstore``: the ``logstore`` source on a 2-partition topic a process of its
   own feeds with 100-record commits at ``--rate`` records/s (the core writer, no
-  HTTP) — during all three runs, so each meets the same load.
+  HTTP) — during all four runs, so each meets the same load;
+* ``logstore_read_on_driver``: the same with ``maxRecordsReadOnDriver`` 10,000:
+  each micro-batch read while Spark plans it, no Python task.
 
 For each: the median of every phase Spark times over the batches that read
 rows (``latestOffset``, ``walCommit`` = offset log, ``queryPlanning``,
@@ -143,6 +145,13 @@ def main() -> None:
             "python_nothing": lambda: spark.readStream.format("python_nothing").load(),
             "logstore": lambda: (
                 spark.readStream.format("logstore").option("logstore.root", root).option("subscribe", "mb").load()
+            ),
+            "logstore_read_on_driver": lambda: (
+                spark.readStream.format("logstore")
+                .option("logstore.root", root)
+                .option("subscribe", "mb")
+                .option("maxRecordsReadOnDriver", 10000)
+                .load()
             ),
         }
         rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sources}

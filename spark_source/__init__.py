@@ -5,7 +5,12 @@ source class also serves writes (:mod:`spark_sink`).
 """
 
 from spark_source._slices import KAFKA_ARROW_SCHEMA, KAFKA_SCHEMA_DDL, ReadTask, TopicSlice
-from spark_source.source import LogstoreBatchReader, LogstoreDataSource, LogstoreStreamReader
+from spark_source.source import (
+    LogstoreBatchReader,
+    LogstoreDataSource,
+    LogstoreStreamReader,
+    PrefetchingStreamReader,
+)
 
 __all__ = [
     "KAFKA_ARROW_SCHEMA",
@@ -13,6 +18,7 @@ __all__ = [
     "LogstoreBatchReader",
     "LogstoreDataSource",
     "LogstoreStreamReader",
+    "PrefetchingStreamReader",
     "ReadTask",
     "TopicSlice",
 ]

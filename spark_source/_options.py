@@ -32,6 +32,7 @@ _KNOWN = {
     "maxrecordsperpartition",
     "failondataloss",
     "includeheaders",
+    "maxrecordsreadondriver",
     "logstore.root",
     "path",
 }
@@ -62,6 +63,9 @@ class SourceOptions:
     fail_on_data_loss: bool
     """``failOnDataLoss`` (default true): fail when retention removed records the query had not read."""
     include_headers: bool
+    max_records_read_on_driver: int
+    """``maxRecordsReadOnDriver`` (streaming; default 0: never): a micro-batch of at most this many records
+    is read by the driver's planning worker while it plans the batch, not by a Python task on an executor."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -104,6 +108,10 @@ class SourceOptions:
             max_records_per_partition=_positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition") or 1_000_000,
             fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
             include_headers=_bool(opts.get("includeheaders", "false"), "includeHeaders"),
+            max_records_read_on_driver=_positive(
+                opts, "maxrecordsreadondriver", "maxRecordsReadOnDriver", allow_zero=True
+            )
+            or 0,
         )
 
     def matches(self, topic: str) -> bool:

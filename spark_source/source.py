@@ -12,6 +12,18 @@ Where each piece runs:
   (a partition's slice, or several small ones); it reads only the slices' files,
   listed at planning time, and is stateless.
 
+Reading on the driver. With ``maxRecordsReadOnDriver`` N > 0 the stream reader
+is a :class:`PrefetchingStreamReader`: a micro-batch of at most N records is
+read by the planning worker while it plans the batch (in ``latestOffset``), and
+Spark takes those records from that worker's memory into its block manager
+instead of starting a Python task on an executor to read them. A Python task
+costs Spark tens of milliseconds whatever it reads, so a low-rate stream's
+micro-batch ends that much sooner; a larger batch (a backlog, a burst) is read
+in tasks as usual. This rides on the protocol Spark's planning worker speaks
+with ``SimpleDataSourceStreamReader`` (``pyspark.sql.datasource_internal``):
+Spark then asks such a reader for no ``reportLatestOffset``, so the progress
+report of such a query has no ``latestOffset``.
+
 Consumer groups. With ``group``, a new query starts from the group's committed
 offsets (``startingOffsets`` for partitions it never committed) and the group's
 offsets reach the end of every completed batch: ``latestOffset(start, …)`` is
@@ -35,6 +47,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -53,7 +66,7 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
     from pyspark.sql.types import StructType
 
-__all__ = ["LogstoreBatchReader", "LogstoreDataSource", "LogstoreStreamReader"]
+__all__ = ["LogstoreBatchReader", "LogstoreDataSource", "LogstoreStreamReader", "PrefetchingStreamReader"]
 
 _PLANS_KEPT = 8
 
@@ -63,8 +76,8 @@ class LogstoreDataSource(DataSource):
 
     Options (reads): ``subscribe`` / ``subscribePattern`` / ``topic``, ``group``,
     ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
-    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``failOnDataLoss``,
-    ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
+    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``maxRecordsReadOnDriver``,
+    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
     """
 
     @classmethod
@@ -79,7 +92,11 @@ class LogstoreDataSource(DataSource):
         return LogstoreBatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LogstoreStreamReader(SourceOptions.parse(self.options, streaming=True))
+        options = SourceOptions.parse(self.options, streaming=True)
+        reader = LogstoreStreamReader(options)
+        if options.max_records_read_on_driver > 0:
+            return PrefetchingStreamReader(reader, options.max_records_read_on_driver)
+        return reader
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_sink import LogstoreBatchWriter
@@ -242,6 +259,72 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._plans[_key(end)] = views
         while len(self._plans) > _PLANS_KEPT:
             self._plans.pop(next(iter(self._plans)))
+
+
+class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
+    """A :class:`LogstoreStreamReader` that reads a micro-batch of at most ``max_records`` records itself,
+    while Spark plans it, and hands the records to Spark from memory (``maxRecordsReadOnDriver``).
+
+    Spark's planning worker sends a reader of this class (``_SimpleStreamReaderWrapper``) the records
+    ``getCache(start, end)`` returns together with its one input partition, and Spark's tasks read them
+    from its block manager: no Python task. When ``getCache`` returns None (a larger batch, or a batch
+    planned by an earlier run of the query) the batch's tasks are read on executors as
+    :class:`LogstoreStreamReader` reads them. Offsets, group commits, leases, ``maxOffsetsPerTrigger`` and
+    ``availableNow`` are the wrapped reader's; it holds the records of one batch at most, from
+    ``latestOffset`` until Spark takes them.
+    """
+
+    def __init__(self, reader: LogstoreStreamReader, max_records: int) -> None:
+        super().__init__(reader)  # type: ignore[arg-type]  # Spark's checks for availableNow look at .simple_reader
+        self.reader = reader
+        self.max_records = max_records
+        self._prefetched: tuple[str, list[pa.RecordBatch]] | None = None
+        """(the batch's start and end offsets, :func:`_key` of each; its records) until Spark takes them."""
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self.reader.initialOffset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self.reader.getDefaultReadLimit()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = self.reader.latestOffset(start, limit)
+        self._prefetched = None
+        tasks = self._tasks(start, end)
+        if 0 < sum(t.records for t in tasks) <= self.max_records:
+            self._prefetched = (_key(start) + _key(end), [rb for t in tasks for rb in read_task(t)])
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        tasks = self._tasks(start, end)
+        if self._holds(start, end):
+            # Spark takes prefetched records as one input partition's; the task reads them only if
+            # Spark lost them (its block manager evicted them), then as any task.
+            return [ReadTask(tuple(s for t in tasks for s in t.slices))]
+        return tasks
+
+    def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[pa.RecordBatch] | None:
+        if self._prefetched is None or not self._holds(start, end):
+            return None
+        batches = self._prefetched[1]
+        self._prefetched = None
+        return iter(batches)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ReadTask)
+        return read_task(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.reader.commit(end)
+
+    def stop(self) -> None:
+        self.reader.stop()
+
+    def _holds(self, start: dict[str, Any], end: dict[str, Any]) -> bool:
+        return self._prefetched is not None and self._prefetched[0] == _key(start) + _key(end)
+
+    def _tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadTask]:
+        return [t for t in self.reader.partitions(start, end) if isinstance(t, ReadTask)]
 
 
 def _high_watermarks(views: Views) -> Offsets:

@@ -1,0 +1,190 @@
+"""``maxRecordsReadOnDriver``: small micro-batches read while Spark plans them, handed to Spark from memory."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from pyspark.serializers import SpecialLengths, read_int, write_with_length
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming import python_streaming_source_runner as runner
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from logstore.errors import GroupSubscribedToTopicError, InvalidConfigError
+from logstore.leases import GroupLease
+from logstore.store import LogStore
+from spark_source import KAFKA_ARROW_SCHEMA, LogstoreDataSource, LogstoreStreamReader, PrefetchingStreamReader
+from spark_source._slices import ReadTask, read_task
+from tests.spark_helpers import batch_sizes, drain, read_stream
+from tests.test_spark_groups import committed
+from tests.test_spark_source import offsets_by_partition, produce
+
+
+def _reader(store: LogStore, **options: object) -> PrefetchingStreamReader:
+    opts = {"logstore.root": store.config.root, **{k: str(v) for k, v in options.items()}}
+    reader = LogstoreDataSource(opts).streamReader(StructType())
+    assert isinstance(reader, PrefetchingStreamReader)
+    return reader
+
+
+def _table(batches: object) -> pa.Table:
+    return pa.Table.from_batches(list(batches))  # type: ignore[call-overload]
+
+
+def test_the_option_picks_the_reader(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    base = {"logstore.root": store.config.root, "subscribe": t}
+    assert type(LogstoreDataSource(base).streamReader(StructType())) is LogstoreStreamReader
+    zero = {**base, "maxRecordsReadOnDriver": "0"}
+    assert type(LogstoreDataSource(zero).streamReader(StructType())) is LogstoreStreamReader
+    assert _reader(store, subscribe=t, maxRecordsReadOnDriver=10).max_records == 10
+    with pytest.raises(InvalidConfigError, match="maxRecordsReadOnDriver must be >= 0, got -1"):
+        LogstoreDataSource({**base, "maxRecordsReadOnDriver": "-1"}).streamReader(StructType())
+
+
+def test_a_small_batch_is_read_while_planned_and_handed_over_once(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 0])
+    reader = _reader(store, subscribe=t, startingOffsets="earliest", maxRecordsReadOnDriver=3)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {t: {"0": 2, "1": 1}}
+    # The records were read by latestOffset: they come back from memory after the files are gone.
+    planned = reader.partitions(start, end)
+    assert len(planned) == 1 and isinstance(planned[0], ReadTask)
+    expected = _table(read_task(planned[0]))
+    for f in Path(store.catalog.topic_path(t)).glob("*.parquet"):
+        f.unlink()
+    cached = reader.getCache(start, end)
+    assert cached is not None
+    assert _table(cached).equals(expected)
+    assert offsets_by_partition_of(expected) == {0: [0, 1], 1: [0]}
+    assert reader.getCache(start, end) is None  # handed over once; a second planning reads in tasks
+
+
+def test_a_batch_over_the_limit_is_read_in_tasks(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 0, 1])
+    reader = _reader(store, subscribe=t, startingOffsets="earliest", maxRecordsReadOnDriver=3)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert reader.getCache(start, end) is None
+    tasks = reader.partitions(start, end)
+    assert sum(t.records for t in tasks if isinstance(t, ReadTask)) == 4
+    # maxOffsetsPerTrigger makes batches the limit allows.
+    limited = _reader(store, subscribe=t, startingOffsets="earliest", maxRecordsReadOnDriver=3, maxOffsetsPerTrigger=2)
+    first = limited.latestOffset(limited.initialOffset(), limited.getDefaultReadLimit())
+    assert isinstance(limited.getDefaultReadLimit(), ReadMaxRows)
+    assert limited.getCache(limited.initialOffset(), first) is not None
+
+
+def offsets_by_partition_of(table: pa.Table) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True):
+        out.setdefault(p, []).append(o)
+    return out
+
+
+def test_spark_s_planning_worker_sends_the_records_with_the_batch(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    """What Spark's planning worker writes to the JVM for this reader: one partition and the records.
+
+    Spark's runner sends a reader's records only for its ``SimpleDataSourceStreamReader`` wrapper, and
+    checks their Arrow schema against the query's: this is the protocol the option rides on.
+    """
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 1])
+    options = {"subscribe": t, "startingOffsets": "earliest", "maxRecordsReadOnDriver": "5"}
+    source = LogstoreDataSource({"logstore.root": store.config.root, **options})
+    reader = source.streamReader(StructType())
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())  # type: ignore[call-arg]
+    request = io.BytesIO()
+    for offsets in (start, end):
+        write_with_length(runner.json.dumps(offsets).encode(), request)
+    request.seek(0)
+    answer = io.BytesIO()
+    schema = from_arrow_schema(KAFKA_ARROW_SCHEMA)
+    runner.partitions_func(reader, source, schema, 10_000, request, answer)
+    answer.seek(0)
+    assert read_int(answer) == 1
+    answer.read(read_int(answer))  # the pickled partition
+    assert read_int(answer) == runner.NON_EMPTY_PYARROW_RECORD_BATCHES
+    assert read_int(answer) == SpecialLengths.START_ARROW_STREAM
+    records = pa.ipc.open_stream(answer).read_all()
+    assert offsets_by_partition_of(records) == {0: [0], 1: [0, 1]}
+    # Spark enables availableNow for it as for the reader it wraps.
+    flags = io.BytesIO()
+    runner.check_support_func(reader, flags)
+    flags.seek(0)
+    assert read_int(flags) & runner.SUPPORTS_TRIGGER_AVAILABLE_NOW
+
+
+def test_stop_releases_the_group_s_lease(store: LogStore, make_topic: Callable[..., str]) -> None:
+    t = make_topic()
+    produce(store, t, [0])
+    reader = _reader(store, subscribe=t, group="g", maxRecordsReadOnDriver=10)
+    reader.initialOffset()  # takes the lease
+    other = GroupLease(store.config.root, "g")
+    with pytest.raises(GroupSubscribedToTopicError):
+        other.acquire({t})
+    reader.stop()
+    other.acquire({t})
+    other.release()
+
+
+@pytest.mark.spark
+def test_a_query_reads_the_same_rows_on_the_driver_as_in_tasks(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    t = make_topic(partitions=2)
+    for _ in range(4):
+        produce(store, t, [0, 1, 1, 0, 1], headers=[[("h", b"1")]] * 5)
+    common = {"subscribe": t, "startingOffsets": "earliest", "maxOffsetsPerTrigger": 8, "includeHeaders": "true"}
+    in_tasks, q = drain(read_stream(spark, store, **common), tmp_path / "tasks")
+    assert batch_sizes(q) == [7, 7, 6]
+    # 7-record batches over the limit go to tasks, the last one (6) is read on the driver; then all of them.
+    for limit in (6, 7):
+        on_driver, q = drain(
+            read_stream(spark, store, **common, maxRecordsReadOnDriver=limit), tmp_path / f"driver-{limit}"
+        )
+        assert batch_sizes(q) == [7, 7, 6]
+        assert_df_equality(on_driver, in_tasks, ignore_row_order=True)
+    assert offsets_by_partition(in_tasks) == {0: list(range(8)), 1: list(range(12))}
+
+
+@pytest.mark.spark
+def test_a_group_query_reading_on_the_driver_commits_and_hands_over(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 1])
+    options = {"subscribe": t, "group": "g", "startingOffsets": "earliest", "maxRecordsReadOnDriver": 100}
+    first = (
+        read_stream(spark, store, **options)
+        .writeStream.format("memory")
+        .queryName("driver_group")
+        .option("checkpointLocation", str(tmp_path / "first"))
+        .start()
+    )
+    try:
+        first.processAllAvailable()
+        produce(store, t, [0])
+        first.processAllAvailable()
+        assert offsets_by_partition(spark.table("driver_group")) == {0: [0, 1], 1: [0, 1]}
+    finally:
+        first.stop()
+    # Stopped, the query gave its lease back: the group's next query starts where it left off at once.
+    produce(store, t, [1])
+    rows, _ = drain(read_stream(spark, store, **options), tmp_path / "second")
+    assert offsets_by_partition(rows) == {1: [2]}
+    assert committed(store, "g", t) == {0: 2, 1: 3}
