@@ -86,6 +86,21 @@ def test_a_batch_over_the_limit_is_read_in_tasks(store: LogStore, make_topic: Ca
     assert limited.getCache(limited.initialOffset(), first) is not None
 
 
+def test_a_batch_planned_by_an_earlier_run_is_read_in_tasks(store: LogStore, make_topic: Callable[..., str]) -> None:
+    """After a restart Spark plans the batch its offset log holds without asking ``latestOffset`` first."""
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 0])
+    start, end = {t: {"0": 0, "1": 0}}, {t: {"0": 2, "1": 1}}
+    reader = _reader(store, subscribe=t, maxRecordsReadOnDriver=10)
+    # Spark first tells the new run where the query stands: an empty range, nothing read, nothing held.
+    assert reader.partitions(end, end) == []
+    assert reader.getCache(end, end) is None
+    tasks = reader.partitions(start, end)
+    assert reader.getCache(start, end) is None
+    rows = _table(rb for task in tasks if isinstance(task, ReadTask) for rb in reader.read(task))
+    assert offsets_by_partition_of(rows) == {0: [0, 1], 1: [0]}
+
+
 def offsets_by_partition_of(table: pa.Table) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True):
