@@ -33,7 +33,9 @@ Cost as the work grows, instead of the runs above:
   ``SCALE_PARTITIONS`` partitions, every topic written once (opened), then
   ``--concurrency`` acks=all requests in flight for ``--seconds``, each to a
   topic drawn at random → records/s, mean latency, the server's RSS (VmRSS,
-  VmHWM) and thread count, and each N's ratios to the first N's figures; and
+  VmHWM) and thread count, requests per Delta commit, the server's CPU (its
+  parsers' included) in cores and per request, and each N's ratios to the
+  first N's figures; and
   meanwhile the latency of a metadata request sent every 50 ms (what the
   node's other requests — fetch, heartbeats, the console — wait under that
   load). ``--io-threads N`` sets the server's ``num.io.threads``.
@@ -214,8 +216,12 @@ def scale_run(count: int, seconds: float, concurrency: int, **config: object) ->
         srv, names = _server_with_topics(Path(d), count, **config)
         try:
             touch(srv.url, names, concurrency)
+            assert srv.proc is not None
+            commits, cpu = metric(srv.url, "logstore_commit_records_count"), _cpu_seconds(srv.proc.pid)
             with MetadataProbe(srv.url, names[0]) as probe:
                 res = closed_loop(srv.url, names, "all", concurrency, seconds=seconds)
+            cpu = {k: v - cpu[k] for k, v in _cpu_seconds(srv.proc.pid).items()}
+            commits = metric(srv.url, "logstore_commit_records_count") - commits
             status = server_status(srv)
         finally:
             srv.stop()
@@ -223,6 +229,10 @@ def scale_run(count: int, seconds: float, concurrency: int, **config: object) ->
         "topics": count,
         "records_per_s": round(res["records_per_s"]),
         "mean_latency_ms": round(res["mean_ms"], 1),
+        "requests_per_commit": round(res["requests"] / max(commits, 1), 2),
+        "server_cpu_cores": round(sum(cpu.values()) / res["seconds"], 2),
+        "server_cpu_ms_per_request": round(1000 * sum(cpu.values()) / max(res["requests"], 1), 2),
+        "server_cpu_ms_per_request_by_part": {k: round(1000 * v / max(res["requests"], 1), 2) for k, v in cpu.items()},
         "metadata_request_meanwhile": probe.summary(),
         **status,
     }
@@ -257,7 +267,8 @@ def scale(
         "runs": runs,
         f"ratios_to_{first['topics']}_topics": {
             str(r["topics"]): {
-                k: round(r[k] / first[k], 2) for k in ("records_per_s", "mean_latency_ms", "rss_mib", "threads")
+                k: round(r[k] / first[k], 2)
+                for k in ("records_per_s", "mean_latency_ms", "server_cpu_ms_per_request", "rss_mib", "threads")
             }
             for r in runs[1:]
         },
@@ -295,18 +306,36 @@ def open_topics(count: int, concurrency: int) -> dict[str, object]:
 
 
 def _cpu_percent(srv: LogstoreServer, seconds: float) -> float:
-    """The server's CPU use (user + system, % of one core) over ``seconds`` without requests."""
+    """The server's CPU use (user + system, its parsers' included, % of one core) over ``seconds`` without requests."""
     assert srv.proc is not None
-    pid = srv.proc.pid
-
-    def ticks() -> int:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime
-
-    start = ticks()
+    start = sum(_cpu_seconds(srv.proc.pid).values())
     time.sleep(seconds)
-    return round(100 * (ticks() - start) / os.sysconf("SC_CLK_TCK") / seconds, 1)
+    return round(100 * (sum(_cpu_seconds(srv.proc.pid).values()) - start) / seconds, 1)
+
+
+def _cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU (user + system, seconds) that the node ``pid`` and its parser processes have used so far, from /proc.
+
+    ``event_loop``: the node's main thread (HTTP, the event loop's share of each
+    request); ``other_threads``: the node's other threads (committers, write-ahead
+    log, fsyncs, delta-rs's own); ``parsers``: its child processes, living or ended.
+    """
+
+    def ticks(path: str) -> list[int]:
+        with open(path) as f:
+            return [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]  # utime, stime, cutime, cstime
+
+    node, main = ticks(f"/proc/{pid}/stat"), ticks(f"/proc/{pid}/task/{pid}/stat")
+    parsers = node[2] + node[3]
+    for child in _children(pid):
+        with contextlib.suppress(OSError):  # one that ended since it was listed is in the node's cutime now
+            parsers += sum(ticks(f"/proc/{child}/stat"))
+    hz = os.sysconf("SC_CLK_TCK")
+    return {
+        "event_loop": (main[0] + main[1]) / hz,
+        "other_threads": (node[0] + node[1] - main[0] - main[1]) / hz,
+        "parsers": parsers / hz,
+    }
 
 
 def main() -> None:
