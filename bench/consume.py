@@ -13,7 +13,9 @@ one Spark session:
 * ``delta_stream``: ``readStream.format("delta")`` with ``availableNow`` into
   ``noop``, Delta's own streaming source on the same table;
 
-and prints one JSON object with records/s of each and the ratios: ``ratio``
+and prints one JSON object with records/s of each, the CPU each took in Spark's
+JVM (``*_jvm_cpu_s``; with the default local master, the executors' too) and in
+the Python workers it started (``*_python_cpu_s``), and the ratios: ``ratio``
 (source / delta, the issue's figure), ``batch_ratio`` (source_batch / delta:
 the read path alone) and ``stream_ratio`` (source / delta_stream: query against
 query). Then it
@@ -31,12 +33,14 @@ acks=all produce requests of ``--e2e-batch`` records (CreateTime = send time) at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -233,32 +237,88 @@ def source_stream(spark: Any, root: str, topic: str, checkpoint: str, max_record
     )
 
 
+def spark_cpu_seconds(spark: Any) -> dict[str, float]:
+    """CPU (user + system, seconds) used so far by Spark's JVM and by the processes it started, from /proc.
+
+    ``jvm``: the driver's JVM, with a local master its executors too (planning, and
+    the tasks' JVM side: a Python data source's Arrow batches made rows, Parquet
+    decoded for Delta's reads); ``python``: the processes it started, living or
+    ended — its Python workers (a data source's ``read``, a stream's planning
+    worker). Only a local master's executors run on this machine.
+    """
+    jvm = spark.sparkContext._gateway.proc.pid
+    parent: dict[int, int] = {}
+    times: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # ended since it was listed
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            parent[pid], times[pid] = int(fields[1]), [int(x) for x in fields[11:15]]  # utime stime cutime cstime
+
+    def started_by_jvm(pid: int) -> bool:
+        while pid in parent and pid != jvm:
+            pid = parent[pid]
+        return pid == jvm
+
+    hz = os.sysconf("SC_CLK_TCK")
+    own = times[jvm]
+    python = own[2] + own[3] + sum(sum(t) for pid, t in times.items() if pid != jvm and started_by_jvm(pid))
+    return {"jvm": (own[0] + own[1]) / hz, "python": python / hz}
+
+
+def measured(spark: Any, name: str, read: Callable[[], float]) -> dict[str, float]:
+    """Run ``read`` (returning its seconds) → ``{name}_s``; its CPU → ``{name}_jvm_cpu_s``, ``{name}_python_cpu_s``.
+
+    CPU is that of every process of :func:`spark_cpu_seconds` over the read, whatever else they did meanwhile.
+    """
+    before = spark_cpu_seconds(spark)
+    seconds = read()
+    after = spark_cpu_seconds(spark)
+    return {
+        f"{name}_s": seconds,
+        f"{name}_jvm_cpu_s": round(after["jvm"] - before["jvm"], 2),
+        f"{name}_python_cpu_s": round(after["python"] - before["python"], 2),
+    }
+
+
 def native_reads(spark: Any, root: str, topic: str, path: str, checkpoint: str) -> dict[str, float]:
-    """Seconds of the three comparison reads of ``topic``'s table at ``path``: see the module docstring."""
+    """Seconds (``{name}_s``) and CPU (:func:`measured`) of the three comparison reads of ``topic``'s table at ``path``.
+
+    Names ``delta``, ``source_batch`` and ``delta_stream``: see the module docstring.
+    """
     source_batch = spark.read.format("logstore").option("logstore.root", root).option("subscribe", topic).load()
     delta_stream = spark.readStream.format("delta").load(path).writeStream.format("noop")
     return {
-        "delta_s": batch_seconds(spark.read.format("delta").load(path)),
-        "source_batch_s": batch_seconds(source_batch),
-        "delta_stream_s": stream_seconds(delta_stream.option("checkpointLocation", checkpoint))[1],
+        **measured(spark, "delta", lambda: batch_seconds(spark.read.format("delta").load(path))),
+        **measured(spark, "source_batch", lambda: batch_seconds(source_batch)),
+        **measured(
+            spark, "delta_stream", lambda: stream_seconds(delta_stream.option("checkpointLocation", checkpoint))[1]
+        ),
     }
 
 
 def read_round(spark: Any, root: str, path: str, scratch: str, max_records: int) -> dict[str, float]:
-    """One measurement of the source and of the comparison reads of the same table: seconds and records/s of each."""
-    rows, source_s = stream_seconds(source_stream(spark, root, "bench", tempfile.mkdtemp(dir=scratch), max_records))
-    native = native_reads(spark, root, "bench", path, tempfile.mkdtemp(dir=scratch))
-    out: dict[str, float] = {
-        "rows": rows,
-        "source_s": round(source_s, 3),
-        "source_records_per_s": round(rows / source_s),
+    """One measurement of the source and of the comparison reads of the same table: seconds, records/s, CPU of each."""
+    rows = 0
+
+    def source() -> float:
+        nonlocal rows
+        rows, seconds = stream_seconds(source_stream(spark, root, "bench", tempfile.mkdtemp(dir=scratch), max_records))
+        return seconds
+
+    figures = {
+        **measured(spark, "source", source),
+        **native_reads(spark, root, "bench", path, tempfile.mkdtemp(dir=scratch)),
     }
-    for name in ("delta", "source_batch", "delta_stream"):
-        out[f"{name}_s"] = round(native[f"{name}_s"], 3)
-        out[f"{name}_records_per_s"] = round(rows / native[f"{name}_s"])
-    out["ratio"] = round(native["delta_s"] / source_s, 3)
-    out["batch_ratio"] = round(native["delta_s"] / native["source_batch_s"], 3)
-    out["stream_ratio"] = round(native["delta_stream_s"] / source_s, 3)
+    out: dict[str, float] = {"rows": rows}
+    for name in ("source", "delta", "source_batch", "delta_stream"):
+        out[f"{name}_s"] = round(figures[f"{name}_s"], 3)
+        out[f"{name}_records_per_s"] = round(rows / figures[f"{name}_s"])
+        out[f"{name}_jvm_cpu_s"] = figures[f"{name}_jvm_cpu_s"]
+        out[f"{name}_python_cpu_s"] = figures[f"{name}_python_cpu_s"]
+    out["ratio"] = round(figures["delta_s"] / figures["source_s"], 3)
+    out["batch_ratio"] = round(figures["delta_s"] / figures["source_batch_s"], 3)
+    out["stream_ratio"] = round(figures["delta_stream_s"] / figures["source_s"], 3)
     return out
 
 
