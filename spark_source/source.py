@@ -43,6 +43,7 @@ the group's offsets back.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LogstoreBatchReader", "LogstoreDataSource", "LogstoreStreamReader", "PrefetchingStreamReader"]
 
+log = logging.getLogger("spark_source")
 _PLANS_KEPT = 8
 
 
@@ -271,7 +273,9 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
     planned by an earlier run of the query) the batch's tasks are read on executors as
     :class:`LogstoreStreamReader` reads them. Offsets, group commits, leases, ``maxOffsetsPerTrigger`` and
     ``availableNow`` are the wrapped reader's; it holds the records of one batch at most, from
-    ``latestOffset`` until Spark takes them.
+    ``latestOffset`` until Spark takes them. A read that fails there with an ``OSError`` (storage) leaves
+    the batch to tasks, which Spark retries, instead of failing the query. Spark's driver keeps the last
+    batch it took in its block manager until it takes another or the query stops.
     """
 
     def __init__(self, reader: LogstoreStreamReader, max_records: int) -> None:
@@ -292,7 +296,11 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
         self._prefetched = None
         tasks = self._tasks(start, end)
         if 0 < sum(t.records for t in tasks) <= self.max_records:
-            self._prefetched = (_key(start) + _key(end), [rb for t in tasks for rb in read_task(t)])
+            try:
+                self._prefetched = (_key(start) + _key(end), [rb for t in tasks for rb in read_task(t)])
+            except OSError as err:
+                # Here a failed read would fail the query; in tasks Spark retries it (spark.task.maxFailures).
+                log.warning("maxRecordsReadOnDriver: reading batch %s..%s failed (%s); tasks read it", start, end, err)
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

@@ -86,6 +86,29 @@ def test_a_batch_over_the_limit_is_read_in_tasks(store: LogStore, make_topic: Ca
     assert limited.getCache(limited.initialOffset(), first) is not None
 
 
+def test_a_batch_the_driver_cannot_read_is_left_to_tasks(
+    store: LogStore, make_topic: Callable[..., str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A storage error while reading on the driver would fail the query; in tasks Spark retries it.
+    t = make_topic(partitions=2)
+    produce(store, t, [0, 1, 0])
+    reader = _reader(store, subscribe=t, startingOffsets="earliest", maxRecordsReadOnDriver=3)
+    start = reader.initialOffset()
+    files = list(Path(store.catalog.topic_path(t)).rglob("*.parquet"))
+    assert files
+    for f in files:
+        f.rename(tmp_path / f.name)
+    with caplog.at_level("WARNING", logger="spark_source"):
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {t: {"0": 2, "1": 1}}
+    assert "tasks read it" in caplog.text
+    assert reader.getCache(start, end) is None
+    for f in files:
+        (tmp_path / f.name).rename(f)
+    tasks = [p for p in reader.partitions(start, end) if isinstance(p, ReadTask)]
+    assert offsets_by_partition_of(_table(rb for task in tasks for rb in reader.read(task))) == {0: [0, 1], 1: [0]}
+
+
 def test_a_batch_planned_by_an_earlier_run_is_read_in_tasks(store: LogStore, make_topic: Callable[..., str]) -> None:
     """After a restart Spark plans the batch its offset log holds without asking ``latestOffset`` first."""
     t = make_topic(partitions=2)
