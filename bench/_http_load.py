@@ -17,7 +17,7 @@ event loop does not share a GIL with the benchmark's orchestration:
   ``concurrency`` at a time → how many were answered 200, and the seconds.
 
 Either loop sends the records as a JSON body (``body_format="json"``, the
-default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.produce_format`).
+default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.wire.arrow_produce`).
 
 The two loops speak HTTP/1.1 themselves (:class:`Http1`), as wrk does: each
 connection sends a request built once and reads the status line, the headers
@@ -50,7 +50,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from logstore.produce_format import ARROW_STREAM, encode_produce
+from logstore.wire.arrow_produce import ARROW_STREAM, encode_produce
 
 RECORDS = 1000
 """Records per produce request."""

@@ -6,7 +6,7 @@ small requests gathers files until the ``compact`` job runs (at 10,000
 records/s in 100-record requests over 4 partitions: 400 files a second), so a
 checkpoint every ``checkpoint.interval`` commits would cost more CPU per commit
 as the table grows. The core writer spaces checkpoints of ``n`` actions at
-least ``n / 100`` commits apart (``logstore/_log_append.py``).
+least ``n / 100`` commits apart (``logstore/log/_append.py``).
 
 For each ``--files`` size, one table is filled with that many files (4
 partitions, checkpointed once), then ``--commits`` commits of 100 records are
@@ -40,12 +40,12 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from logstore import _log_append
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.schema import input_table
+from logstore.log import _append as _log_append
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 PARTITIONS = 4
 RECORDS = 100

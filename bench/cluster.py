@@ -1,6 +1,6 @@
 """Cluster benchmark: acks=all produce throughput of 1, 2 and 3 nodes, a forwarding node, failover after kill -9.
 
-Prints one JSON document. Starts a real ZooKeeper (``logstore.cluster.zkserver``)
+Prints one JSON document. Starts a real ZooKeeper (``logstore.cluster.zookeeper_server``)
 and ``logstore serve`` nodes on loopback over one fresh root, with one
 8-partition topic, and drives them with the shared load generator
 (``bench/_http_load.py``: the records of ``bench/ingest.py``, 1,000-record JSON
@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port
 
-from logstore.cluster.zkserver import ZooKeeperServer
+from logstore.cluster.zookeeper_server import ZooKeeperServer
 from logstore.config import LogstoreConfig
 
 PARTITIONS = 8

@@ -47,10 +47,10 @@ import numpy as np
 import pyarrow as pa
 
 from logstore.config import load_config
-from logstore.schema import INPUT_SCHEMA, input_table
+from logstore.log.schema import INPUT_SCHEMA, input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 
 def generate(store: LogStore, topic: str, records: int, partitions: int, value_bytes: int, batch: int) -> float:

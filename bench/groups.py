@@ -12,7 +12,7 @@ an 8-partition topic of a fresh root (straight through the store), starts
   the Python ``Consumer`` uses), once with JSON (the default), and once with
   Python ``Consumer``s (``consume(--fetch)``: a ``Message`` per record).
 * same-run limits: the node's plain fetch route (JSON, 4 client processes,
-  two partitions each) and a direct ``logstore.reader`` read of the same
+  two partitions each) and a direct ``logstore.log.reader`` read of the same
   records in one thread; ``ratios_of_arrow_4_members`` divides the 4-member
   Arrow figure by each. The load average at the end says whether the machine
   was busy.
@@ -46,10 +46,10 @@ from _http_load import LogstoreServer
 
 from logstore.client import Consumer
 from logstore.config import load_config
-from logstore.fetch_format import ARROW_STREAM
-from logstore.schema import input_table
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
+from logstore.wire.arrow_fetch import ARROW_STREAM
 
 PARTITIONS = 8
 
@@ -183,7 +183,7 @@ def plain_route(url: str, clients: int, total: int, fetch: int) -> float:
 
 
 def direct_read(root: Path, total: int, fetch: int) -> float:
-    """records/s of ``logstore.reader`` reading the same records in this process: the storage's own limit."""
+    """records/s of ``logstore.log.reader`` reading the same records in this process: the storage's own limit."""
     store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
     reader = store.reader("t")
     started = time.perf_counter()

@@ -64,12 +64,12 @@ from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, bod
 from _machine import machine, storage
 from prometheus_client.parser import text_string_to_metric_families
 
-from logstore.catalog import Catalog
 from logstore.config import DEFAULT_IO_THREADS, load_config
-from logstore.schema import input_table
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 PARTITIONS = 8
 SCALE_PARTITIONS = 4

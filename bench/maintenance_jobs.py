@@ -38,13 +38,13 @@ import pyarrow as pa
 from deltalake import CommitProperties, Transaction
 from deltalake.transaction import AddAction
 
-from logstore import tables
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.reader import TopicReader
-from logstore.schema import TOPIC_SCHEMA, input_table
+from logstore.log import tables
+from logstore.log.catalog import Catalog
+from logstore.log.reader import TopicReader
+from logstore.log.schema import TOPIC_SCHEMA, input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import run_retention, run_segment_compaction
 from maintenance._files import write_segment
 

@@ -41,11 +41,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from logstore.config import load_config
-from logstore.schema import INPUT_SCHEMA, input_table
+from logstore.log.schema import INPUT_SCHEMA, input_table
+from logstore.log.writer import TopicWriter
 from logstore.spark import session
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 PHASES = ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets", "triggerExecution")
 

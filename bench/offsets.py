@@ -32,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets
-from logstore.tables import sync_commits
+from logstore.groups.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets
+from logstore.log.tables import sync_commits
 from maintenance.offsets import run_offsets_compaction
 
 TOPIC = "orders"

@@ -30,11 +30,11 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from logstore.config import load_config
-from logstore.reader import TopicReader
-from logstore.schema import INPUT_SCHEMA, input_table
+from logstore.log.reader import TopicReader
+from logstore.log.schema import INPUT_SCHEMA, input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 PARTITIONS = 4
 

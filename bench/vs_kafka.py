@@ -92,8 +92,8 @@ from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, clo
 from _machine import machine, storage
 from consume import end_to_end, native_reads, source_stream, stream_latency, stream_seconds
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
+from logstore.log.catalog import Catalog
 
 _ROOT = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = "3.9.0"
@@ -565,7 +565,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         )
         for acks in ("all", "1")
     }
-    # The same records as Arrow IPC bodies (logstore.produce_format), what the Python Producer sends.
+    # The same records as Arrow IPC bodies (logstore.wire.arrow_produce), what the Python Producer sends.
     logstore["produce_max_arrow"] = _median_of(
         [
             closed_loop(

@@ -3,7 +3,7 @@
 Prints one JSON document. For each batch size (records per commit) it writes
 the same 100-byte-value records twice, into fresh tables:
 
-* ``logstore``: through :class:`logstore.writer.TopicWriter` (offset
+* ``logstore``: through :class:`logstore.log.writer.TopicWriter` (offset
   assignment, fencing and high-watermark app transactions, group commit);
 * ``raw``: ``write_deltalake(..., mode="append")`` of the same Arrow table with
   offsets precomputed — the limit the writer is measured against. delta-rs
@@ -30,11 +30,11 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.schema import TOPIC_SCHEMA, input_table
+from logstore.log.catalog import Catalog
+from logstore.log.schema import TOPIC_SCHEMA, input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 
 VALUE_BYTES = 100
 PARTITIONS = 8

@@ -26,20 +26,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from ingest_api.broker import Broker
 from ingest_api.console import mount_console
 from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.group_routing import Forwarded, forget_moved_groups
-from ingest_api.metrics import Metrics
-from ingest_api.parse import parse_produce
 from ingest_api.parsers import Parsers
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
 from logstore.config import LogstoreConfig
-from logstore.coordinator import GroupCoordinator
 from logstore.errors import (
     ClusterAuthorizationFailedError,
     ConcurrentTransactionsError,
@@ -66,8 +62,12 @@ from logstore.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from logstore.reader import TopicReader
+from logstore.groups.coordinator import GroupCoordinator
+from logstore.log.reader import TopicReader
+from logstore.node.broker import Broker
+from logstore.node.metrics import Metrics
 from logstore.security import Guard, PrincipalMapper, parse_super_users
+from logstore.wire.json_produce import parse_produce
 
 __all__ = ["create_app", "create_guard", "status_for"]
 
@@ -156,7 +156,7 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     What the first requests would import lazily is imported first, so that it
     is frozen too: a parse. (It used to import pandas, ~30k objects that every
     full collection scanned; :func:`~ingest_api.serve.serve` now keeps pandas
-    out of the node, :func:`~ingest_api.parse.without_pandas`.)
+    out of the node, :func:`~logstore.wire.json_produce.without_pandas`.)
     """
     parse_produce(b'{"records": [{"key": "k", "value": "v"}]}')
     gc.collect()

@@ -18,10 +18,10 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ingest_api.broker import Broker
 from ingest_api.tls import client_cert_name
-from logstore.coordinator import Coordinator
 from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
+from logstore.groups.coordinator import Coordinator
+from logstore.node.broker import Broker
 from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
 
 __all__ = [

@@ -5,7 +5,7 @@ partition and groups the records by the node leading it; the share this node
 leads is submitted here, every other share is forwarded to its leader with
 ``?forward=false`` over a warm HTTP connection pool, as an Arrow IPC stream of
 the parsed records with their partitions chosen — the Arrow produce body of
-:mod:`logstore.produce_format`, which clients may send too — so the records are
+:mod:`logstore.wire.arrow_produce`, which clients may send too — so the records are
 parsed once, not re-encoded as JSON. The answers (offsets or an error) are merged in record order.
 
 Atomicity: a request whose records all have one leader commits atomically as
@@ -29,17 +29,23 @@ import orjson
 import pyarrow as pa
 from fastapi.concurrency import run_in_threadpool
 
-from ingest_api.accumulator import Acks
-from ingest_api.broker import Broker, Share
-from ingest_api.parse import ParsedRecords
 from logstore.cluster import NodeInfo
 from logstore.errors import (
     ERRORS_BY_NAME,
     NotLeaderOrFollowerError,
     UnknownServerError,
 )
-from logstore.produce_format import ARROW_STREAM, PRODUCE_SCHEMA, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
+from logstore.node.accumulator import Acks
+from logstore.node.broker import Broker, Share
 from logstore.structs import AppendResult
+from logstore.wire.arrow_produce import (
+    ARROW_STREAM,
+    PRODUCE_SCHEMA,
+    PRODUCER_ID_HEADER,
+    SEQUENCE_HEADER,
+    encode_produce,
+)
+from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["Forwarder", "encode_arrow", "produce_here", "produce_in_cluster"]
 
@@ -174,7 +180,7 @@ def _merge(n: int, shares: list[Share], answers: list[Placed]) -> Placed:
 
 
 def encode_arrow(parsed: ParsedRecords) -> bytes:
-    """Records with their partitions chosen, as an Arrow produce body (:mod:`logstore.produce_format`)."""
+    """Records with their partitions chosen, as an Arrow produce body (:mod:`logstore.wire.arrow_produce`)."""
     parts = pa.array(np.asarray(parsed.partitions, np.int32), pa.int32())
     return encode_produce(
         pa.Table.from_arrays(

@@ -24,11 +24,11 @@ from fastapi import Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.broker import Broker
 from ingest_api.deps import BrokerDep, CoordinatorDep
 from logstore.cluster import NodeInfo, group_coordinator
-from logstore.coordinator import Coordinator
 from logstore.errors import NotCoordinatorError
+from logstore.groups.coordinator import Coordinator
+from logstore.node.broker import Broker
 
 __all__ = ["Forwarded", "coordinator_of", "forget_moved_groups", "groups_with_members", "route_to_coordinator"]
 

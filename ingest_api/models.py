@@ -1,4 +1,4 @@
-"""HTTP request and response models (the OpenAPI contract of DESIGN §3).
+"""HTTP request and response models (the OpenAPI contract of docs/design.md §3).
 
 Separate from the core's types: these describe JSON on the wire.
 """
@@ -126,7 +126,7 @@ class GroupTopic(BaseModel):
 class GroupOut(BaseModel):
     group: str
     topics: list[GroupTopic]
-    members: list[MemberOut] = Field(default_factory=list, description="live members (DESIGN §9)")
+    members: list[MemberOut] = Field(default_factory=list, description="live members (docs/design.md §9)")
 
 
 class GroupList(BaseModel):
@@ -146,7 +146,7 @@ class ResetOffsets(BaseModel):
     to: Literal["earliest", "latest"] | dict[Literal["timestamp"], TimestampMs] | dict[Literal["offset"], Offset]
 
 
-# -- consumer groups with members (DESIGN §9) ------------------------------------
+# -- consumer groups with members (docs/design.md §9) ------------------------------------
 
 
 class TopicPartitionOut(BaseModel):

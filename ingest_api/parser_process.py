@@ -28,9 +28,9 @@ from typing import BinaryIO
 import orjson
 import pyarrow as pa
 
-from ingest_api.parse import ParsedRecords, parse_produce, without_pandas
 from logstore.errors import LogstoreError
-from logstore.produce_format import PRODUCE_SCHEMA
+from logstore.wire.arrow_produce import PRODUCE_SCHEMA
+from logstore.wire.json_produce import ParsedRecords, parse_produce, without_pandas
 
 REQUEST = struct.Struct("<QI")
 ANSWER = struct.Struct("<QBI")

@@ -4,7 +4,7 @@ The node's event loop runs every request and shares one interpreter lock with
 the committers. Parsing a 1,000-record JSON body costs it about a millisecond
 of that lock, as much as the rest of the request together; a parser process
 does it on another core and hands the records back as one Arrow IPC stream
-of :data:`logstore.produce_format.PRODUCE_SCHEMA`, which the event loop reads
+of :data:`logstore.wire.arrow_produce.PRODUCE_SCHEMA`, which the event loop reads
 without a copy.
 
 Each parser is a child process (:mod:`ingest_api.parser_process`) speaking a
@@ -16,7 +16,7 @@ that never gets one never starts them), and take bodies once they are ready;
 until then the event loop parses.
 
 A refused body is parsed again on the event loop, which raises its error: one
-parser, :func:`ingest_api.parse.parse_produce`, says what is wrong with a
+parser, :func:`logstore.wire.json_produce.parse_produce`, says what is wrong with a
 body, wherever it ran. A body smaller than :data:`MIN_BODY_BYTES` is parsed on
 the event loop to begin with: the hand-off would cost it more than the parse.
 
@@ -41,9 +41,9 @@ import orjson
 import pyarrow as pa
 
 from ingest_api import parser_process
-from ingest_api.metrics import Metrics
-from ingest_api.parse import ParsedRecords, parse_produce
 from ingest_api.parser_process import ANSWER, COUNT, PARSED, READY, REQUEST, widen
+from logstore.node.metrics import Metrics
+from logstore.wire.json_produce import ParsedRecords, parse_produce
 
 __all__ = ["MIN_BODY_BYTES", "Parsers"]
 
@@ -71,10 +71,10 @@ class Parsers:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def parse(self, body: bytes) -> ParsedRecords:
-        """The records of a JSON produce body (DESIGN §3), parsed by the least busy ready parser process.
+        """The records of a JSON produce body (docs/design.md §3), parsed by the least busy ready parser process.
 
         Raises:
-            InvalidRequestError, InvalidTimestampError: as :func:`~ingest_api.parse.parse_produce`.
+            InvalidRequestError, InvalidTimestampError: as :func:`~logstore.wire.json_produce.parse_produce`.
         """
         if len(body) >= MIN_BODY_BYTES and self._slots:
             if not self._started:

@@ -26,15 +26,15 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     """
     check_exposure(config, insecure=insecure)
     tls = tls_options(config)
-    from ingest_api.parse import without_pandas
+    from logstore.wire.json_produce import without_pandas
 
     without_pandas()
     import uvicorn
 
     from ingest_api.app import create_app
-    from ingest_api.broker import wal_dir_of
     from ingest_api.tls import ClientCertProtocol
-    from logstore.wal import DirectoryLock
+    from logstore.log.wal import DirectoryLock
+    from logstore.node.broker import wal_dir_of
 
     # Refuse early, with the holder's name, when another node runs on this WAL directory
     # (the node takes the lock for good when it starts; this only makes the message plain).
@@ -43,7 +43,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
     if config.zookeeper_connect:
-        from ingest_api.cluster import check_node_id_free
+        from logstore.node.membership import check_node_id_free
 
         check_node_id_free(config)
 

@@ -15,34 +15,34 @@ Main entry points: :class:`LogStore` (the embedded store under one root),
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logstore.catalog import Catalog
     from logstore.config import LogstoreConfig, TopicConfig, load_config
     from logstore.errors import LogstoreError
-    from logstore.offsets import OffsetsStore
-    from logstore.partitioner import Partitioner, murmur2
-    from logstore.reader import TopicReader
+    from logstore.groups.offsets import OffsetsStore
+    from logstore.log.catalog import Catalog
+    from logstore.log.partitioner import Partitioner, murmur2
+    from logstore.log.reader import TopicReader
+    from logstore.log.writer import TopicWriter
     from logstore.store import LogStore
     from logstore.structs import AppendResult, FetchResult, GroupOffset, PartitionInfo, ProducerBatch, TopicInfo
-    from logstore.writer import TopicWriter
 
 _HOMES = {
     "AppendResult": "structs",
-    "Catalog": "catalog",
+    "Catalog": "log.catalog",
     "FetchResult": "structs",
     "GroupOffset": "structs",
     "LogStore": "store",
     "LogstoreConfig": "config",
     "LogstoreError": "errors",
-    "OffsetsStore": "offsets",
+    "OffsetsStore": "groups.offsets",
     "PartitionInfo": "structs",
-    "Partitioner": "partitioner",
+    "Partitioner": "log.partitioner",
     "ProducerBatch": "structs",
     "TopicConfig": "config",
     "TopicInfo": "structs",
-    "TopicReader": "reader",
-    "TopicWriter": "writer",
+    "TopicReader": "log.reader",
+    "TopicWriter": "log.writer",
     "load_config": "config",
-    "murmur2": "partitioner",
+    "murmur2": "log.partitioner",
 }
 """Where each public name lives. Imported on first use (PEP 562), so a process that needs one
 submodule (a Spark worker planning a batch, the CLI's ``--help``) does not import the whole core."""

@@ -1,7 +1,7 @@
 """`LogStore`: the embedded store under one root — topics, writers, readers, groups.
 
 This is what the CLI (``--root``) and the ingest tier build on. It holds one
-:class:`~logstore.writer.TopicWriter` per topic it has written to and one
+:class:`~logstore.log.writer.TopicWriter` per topic it has written to and one
 reader per topic. Its writers are cooperative (``join=True``): they take turns
 with the topic's leader — a running ``logstore serve`` — through the table's
 writer lock and never fence it.
@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from logstore.catalog import Catalog
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     GroupIdNotFoundError,
@@ -22,8 +21,10 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from logstore.offsets import OffsetsStore
-from logstore.reader import TopicReader, offset_for_timestamp
+from logstore.groups.offsets import OffsetsStore
+from logstore.log.catalog import Catalog
+from logstore.log.reader import TopicReader, offset_for_timestamp
+from logstore.log.writer import TopicWriter
 from logstore.structs import (
     AppendResult,
     FetchResult,
@@ -33,7 +34,6 @@ from logstore.structs import (
     ProducerBatch,
     TopicInfo,
 )
-from logstore.writer import TopicWriter
 
 __all__ = ["LogStore"]
 

@@ -78,7 +78,7 @@ class TopicInfo:
 class ProducerBatch:
     """Records from one produce request, partitions already chosen.
 
-    ``records`` follows :data:`logstore.schema.INPUT_SCHEMA`. With a
+    ``records`` follows :data:`logstore.log.schema.INPUT_SCHEMA`. With a
     ``producer_id`` the batch is idempotent: ``sequence`` must be the
     producer's last committed sequence plus one (any value for a new producer);
     a retry of a committed sequence writes nothing and returns its original
@@ -111,7 +111,7 @@ class FetchResult:
     """A slice of one partition read at one table version."""
 
     records: pa.Table
-    """Columns of :data:`logstore.schema.TOPIC_SCHEMA`, offsets ascending."""
+    """Columns of :data:`logstore.log.schema.TOPIC_SCHEMA`, offsets ascending."""
     high_watermark: int
     log_start_offset: int
 

@@ -26,7 +26,7 @@ def _status(args: argparse.Namespace, config: LogstoreConfig) -> int:
     ``--server`` it asks the node this config describes (``advertised.url``,
     else ``server.host``/``server.port``).
     """
-    from ingest_api.cluster import advertised_url
+    from logstore.node.membership import advertised_url
 
     server = getattr(args, "server", None) or advertised_url(config)
     md = RemoteStore(server, **client_options(args)).metadata()

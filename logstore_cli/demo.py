@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from logstore.config import LogstoreConfig
-from logstore.partitioner import Partitioner
-from logstore.schema import input_table
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore_cli import groups, topics

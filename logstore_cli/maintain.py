@@ -33,7 +33,7 @@ def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
     """Retention, compaction, key compaction, vacuum, ``_offsets`` compaction: ``maintenance`` runs them."""
     import logging
 
-    from logstore.catalog import Catalog
+    from logstore.log.catalog import Catalog
     from maintenance.job import SPARK_JOBS, run_job
     from maintenance.scheduler import Scheduler, parse_duration
 

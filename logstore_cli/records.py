@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from logstore.client import Consumer, Producer
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError, LogstoreError
-from logstore.partitioner import Partitioner
-from logstore.schema import input_table
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import GroupTopicPartition, ProducerBatch
 from logstore_cli._common import Subparsers, backend, client_options

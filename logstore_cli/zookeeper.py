@@ -32,7 +32,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def _start(args: argparse.Namespace, config: LogstoreConfig) -> int:
     """Run a standalone ZooKeeper server (or one ensemble member) in the foreground."""
-    from logstore.cluster.zkserver import ZooKeeperServer
+    from logstore.cluster.zookeeper_server import ZooKeeperServer
 
     peers: tuple[tuple[int, str, int, int], ...] = ()
     for i, spec in enumerate(args.peer or [], start=1):

@@ -8,7 +8,7 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 
 * a maintenance commit made from a stale snapshot rebases over the writer's
   appends — appends never make maintenance fail;
-* the ``TopicWriter`` commits through its own log append (``logstore/_log_append.py``):
+* the ``TopicWriter`` commits through its own log append (``logstore/log/_append.py``):
   when a maintenance commit took the version it wanted, it steps over commits that
   only remove files or rewrite them with ``dataChange=false`` (retention, segment
   compaction) and re-reads the table after one that changes data (key compaction).
@@ -19,7 +19,7 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 
 Files may hold overlapping offset ranges (Delta's ``OPTIMIZE`` bins them by
 size); jobs remove or rewrite a partition's files only in whole runs between
-:func:`logstore.reader.offset_cuts`, never part of such a run.
+:func:`logstore.log.reader.offset_cuts`, never part of such a run.
 
 The table protocol stays (1, 2): only plain add and remove actions are
 written, never deletion vectors or other table features.
@@ -42,11 +42,11 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from logstore import tables
-from logstore.catalog import Catalog
-from logstore.files import DataFile, data_files, file_stats, offsets_sorted
-from logstore.reader import offset_cuts
-from logstore.schema import TOPIC_SCHEMA
+from logstore.log import tables
+from logstore.log.catalog import Catalog
+from logstore.log.files import DataFile, data_files, file_stats, offsets_sorted
+from logstore.log.reader import offset_cuts
+from logstore.log.schema import TOPIC_SCHEMA
 
 __all__ = [
     "FILE_SCHEMA",
@@ -85,7 +85,7 @@ class NewFile:
 
 
 def live_files(dt_: DeltaTable) -> dict[int, list[DataFile]]:
-    """Partition → its live files in offset order, from the Delta log only (:func:`logstore.files.data_files`).
+    """Partition → its live files in offset order, from the Delta log only (:func:`logstore.log.files.data_files`).
 
     Offset order is by min offset; ranges may overlap (see :func:`offset_prefix`).
     Empty files are left out.
@@ -116,7 +116,7 @@ class PartitionFiles:
 
     @classmethod
     def of(cls, partition: int, files: Sequence[DataFile], root: str) -> PartitionFiles:
-        """Columns from :class:`~logstore.files.DataFile` objects (offset order)."""
+        """Columns from :class:`~logstore.log.files.DataFile` objects (offset order)."""
         return cls(
             partition,
             pa.array([f.log_path for f in files], pa.string()),
@@ -130,7 +130,7 @@ class PartitionFiles:
         )
 
     def file(self, i: int) -> DataFile:
-        """File ``i`` as a :class:`~logstore.files.DataFile`."""
+        """File ``i`` as a :class:`~logstore.log.files.DataFile`."""
         log_path = self.log_paths[i].as_py()
         ts = self.max_timestamp_ms[i]
         return DataFile(

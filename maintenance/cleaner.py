@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from logstore import tables
-from logstore.catalog import Catalog
-from logstore.files import DataFile
+from logstore.log import tables
+from logstore.log.catalog import Catalog
+from logstore.log.files import DataFile
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 

@@ -40,9 +40,9 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import InvalidRequestError, LogstoreError
+from logstore.log.catalog import Catalog
 from maintenance.cleaner import run_key_compaction
 from maintenance.offsets import OFFSETS_TABLE, run_offsets_compaction
 from maintenance.report import PartitionReport, Progress, RunReport, print_progress

@@ -15,7 +15,7 @@ transactions; an offset commit is an append of a new file. Delta (delta-rs 1.6) 
 the other either way: a commit made after the snapshot stays in the table
 beside the compacted file, and as its ``commit_seq`` is higher than anything
 compacted it stays the latest. Two compactions that race both claim
-the app transaction ``logstore.offsets-compaction``: the second fails with
+the app transaction ``logstore.groups.offsets-compaction``: the second fails with
 ``CONCURRENT_TRANSACTIONS`` and changes nothing (Delta does not refuse two
 commits removing the same files with ``dataChange=false`` by itself).
 
@@ -43,8 +43,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from logstore import tables
-from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore, latest_rows
+from logstore.groups.offsets import OFFSETS_SCHEMA, OffsetsStore, latest_rows
+from logstore.log import tables
 from maintenance.report import PartitionReport, Progress, print_progress
 from maintenance.vacuum import DEFAULT_RETENTION_HOURS
 
@@ -60,7 +60,7 @@ OFFSETS_TABLE = "_offsets"
 """The name the job's reports use for the offsets table (in place of a topic)."""
 
 _MAINTENANCE_METADATA = "logstore.maintenance"
-_APP_COMPACTION = "logstore.offsets-compaction"
+_APP_COMPACTION = "logstore.groups.offsets-compaction"
 """App transaction every compaction carries: of two racing compactions, Delta lets one commit."""
 
 

@@ -20,7 +20,7 @@ The job reads only the Delta log and commits remove actions only — no file
 is read, rewritten or added — so its cost follows the files it removes. The
 commit records the partition's new log start offset, one past the largest
 offset removed, in the ``logstore.lso.<p>`` app transaction
-(:func:`logstore.catalog.log_start_offset`); fetches below it answer
+(:func:`logstore.log.catalog.log_start_offset`); fetches below it answer
 ``OFFSET_OUT_OF_RANGE``. Settings come from the topic's ``logstore.<key>``
 properties over the service defaults.
 """
@@ -34,11 +34,11 @@ import numpy as np
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from logstore import tables
-from logstore.catalog import Catalog, app_log_start, high_watermark, log_start_offset
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError
-from logstore.files import DataFile
+from logstore.log import tables
+from logstore.log.catalog import Catalog, app_log_start, high_watermark, log_start_offset
+from logstore.log.files import DataFile
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from logstore.catalog import Catalog
+from logstore.log.catalog import Catalog
 from maintenance.job import run_job
 from maintenance.report import RunReport
 

@@ -10,7 +10,7 @@ readers' offset pruning stays sharp. Files already at ``segment.bytes`` are
 left alone, and nothing changes across a bin boundary.
 
 Files whose offset ranges overlap (Delta's ``OPTIMIZE`` bins files by size,
-not offset) form a run (:func:`logstore.reader.offset_runs`) that is binned
+not offset) form a run (:func:`logstore.log.reader.offset_runs`) that is binned
 as one unit and always rewritten, whatever its size, into files of about
 ``segment.bytes`` with disjoint ranges in offset order: compaction repairs
 such a layout.
@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 
-from logstore import tables
-from logstore.catalog import Catalog
-from logstore.files import DataFile
-from logstore.reader import offset_runs
+from logstore.log import tables
+from logstore.log.catalog import Catalog
+from logstore.log.files import DataFile
+from logstore.log.reader import offset_runs
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 

@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 from deltalake.exceptions import DeltaError
 
-from logstore import tables
-from logstore.catalog import Catalog
+from logstore.log import tables
+from logstore.log.catalog import Catalog
 from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 

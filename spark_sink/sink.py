@@ -12,7 +12,7 @@ Where it runs and why it is exactly-once:
 * ``write`` runs on executors and only hands its rows back (Arrow) in the commit message.
 * ``commit`` runs on the driver, once per micro-batch, after every task
   succeeded. It appends the batch to each topic in one Delta commit through a
-  cooperative :class:`~logstore.writer.TopicWriter` (``join=True``): offsets
+  cooperative :class:`~logstore.log.writer.TopicWriter` (``join=True``): offsets
   come from the writer, gap-free, and a race with another committer (an ingest
   server) is retried, never fenced. The writer is closed after the batch (its
   lock file, checkpoint thread and fsync pool go with it). The commit is an idempotent producer
@@ -34,14 +34,14 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
-from logstore.partitioner import Partitioner
-from logstore.schema import HEADERS_TYPE, INPUT_SCHEMA
+from logstore.log.catalog import Catalog
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import HEADERS_TYPE, INPUT_SCHEMA
+from logstore.log.tables import app_producer, txn_version
+from logstore.log.writer import TopicWriter
 from logstore.structs import ProducerBatch
-from logstore.tables import app_producer, txn_version
-from logstore.writer import TopicWriter
 
 __all__ = ["LogstoreBatchWriter", "LogstoreStreamWriter", "SinkRows"]
 

@@ -11,10 +11,10 @@ import logging
 import math
 from collections.abc import Mapping
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from logstore.reader import PartitionView, TopicReader, offset_for_timestamp
+from logstore.log.catalog import Catalog
+from logstore.log.reader import PartitionView, TopicReader, offset_for_timestamp
 from spark_source._options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from spark_source._slices import ReadTask, TopicSlice, pack_slices, plan_slices
 

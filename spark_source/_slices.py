@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
-from logstore.files import DataFile, offsets_sorted
-from logstore.reader import offset_runs
-from logstore.schema import TOPIC_SCHEMA
+from logstore.log.files import DataFile, offsets_sorted
+from logstore.log.reader import offset_runs
+from logstore.log.schema import TOPIC_SCHEMA
 
 __all__ = [
     "KAFKA_ARROW_SCHEMA",
@@ -124,7 +124,7 @@ def plan_slices(
 ) -> list[TopicSlice]:
     """``[start, end)`` of a partition as slices of at most about ``max_records`` records.
 
-    Slices are cut only where no file straddles the cut (:func:`logstore.reader.offset_cuts`),
+    Slices are cut only where no file straddles the cut (:func:`logstore.log.reader.offset_cuts`),
     and each slice carries every file that holds an offset inside it: files whose
     ranges overlap (after Delta's ``OPTIMIZE``) land in one slice, so no record is
     skipped or read twice. Each file is opened by one task; a run of files larger

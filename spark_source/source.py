@@ -34,7 +34,7 @@ batch of an ``availableNow`` run, which ends with a ``latestOffset`` call that
 finds nothing new. Spark's own ``commit(end)`` comes one batch later and
 commits too (a no-op when already there). The query's checkpoint, not the
 group, is where a restarted query resumes. A group's topic has one live query
-at a time (:class:`~logstore.leases.GroupLease`); every commit of the group's
+at a time (:class:`~logstore.groups.leases.GroupLease`); every commit of the group's
 offsets checks the lease first, so a query that lost its topic to another
 query of the group fails with ``GROUP_SUBSCRIBED_TO_TOPIC`` instead of moving
 the group's offsets back.
@@ -56,8 +56,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from logstore.leases import GroupLease
-from logstore.offsets import OffsetsStore
+from logstore.groups.leases import GroupLease
+from logstore.groups.offsets import OffsetsStore
 from spark_source._options import SourceOptions
 from spark_source._planner import Offsets, Planner, Views, canonical, rate_limited
 from spark_source._slices import HEADERS_DDL, KAFKA_SCHEMA_DDL, ReadTask, read_task

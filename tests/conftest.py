@@ -80,7 +80,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real standalone ZooKeeper server for the test run; yields ``host:port`` (give each test its own chroot)."""
-    from logstore.cluster.zkserver import ZooKeeperServer
+    from logstore.cluster.zookeeper_server import ZooKeeperServer
     from tests.server import free_port
 
     zk = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=free_port())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logstore.catalog import Catalog
-from logstore.files import data_files
+from logstore.log.catalog import Catalog
+from logstore.log.files import data_files
 
 
 def read_topic(catalog: Catalog, topic: str) -> pa.Table:

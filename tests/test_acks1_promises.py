@@ -17,11 +17,11 @@ from collections.abc import Callable
 import httpx
 import pyarrow as pa
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.schema import input_table
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 from tests.server import LOGSTORE, Server
 

@@ -1,4 +1,4 @@
-"""The HTTP API over real HTTP to a real `logstore serve`: every endpoint and error of DESIGN §3."""
+"""The HTTP API over real HTTP to a real `logstore serve`: every endpoint and error of docs/design.md §3."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from logstore.partitioner import murmur2, to_positive
+from logstore.log.partitioner import murmur2, to_positive
 from tests.server import Server
 
 StartServer = Callable[..., Server]

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
+from logstore.log.catalog import Catalog
 from tests.helpers import assert_gap_free
 from tests.server import Server
 

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from ingest_api.parse import MAX_PRODUCER_ID_LENGTH
+from logstore.wire.json_produce import MAX_PRODUCER_ID_LENGTH
 from tests.server import Server
 
 StartServer = Callable[..., Server]

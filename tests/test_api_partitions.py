@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import httpx
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.partitioner import murmur2, to_positive
+from logstore.log.catalog import Catalog
+from logstore.log.partitioner import murmur2, to_positive
 from logstore.store import LogStore
 from tests.helpers import assert_gap_free
 from tests.server import Server

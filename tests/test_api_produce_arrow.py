@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from logstore.partitioner import murmur2, to_positive
-from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
-from logstore.schema import HEADERS_TYPE
+from logstore.log.partitioner import murmur2, to_positive
+from logstore.log.schema import HEADERS_TYPE
+from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 from tests.server import Server
 
 StartServer = Callable[..., Server]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from logstore import tables
+from logstore.log import tables
 
 APPS = ["logstore.hw.0", "logstore.hw.1", "logstore.lso.0", "logstore.producer.p", "never-written"]
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore.assignors import Assignment, assign, cooperative_sticky, range_assign, roundrobin
 from logstore.errors import InvalidRequestError
+from logstore.groups.assignors import Assignment, assign, cooperative_sticky, range_assign, roundrobin
 from logstore.structs import TopicPartition as TP
 
 

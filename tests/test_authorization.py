@@ -1,4 +1,4 @@
-"""Every HTTP route, principal and ACL set → status, over a real secured server (DESIGN §10).
+"""Every HTTP route, principal and ACL set → status, over a real secured server (docs/design.md §10).
 
 The table must name every route of the OpenAPI schema: a new route without an
 entry (and without a 401 case) fails :func:`test_table_covers_every_route`.

@@ -12,7 +12,7 @@ from logstore.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from logstore.schema import input_table
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 

@@ -6,12 +6,12 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from logstore.catalog import Catalog
 from logstore.client import Producer, RecordMetadata, RemoteStore
 from logstore.config import load_config
 from logstore.errors import LogstoreError, MessageTooLargeError
-from logstore.offsets import OffsetsStore
-from logstore.partitioner import murmur2, to_positive
+from logstore.groups.offsets import OffsetsStore
+from logstore.log.catalog import Catalog
+from logstore.log.partitioner import murmur2, to_positive
 from tests.helpers import assert_gap_free
 from tests.server import LOGSTORE, Server
 

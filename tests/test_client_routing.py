@@ -26,7 +26,7 @@ from starlette.routing import Route as HttpRoute
 from logstore.client import Producer, RecordMetadata, RemoteStore
 from logstore.client._cluster import ClusterView, bootstrap_urls, plan_routes, record_partition
 from logstore.errors import LogstoreError
-from logstore.partitioner import Partitioner
+from logstore.log.partitioner import Partitioner
 from tests.server import Server, free_port
 
 StartServer = Callable[..., Server]

@@ -10,7 +10,7 @@ resumed (SIGCONT), the controller is killed, and a leader is stopped
 at its acknowledged offset, no record twice, no gap, no commit from a stale
 leader epoch, and ``/controller_epoch`` rose once, for the one controller
 change. Partitions are unavailable at most the session timeout + 2 s after a
-kill and at most 1 s after a SIGTERM (DESIGN §8, issue 10).
+kill and at most 1 s after a SIGTERM (docs/design.md §8, issue 10).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.catalog import Catalog
 from logstore.client import Producer, RecordMetadata
 from logstore.client._cluster import record_partition
 from logstore.config import load_config
 from logstore.errors import LogstoreError
+from logstore.log.catalog import Catalog
 from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, leader_epochs_in_log, leaders, led_by, until
 from tests.helpers import assert_gap_free
 from tests.server import Server

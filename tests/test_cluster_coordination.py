@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState, ZooKeeperCoordinator
+from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState, ZooKeeperController
 from logstore.errors import DuplicateBrokerRegistrationError
 
 pytestmark = pytest.mark.zookeeper
@@ -38,11 +38,11 @@ def chroot(zookeeper: str) -> str:
 
 
 @pytest.fixture
-def nodes(chroot: str) -> Iterator[Callable[..., ZooKeeperCoordinator]]:
-    started: list[ZooKeeperCoordinator] = []
+def nodes(chroot: str) -> Iterator[Callable[..., ZooKeeperController]]:
+    started: list[ZooKeeperController] = []
 
-    def start(node_id: int, **kw: object) -> ZooKeeperCoordinator:
-        c = ZooKeeperCoordinator(
+    def start(node_id: int, **kw: object) -> ZooKeeperController:
+        c = ZooKeeperController(
             chroot, NodeInfo(node_id, f"http://127.0.0.1:{9000 + node_id}"), session_timeout_ms=4000, **kw
         )
         c.start()
@@ -64,7 +64,7 @@ def _leaders(meta: ClusterMetadata, topic: str, n: int) -> list[PartitionState]:
     return [s for s in out if s is not None]
 
 
-def test_three_nodes_one_controller_and_six_partitions_spread(nodes: Callable[..., ZooKeeperCoordinator]) -> None:
+def test_three_nodes_one_controller_and_six_partitions_spread(nodes: Callable[..., ZooKeeperController]) -> None:
     a, b, c = nodes(1), nodes(2), nodes(3)
     a.register_topic("orders", 6)
     # Each node's cache follows ZooKeeper's watches on its own: wait for every view, then read one.
@@ -78,7 +78,7 @@ def test_three_nodes_one_controller_and_six_partitions_spread(nodes: Callable[..
     assert {s.leader_epoch for s in _leaders(meta, "orders", 6)} == {0}
 
 
-def test_a_dead_nodes_partitions_move_with_a_higher_epoch(nodes: Callable[..., ZooKeeperCoordinator]) -> None:
+def test_a_dead_nodes_partitions_move_with_a_higher_epoch(nodes: Callable[..., ZooKeeperController]) -> None:
     a, b, c = nodes(1), nodes(2), nodes(3)
     a.register_topic("orders", 6)
     _until(lambda: _all_led(a.metadata(), "orders", 6, {1, 2, 3}))
@@ -99,7 +99,7 @@ def test_a_dead_nodes_partitions_move_with_a_higher_epoch(nodes: Callable[..., Z
 
 
 def test_the_controllers_death_elects_another_with_a_higher_epoch(
-    nodes: Callable[..., ZooKeeperCoordinator],
+    nodes: Callable[..., ZooKeeperController],
 ) -> None:
     a, b, c = nodes(1), nodes(2), nodes(3)
     _until(lambda: a.metadata().controller is not None)
@@ -113,7 +113,7 @@ def test_the_controllers_death_elects_another_with_a_higher_epoch(
     _until(lambda: _all_led(rest[1].metadata(), "late", 2, {x.node.node_id for x in rest}))
 
 
-def test_a_deposed_controller_writes_nothing(chroot: str, nodes: Callable[..., ZooKeeperCoordinator]) -> None:
+def test_a_deposed_controller_writes_nothing(chroot: str, nodes: Callable[..., ZooKeeperController]) -> None:
     a = nodes(1)
     _until(lambda: a.is_controller)
     a.register_topic("orders", 1)
@@ -133,14 +133,14 @@ def test_a_deposed_controller_writes_nothing(chroot: str, nodes: Callable[..., Z
     zk.stop()
 
 
-def test_a_taken_node_id_refuses_to_register(nodes: Callable[..., ZooKeeperCoordinator]) -> None:
+def test_a_taken_node_id_refuses_to_register(nodes: Callable[..., ZooKeeperController]) -> None:
     nodes(1)
     with pytest.raises(DuplicateBrokerRegistrationError, match=r"node.id 1 is registered"):
         nodes(1)
 
 
 def test_controlled_shutdown_hands_partitions_over_within_a_second(
-    nodes: Callable[..., ZooKeeperCoordinator],
+    nodes: Callable[..., ZooKeeperController],
 ) -> None:
     a, b = nodes(1), nodes(2)
     a.register_topic("orders", 4)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import pytest
 
 from logstore.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 

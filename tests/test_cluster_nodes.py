@@ -21,8 +21,8 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
+from logstore.log.catalog import Catalog
 from tests.cluster_helpers import (
     PARTITIONS,
     SESSION_MS,

@@ -18,16 +18,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest_api.broker import Broker
-from ingest_api.committer import skip_sequence
-from ingest_api.parse import parse_produce
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
-from logstore.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
+from logstore.log.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
+from logstore.log.wal import WriteAheadLog
+from logstore.log.writer import TopicWriter
+from logstore.node.broker import Broker
+from logstore.node.committer import skip_sequence
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import WriteAheadLog
-from logstore.writer import TopicWriter
+from logstore.wire.json_produce import parse_produce
 from tests.helpers import assert_gap_free
 from tests.server import Server
 

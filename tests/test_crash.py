@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from logstore.catalog import Catalog, high_watermark
 from logstore.config import load_config
-from logstore.schema import input_table
+from logstore.log.catalog import Catalog, high_watermark
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 pytestmark = pytest.mark.crash
@@ -24,9 +24,9 @@ PARTITIONS = 3
 
 CHILD = """
 import json, sys
-from logstore.catalog import Catalog
+from logstore.log.catalog import Catalog
 from logstore.config import load_config
-from logstore.writer import TopicWriter
+from logstore.log.writer import TopicWriter
 from tests.test_crash import records_for
 catalog = Catalog(load_config(environ={}, overrides={"logstore.root": sys.argv[1]}))
 w = TopicWriter(catalog, "t")

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from logstore import _delta, _log_append
-from logstore.catalog import Catalog
 from logstore.config import load_config
-from logstore.offsets import OffsetsStore
-from logstore.reader import TopicReader
-from logstore.schema import input_table
+from logstore.groups.offsets import OffsetsStore
+from logstore.log import _append as _log_append
+from logstore.log import _delta
+from logstore.log.catalog import Catalog
+from logstore.log.reader import TopicReader
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from ingest_api.app import _expire_sessions
-from ingest_api.broker import Broker
 from logstore.config import LogstoreConfig
-from logstore.coordinator import GroupCoordinator, MemberState
 from logstore.errors import (
     GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     UnknownMemberIdError,
 )
-from logstore.leases import GroupLease
-from logstore.schema import input_table
+from logstore.groups.coordinator import GroupCoordinator, MemberState
+from logstore.groups.leases import GroupLease
+from logstore.log.schema import input_table
+from logstore.node.broker import Broker
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore.structs import TopicPartition as TP

@@ -1,4 +1,4 @@
-"""Consumer groups with members over HTTP (DESIGN §9), against a real `logstore serve`."""
+"""Consumer groups with members over HTTP (docs/design.md §9), against a real `logstore serve`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from logstore.errors import GroupSubscribedToTopicError
-from logstore.fetch_format import ARROW_STREAM, MEMBER_RECORDS_SCHEMA
-from logstore.leases import GroupLease
+from logstore.groups.leases import GroupLease
+from logstore.wire.arrow_fetch import ARROW_STREAM, MEMBER_RECORDS_SCHEMA
 from tests.server import Server
 
 StartServer = Callable[..., Server]

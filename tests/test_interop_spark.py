@@ -10,11 +10,11 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from logstore.offsets import LATEST_OFFSETS_SQL
-from logstore.schema import input_table
+from logstore.groups.offsets import LATEST_OFFSETS_SQL
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 pytestmark = pytest.mark.spark

@@ -9,12 +9,12 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from logstore import tables
 from logstore.errors import OffsetOutOfRangeError
-from logstore.schema import input_table
+from logstore.log import tables
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import run_key_compaction, run_retention
 from tests.server import Server
 from tests.spark_helpers import drain, read_stream

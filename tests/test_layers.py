@@ -38,7 +38,7 @@ def test_the_packages_names_resolve_on_first_use_to_their_modules_objects() -> N
     """``logstore``'s public names load their module on first use; each is that module's object."""
     code = (
         "import importlib, sys, logstore\n"
-        "assert 'logstore.writer' not in sys.modules and 'logstore.store' not in sys.modules\n"
+        "assert 'logstore.log.writer' not in sys.modules and 'logstore.store' not in sys.modules\n"
         "for name in logstore.__all__:\n"
         "    home = importlib.import_module('logstore.' + logstore._HOMES[name])\n"
         "    assert getattr(logstore, name) is getattr(home, name), name\n"

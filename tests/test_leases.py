@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from logstore.errors import GroupSubscribedToTopicError
-from logstore.leases import GroupLease
+from logstore.groups.leases import GroupLease
 
 
 def test_lease_of_a_crashed_reader_expires(tmp_path: Path) -> None:

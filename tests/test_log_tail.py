@@ -1,4 +1,4 @@
-"""A reader's snapshot brought forward by reading only the new commits (``logstore._log_tail``).
+"""A reader's snapshot brought forward by reading only the new commits (``logstore.log._tail``).
 
 After every kind of move a topic table makes — appends by the core writer,
 partitions added, files removed and rewritten by delta-rs, checkpoints, log
@@ -17,17 +17,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from logstore import _delta
-from logstore._log_tail import LogTail
-from logstore.catalog import app_log_start
 from logstore.config import load_config
 from logstore.errors import UnknownTopicOrPartitionError
-from logstore.files import data_files
-from logstore.reader import TopicReader
-from logstore.schema import input_table
+from logstore.log import _delta
+from logstore.log._tail import LogTail
+from logstore.log.catalog import app_log_start
+from logstore.log.files import data_files
+from logstore.log.reader import TopicReader
+from logstore.log.schema import input_table
+from logstore.log.tables import APP_EPOCH, app_hw, app_producer
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.tables import APP_EPOCH, app_hw, app_producer
 
 APPS = [APP_EPOCH, app_hw(0), app_hw(1), app_hw(2), app_log_start(0), app_producer("p"), "never-written"]
 

@@ -28,10 +28,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logstore.errors import OffsetOutOfRangeError
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import run_key_compaction, run_retention, run_segment_compaction, run_vacuum
 
 pytestmark = pytest.mark.spark

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 from deltalake.exceptions import CommitFailedError
 
-from logstore.catalog import app_log_start
-from logstore.schema import input_table
+from logstore.log.catalog import app_log_start
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import _files, run_retention, run_segment_compaction
 
 

@@ -13,10 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logstore.config import LogstoreConfig
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from logstore_cli import main
 from maintenance import Scheduler, run_retention, run_vacuum
 from maintenance._files import live_files

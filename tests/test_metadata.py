@@ -1,4 +1,4 @@
-"""``GET /v1/metadata`` of an embedded node: a one-node cluster of itself (DESIGN §8)."""
+"""``GET /v1/metadata`` of an embedded node: a one-node cluster of itself (docs/design.md §8)."""
 
 from __future__ import annotations
 

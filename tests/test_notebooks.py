@@ -10,10 +10,10 @@ import pytest
 from nbclient import NotebookClient
 
 from logstore.config import LogstoreConfig
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

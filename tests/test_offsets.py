@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from logstore.errors import GroupIdNotFoundError, InvalidGroupIdError, InvalidRequestError, OffsetOutOfRangeError
-from logstore.offsets import OFFSETS_SCHEMA, OffsetsStore
-from logstore.schema import input_table
+from logstore.groups.offsets import OFFSETS_SCHEMA, OffsetsStore
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 

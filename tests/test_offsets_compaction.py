@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from logstore.config import LogstoreConfig
 from logstore.errors import ConcurrentTransactionsError
-from logstore.offsets import OffsetsStore
+from logstore.groups.offsets import OffsetsStore
 from logstore.store import LogStore
 from logstore_cli import main
 from maintenance import Scheduler

@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from logstore import tables
 from logstore.errors import OffsetOutOfRangeError
-from logstore.reader import offset_for_timestamp
-from logstore.schema import input_table
+from logstore.log import tables
+from logstore.log.reader import offset_for_timestamp
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import _files, run_key_compaction, run_retention, run_segment_compaction
 from spark_source._slices import plan_slices, read_slice
 from tests.spark_helpers import drain, read_stream

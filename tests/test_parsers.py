@@ -14,10 +14,10 @@ import httpx
 import orjson
 import pytest
 
-from ingest_api.metrics import Metrics
-from ingest_api.parse import ParsedRecords, parse_produce
 from ingest_api.parsers import MIN_BODY_BYTES, Parsers
 from logstore.errors import InvalidRequestError, InvalidTimestampError
+from logstore.node.metrics import Metrics
+from logstore.wire.json_produce import ParsedRecords, parse_produce
 from tests.server import Server
 
 

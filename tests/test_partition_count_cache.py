@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api import broker as broker_module
-from ingest_api.broker import Broker
 from logstore.config import load_config
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.node import broker as broker_module
+from logstore.node.broker import Broker
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 

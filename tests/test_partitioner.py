@@ -3,7 +3,7 @@
 import pytest
 
 from logstore.errors import UnknownTopicOrPartitionError
-from logstore.partitioner import Partitioner, murmur2, to_positive
+from logstore.log.partitioner import Partitioner, murmur2, to_positive
 
 # Utils.murmur2 vectors from Kafka's own UtilsTest.
 KAFKA_MURMUR2 = [
@@ -63,7 +63,7 @@ def test_vectorised_murmur2_matches_the_scalar_one() -> None:
 
     import pyarrow as pa
 
-    from logstore.partitioner import murmur2_array
+    from logstore.log.partitioner import murmur2_array
 
     rnd = random.Random(3)
     keys = [bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 40))) for _ in range(2000)]

@@ -89,8 +89,8 @@ def test_what_the_first_produce_request_imports_is_frozen_before_it() -> None:
     script = """
 import sys
 from ingest_api.app import _freeze_and_watch_gc
-from ingest_api.metrics import Metrics
-from ingest_api.parse import parse_produce
+from logstore.node.metrics import Metrics
+from logstore.wire.json_produce import parse_produce
 _freeze_and_watch_gc(Metrics())
 before = set(sys.modules)
 parse_produce(b'{"records": [{"value": "a"}, {"key": "k", "value": "b"}]}')

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from logstore.common.lru import LruDict
 from logstore.config import load_config
 from logstore.errors import OutOfOrderSequenceNumberError
-from logstore.lru import LruDict
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free, read_topic
 from tests.server import Server
 

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logstore import tables
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from logstore.files import DataFile
-from logstore.reader import _read_bounded
-from logstore.schema import input_table
+from logstore.log import tables
+from logstore.log.files import DataFile
+from logstore.log.reader import _read_bounded
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import _files

@@ -9,13 +9,13 @@ from collections.abc import Callable
 
 import pytest
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import OffsetOutOfRangeError
-from logstore.schema import input_table
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import plan_retention, run_job, run_retention
 from maintenance._files import live_files
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.zookeeper
 
 SECURE = {"security.enabled": "true", "super.users": "User:admin"}
 VISIBLE_S = 5.0
-"""DESIGN §10: a change reaches every node within 5 s."""
+"""docs/design.md §10: a change reaches every node within 5 s."""
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
-from logstore.schema import input_table
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from maintenance import plan_segments, run_segment_compaction
 from maintenance._files import live_files
 from tests.helpers import assert_gap_free

@@ -21,7 +21,7 @@ from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType
 
 from logstore.config import LogstoreConfig
-from logstore.schema import input_table
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 
@@ -87,8 +87,8 @@ def test_the_query_process_imports_no_more_of_the_core_than_it_reads(
     result = _run_query({"logstore.root": config.root, "subscribe": t, "startingOffsets": "earliest"})
 
     imported = set(result["core_modules"])  # type: ignore[call-overload]
-    assert {"logstore.reader", "logstore.catalog"} <= imported
-    assert not imported & {"logstore.store", "logstore.writer", "logstore.wal", "logstore.promises"}
+    assert {"logstore.log.reader", "logstore.log.catalog"} <= imported
+    assert not imported & {"logstore.store", "logstore.log.writer", "logstore.log.wal", "logstore.log.promises"}
 
 
 def test_every_batch_carries_its_slices_topic_and_partition(

@@ -9,7 +9,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from logstore.config import load_config
 from logstore.errors import UnknownTopicOrPartitionError
-from logstore.schema import input_table
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from spark_source import LogstoreStreamReader

@@ -16,8 +16,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import logstore_cli
 from logstore.errors import GroupSubscribedToTopicError
-from logstore.leases import GroupLease
-from logstore.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsStore
+from logstore.groups.leases import GroupLease
+from logstore.groups.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsStore
 from logstore.store import LogStore
 from spark_source._options import SourceOptions
 from spark_source.source import LogstoreStreamReader

@@ -17,7 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from logstore.errors import GroupSubscribedToTopicError, InvalidConfigError
-from logstore.leases import GroupLease
+from logstore.groups.leases import GroupLease
 from logstore.store import LogStore
 from spark_source import KAFKA_ARROW_SCHEMA, LogstoreDataSource, LogstoreStreamReader, PrefetchingStreamReader
 from spark_source._slices import ReadTask, read_task

@@ -12,11 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from logstore.partitioner import Partitioner
-from logstore.schema import input_table
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from logstore.writer import TopicWriter
 from spark_sink import LogstoreBatchWriter, LogstoreStreamWriter, SinkRows
 from tests.helpers import assert_gap_free
 from tests.spark_helpers import read_stream

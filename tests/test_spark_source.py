@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logstore.schema import input_table
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from spark_source import KAFKA_ARROW_SCHEMA

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ingest_api.console.stats import WINDOW_S, StatsSampler
-from logstore.reader import TopicReader
-from logstore.schema import input_table
+from logstore.log.reader import TopicReader
+from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch, TopicInfo
 from tests.server import Server

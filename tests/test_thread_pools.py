@@ -2,7 +2,7 @@
 
 Background work of every table and topic — data-file fsyncs, Delta
 checkpoints, write-ahead log writes, commits — runs as serial tasks
-(:mod:`logstore.workers`) on a few process-wide or node-wide pools. A task
+(:mod:`logstore.common.workers`) on a few process-wide or node-wide pools. A task
 never runs twice at once, no request to run it is lost, and no exception ends
 a worker.
 """
@@ -20,16 +20,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ingest_api import committer
-from ingest_api.broker import Broker
-from ingest_api.parse import parse_produce
-from logstore._log_append import _Checkpointer
+from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig, load_config
-from logstore.schema import input_table
+from logstore.log._append import _Checkpointer
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
+from logstore.node import committer
+from logstore.node.broker import Broker
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.workers import WorkerPool
-from logstore.writer import TopicWriter
+from logstore.wire.json_produce import parse_produce
 from tests.helpers import assert_gap_free
 from tests.server import Server
 

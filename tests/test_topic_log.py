@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
+from logstore.log.catalog import Catalog
 from maintenance import run_retention, run_vacuum
 from tests.server import Server
 

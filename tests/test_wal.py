@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from logstore.errors import KafkaStorageError
-from logstore.wal import DirectoryLock, WriteAheadLog
+from logstore.log.wal import DirectoryLock, WriteAheadLog
 from tests.server import Server
 
 

@@ -10,8 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from logstore import _log_append
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import (
     FencedLeaderEpochError,
@@ -23,10 +21,12 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
 )
-from logstore.schema import input_table
+from logstore.log import _append as _log_append
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import PRODUCER_WINDOW, TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import PRODUCER_WINDOW, TopicWriter
 from tests.helpers import assert_gap_free, read_topic
 
 
@@ -227,8 +227,8 @@ def test_headers_keys_and_tombstones_round_trip(store: LogStore, make_topic: Cal
 def test_checkpoints_are_written_in_the_background(store: LogStore, tmp_path: object) -> None:
     import os
 
-    from logstore.catalog import Catalog
     from logstore.config import load_config
+    from logstore.log.catalog import Catalog
 
     catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(tmp_path), "checkpoint.interval": 5}))
     catalog.create_topic("t", 2)

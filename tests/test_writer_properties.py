@@ -22,12 +22,12 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logstore.catalog import Catalog
 from logstore.config import load_config
 from logstore.errors import FencedLeaderEpochError, KafkaStorageError
-from logstore.schema import input_table
+from logstore.log.catalog import Catalog
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.writer import TopicWriter
 from tests.helpers import assert_gap_free
 
 PARTITIONS = 4

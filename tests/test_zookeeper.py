@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
-from logstore.cluster.zkserver import ZooKeeperServer, ensemble, zookeeper_ok
+from logstore.cluster.zookeeper_server import ZooKeeperServer, ensemble, zookeeper_ok
 from tests.server import LOGSTORE, free_port
 
 pytestmark = pytest.mark.zookeeper

@@ -4,7 +4,7 @@ import-linter's own module expressions match whole name segments only (``logstor
 ``logstore._*``), so "no private module across a package boundary" cannot be written with its
 built-in ``protected`` or ``forbidden`` contracts without listing every private module by hand,
 a list that goes stale the day someone adds one. This contract finds them in the import graph:
-every module whose last name segment starts with one underscore (``logstore._delta``,
+every module whose last name segment starts with one underscore (``logstore.log._delta``,
 ``spark_source._slices``; not ``__init__``/``__main__``) may be imported only by modules of the
 same top-level package. Registered in ``pyproject.toml`` (``contract_types``); ``lint-imports``
 puts the working directory on ``sys.path``, which is how it finds this module.

@@ -13,7 +13,7 @@ group (180 at the 5 s default), each a few numbers (plus one per partition of a
 group), and one topic reader per topic; a deleted topic or group is dropped at
 the next sweep. The first sweep reads every topic's log (about 2 s for 200
 topics); later ones read only each table's new commit files (a reader follows
-the log, :class:`logstore.reader.TopicReader`) and describe again only the
+the log, :class:`logstore.log.reader.TopicReader`) and describe again only the
 topics whose version moved. The series lives in memory only: it starts empty
 when the node starts.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from fastapi.concurrency import run_in_threadpool
 
 from logstore.errors import GroupIdNotFoundError, LogstoreError
-from logstore.reader import TopicReader
+from logstore.log.reader import TopicReader
 from logstore.structs import GroupOffset, GroupTopicPartition, OffsetCommit, TopicInfo
 
 __all__ = ["WINDOW_S", "GroupSample", "StatsSampler", "TopicSample"]

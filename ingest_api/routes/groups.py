@@ -11,14 +11,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ingest_api.broker import Broker
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
 from ingest_api.group_routing import coordinator_of, groups_with_members, route_to_coordinator
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
-from logstore.coordinator import Coordinator
 from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
+from logstore.groups.coordinator import Coordinator
+from logstore.node.broker import Broker
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import GroupOffset
 

@@ -1,6 +1,6 @@
-"""/v1/groups/{group}/members: join, heartbeat, fetch, commit, leave (DESIGN §9).
+"""/v1/groups/{group}/members: join, heartbeat, fetch, commit, leave (docs/design.md §9).
 
-Thin: the group coordinator (:mod:`logstore.coordinator`) owns membership,
+Thin: the group coordinator (:mod:`logstore.groups.coordinator`) owns membership,
 assignment, fencing and positions; records come through ``broker.fetch``.
 Access as Kafka's group protocol: READ on the group for every call, and READ
 on the topics for join, fetch and commit; fetched bytes count against the
@@ -20,10 +20,10 @@ from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, checks, count_
 from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
-from logstore.coordinator import MemberState
-from logstore.fetch_format import ARROW_STREAM, GENERATION_HEADER, encode_member_records
+from logstore.groups.coordinator import MemberState
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
+from logstore.wire.arrow_fetch import ARROW_STREAM, GENERATION_HEADER, encode_member_records
 
 router = APIRouter(
     prefix="/v1/groups/{group}/members",
@@ -73,7 +73,7 @@ async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: 
     dependencies=[checks(count_quota("consumer"))],
     responses={
         200: {
-            "description": f"JSON; with `Accept: {ARROW_STREAM}`, an Arrow IPC stream (see logstore.fetch_format)",
+            "description": f"JSON; with `Accept: {ARROW_STREAM}`, an Arrow IPC stream (see logstore.wire.arrow_fetch)",
             "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}},
         }
     },
@@ -92,7 +92,7 @@ async def records(
     """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones.
 
     JSON by default; ``Accept: application/vnd.apache.arrow.stream`` gets an
-    Arrow IPC stream instead (:mod:`logstore.fetch_format`), which the Python
+    Arrow IPC stream instead (:mod:`logstore.wire.arrow_fetch`), which the Python
     ``Consumer`` uses: no per-record JSON on either side.
     """
     joined = await run_in_threadpool(coordinator.member, group, member)

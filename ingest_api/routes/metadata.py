@@ -1,4 +1,4 @@
-"""/v1/metadata: the cluster's nodes, its controller and every partition's leader (DESIGN §8).
+"""/v1/metadata: the cluster's nodes, its controller and every partition's leader (docs/design.md §8).
 
 Clients route by it: the Python Producer sends a partition's records to its
 leader, ``logstore cluster status`` and the console show it. Kafka's Metadata

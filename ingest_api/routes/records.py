@@ -14,17 +14,17 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.broker import Acks, Broker
 from ingest_api.deps import BrokerDep, allow, allow_auto_create, checks, count_quota
 from ingest_api.forwarding import produce_in_cluster
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
-from ingest_api.parse import parse_arrow
-from logstore.catalog import validate_topic_name
-from logstore.codec import encode_bytes
 from logstore.errors import NotLeaderOrFollowerError, RequestTimedOutError
-from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
+from logstore.log.catalog import validate_topic_name
+from logstore.node.broker import Acks, Broker
 from logstore.security import Operation, ResourceType
 from logstore.structs import AppendResult, FetchResult
+from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
+from logstore.wire.json_bytes import encode_bytes
+from logstore.wire.json_produce import parse_arrow
 
 router = APIRouter(prefix="/v1/topics", tags=["records"])
 
@@ -73,10 +73,10 @@ async def produce(
         bool, Query(description="cluster mode: false answers 421 NOT_LEADER_OR_FOLLOWER instead of forwarding")
     ] = True,
 ) -> Response:
-    """Produce a batch of records; see DESIGN §3 for acks, idempotence and limits.
+    """Produce a batch of records; see docs/design.md §3 for acks, idempotence and limits.
 
     The body is JSON, or with ``Content-Type: application/vnd.apache.arrow.stream``
-    an Arrow IPC stream of the records (:mod:`logstore.produce_format`). Cluster
+    an Arrow IPC stream of the records (:mod:`logstore.wire.arrow_produce`). Cluster
     mode: records of partitions another node leads are forwarded to it in that
     Arrow form (:mod:`ingest_api.forwarding`).
     """

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from ingest_api.deps import BrokerDep, requires
 from ingest_api.models import INT64_MAX
 from logstore.errors import UnknownTopicOrPartitionError
-from logstore.reader import offset_for_timestamp
+from logstore.log.reader import offset_for_timestamp
 from logstore.security import Operation, ResourceType
 from logstore.store import LogStore
 

@@ -1,6 +1,6 @@
 """Python clients for a running logstore server: :class:`Producer`, :class:`Consumer` and :class:`RemoteStore`.
 
-They speak the HTTP API of DESIGN §3 with ``httpx``; the rest of the core
+They speak the HTTP API of docs/design.md §3 with ``httpx``; the rest of the core
 never imports them. One module each: :mod:`~logstore.client.producer`,
 :mod:`~logstore.client.consumer`, :mod:`~logstore.client.remote`.
 """

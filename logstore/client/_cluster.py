@@ -2,7 +2,7 @@
 
 A client starts from ``bootstrap`` — one URL or several separated by commas,
 like Kafka's ``bootstrap.servers`` — asks any of them for ``GET /v1/metadata``
-(DESIGN §8) and from then on knows every live node and each partition's
+(docs/design.md §8) and from then on knows every live node and each partition's
 leader. :func:`plan_routes` is the routing decision, a pure function of that
 view and a batch's keys and partitions; :class:`Nodes` holds one HTTP client
 per node and refreshes the view from whichever node answers.
@@ -20,7 +20,7 @@ import httpx
 
 from logstore.client._http import http_client, raise_for
 from logstore.errors import ClusterAuthorizationFailedError, KafkaStorageError, LogstoreError
-from logstore.partitioner import murmur2, to_positive
+from logstore.log.partitioner import murmur2, to_positive
 
 __all__ = ["ClusterView", "Nodes", "Route", "bootstrap_urls", "plan_routes"]
 

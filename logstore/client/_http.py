@@ -8,12 +8,12 @@ from typing import Any
 
 import httpx
 
-from logstore.codec import decode_bytes
 from logstore.errors import (
     ERRORS_BY_NAME,
     UnknownServerError,
 )
 from logstore.structs import TopicPartition
+from logstore.wire.json_bytes import decode_bytes
 
 
 def json_headers(h: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[str, bytes | None]]:

@@ -27,8 +27,8 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownServerError,
 )
-from logstore.fetch_format import ARROW_STREAM, GENERATION_HEADER, decode_member_records
 from logstore.structs import TopicPartition
+from logstore.wire.arrow_fetch import ARROW_STREAM, GENERATION_HEADER, decode_member_records
 
 __all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "Message", "RebalanceCallback"]
 

@@ -6,7 +6,7 @@ thread sends one batch per topic when ``linger_ms`` has passed or
 ``(producer_id, sequence)`` — idempotent by default, so a retry never writes a
 record twice. Delivery callbacks run on the sender thread.
 
-Routing (DESIGN §8): the sender asks the cluster for its metadata at start,
+Routing (docs/design.md §8): the sender asks the cluster for its metadata at start,
 every ``metadata_max_age_ms`` and when a topic is unknown to it, splits each
 batch by partition leader (:func:`~logstore.client._cluster.plan_routes`) and
 sends a leader its records with ``?forward=false``. A node that is not the
@@ -37,8 +37,8 @@ from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
 )
-from logstore.produce_format import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
-from logstore.schema import HEADERS_TYPE
+from logstore.log.schema import HEADERS_TYPE
+from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 
 __all__ = ["DeliveryCallback", "Producer", "RecordMetadata"]
 
@@ -85,7 +85,7 @@ class Producer:
         url: the bootstrap servers, e.g. ``http://127.0.0.1:8080``, or several separated by commas
             (``"http://a:8080,http://b:8080"``, like Kafka's ``bootstrap.servers``): any of them that
             answers tells the producer every node of the cluster.
-        acks: ``"0"``, ``"1"`` or ``"all"`` (default): see DESIGN §3.
+        acks: ``"0"``, ``"1"`` or ``"all"`` (default): see docs/design.md §3.
         linger_ms: how long a batch waits for more records before it is sent.
         batch_records: records that trigger a send without waiting for linger_ms.
         enable_idempotence: send ``producer_id`` + ``sequence`` so retries never duplicate.

@@ -9,11 +9,10 @@ import pyarrow as pa
 
 from logstore.client._cluster import Nodes
 from logstore.client._http import assigned_partitions, json_headers
-from logstore.codec import decode_bytes
 from logstore.config import TopicConfig
-from logstore.coordinator import MemberState
 from logstore.errors import LogstoreError
-from logstore.schema import input_table
+from logstore.groups.coordinator import MemberState
+from logstore.log.schema import input_table
 from logstore.structs import (
     FetchResult,
     GroupOffset,
@@ -22,6 +21,7 @@ from logstore.structs import (
     PartitionInfo,
     TopicInfo,
 )
+from logstore.wire.json_bytes import decode_bytes
 
 __all__ = ["RemoteStore"]
 
@@ -52,7 +52,7 @@ class RemoteStore:
         return self._nodes.call(method, path, **kw)
 
     def metadata(self) -> dict[str, Any]:
-        """``GET /v1/metadata`` as the server answers it (DESIGN §8), from the first node that answers."""
+        """``GET /v1/metadata`` as the server answers it (docs/design.md §8), from the first node that answers."""
         body: dict[str, Any] = self._call("GET", "/v1/metadata")
         return body
 

@@ -1,6 +1,6 @@
-"""Cluster mode: ingest nodes coordinated through Apache ZooKeeper (DESIGN §8).
+"""Cluster mode: ingest nodes coordinated through Apache ZooKeeper (docs/design.md §8).
 
-:class:`ZooKeeperCoordinator` registers a node, elects the one controller and
+:class:`ZooKeeperController` registers a node, elects the one controller and
 keeps partition leaders (with their epochs) placed on live nodes;
 :func:`place_leaders` is the placement rule and :func:`group_coordinator`
 chooses each consumer group's coordinator node; :class:`ZooKeeperServer` runs the
@@ -11,17 +11,17 @@ ZooKeeper in cluster mode). Embedded mode (empty ``zookeeper.connect``) needs
 none of the rest.
 """
 
-from logstore.cluster.coordinator import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
+from logstore.cluster.controller import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders
 from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
-from logstore.cluster.zkserver import ZooKeeperServer
+from logstore.cluster.zookeeper_server import ZooKeeperServer
 
 __all__ = [
     "ClusterMetadata",
     "NodeInfo",
     "PartitionState",
     "Placement",
-    "ZooKeeperCoordinator",
+    "ZooKeeperController",
     "ZooKeeperSecurityStore",
     "ZooKeeperServer",
     "ensure_chroot",

@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from logstore.cluster.coordinator import ensure_chroot, split_connect
+from logstore.cluster.controller import ensure_chroot, split_connect
 from logstore.config import LogstoreConfig
 from logstore.errors import KafkaStorageError
 from logstore.security.store import DOCUMENTS, Change, DocumentStore, FileSecurityStore, SecurityState

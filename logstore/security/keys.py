@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from logstore.lru import LruDict
+from logstore.common.lru import LruDict
 
 __all__ = ["KEY_PREFIX", "ApiKey", "KeyVerifier", "new_key", "split_key"]
 

@@ -39,7 +39,7 @@ from logstore.errors import GroupSubscribedToTopicError, KafkaStorageError
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT_MS", "GroupLease"]
 
-log = logging.getLogger("logstore.leases")
+log = logging.getLogger("logstore.groups.leases")
 
 DEFAULT_LEASE_TIMEOUT_MS = 15_000
 """How long a lease outlives its owner's last renewal."""

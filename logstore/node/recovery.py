@@ -2,7 +2,7 @@
 
 After a crash the WAL is replayed in frame order through the idempotent
 writer before this node commits anything else, and (by rule 1 of
-:mod:`ingest_api.accumulator`) no other writer on this host committed in
+:mod:`logstore.node.accumulator`) no other writer on this host committed in
 between while the node held the lock at the crash — so replay puts every
 promised acks=1 record at its promised offset. Commits by writers on other
 hosts, which do not share the lock, are outside the promise.
@@ -14,13 +14,13 @@ import logging
 import os
 from collections.abc import Collection, Sequence
 
-from ingest_api.committer import skip_sequence
-from ingest_api.metrics import Metrics
-from logstore import promises
 from logstore.errors import LogstoreError, UnknownServerError
+from logstore.log import promises
+from logstore.log.wal import Frame, WriteAheadLog, read_frames
+from logstore.log.writer import TopicWriter
+from logstore.node.committer import skip_sequence
+from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import Frame, WriteAheadLog, read_frames
-from logstore.writer import TopicWriter
 
 __all__ = ["replay", "replay_departed"]
 
@@ -106,7 +106,7 @@ def replay_departed(
     """Cluster mode: commit every other node's logged acks=1 frames of this topic, before this node claims partitions.
 
     Reads ``<wal_root>/<node.id>/<topic>/`` of every other node not in ``live`` read-only
-    (:func:`~logstore.wal.read_frames`: the node may be a paused zombie still
+    (:func:`~logstore.log.wal.read_frames`: the node may be a paused zombie still
     holding its directory; its segments are never deleted here), plus
     ``own_frames`` (this node's own frames from before a restart), and commits
     them whole — all their partitions, whoever leads them now — in frame order
@@ -119,7 +119,7 @@ def replay_departed(
     partition moves only away from a node that is not live (dead, paused past
     its session, or shut down after committing everything), so the frames of
     the partitions being taken over are all in directories read here.
-    Caller holds :func:`~ingest_api.cluster.failover_lock` and the writer lock.
+    Caller holds :func:`~logstore.node.membership.failover_lock` and the writer lock.
     Returns the records committed.
 
     Raises:

@@ -2,7 +2,7 @@
 
 A produce request becomes a :class:`~logstore.structs.ProducerBatch` queued in
 its topic's :class:`Accumulator`, in submit order; the topic's committer
-(:mod:`ingest_api.committer`) takes every pending batch at once and commits
+(:mod:`logstore.node.committer`) takes every pending batch at once and commits
 them together. The accumulator wakes the committer (:meth:`Accumulator.attach`)
 when a group is due: ``linger.ms`` after its first batch was queued, or at once
 when ``batch.size`` bytes wait.
@@ -21,7 +21,7 @@ of these hold, checked under the accumulator's lock at acceptance:
 
 1. *The committer holds the table's writer lock and has caught up with the
    table since taking it* — the committer says so with :meth:`Accumulator.start_promising`
-   and takes it back before it lets go (:mod:`ingest_api.committer` states why
+   and takes it back before it lets go (:mod:`logstore.node.committer` states why
    that makes this node the only one moving the offsets).
 2. *Every batch ahead of it in the pipeline is committed or is itself a
    promised acks=1 batch* — and so in the WAL ahead of it, because frames are
@@ -50,10 +50,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from ingest_api.metrics import Metrics
-from ingest_api.parse import ParsedRecords
-from logstore import promises
-from logstore.catalog import Catalog
+from logstore.common.lru import LruDict
+from logstore.common.workers import SerialTask
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     LogstoreError,
@@ -61,13 +59,15 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     ThrottlingQuotaExceededError,
 )
-from logstore.lru import LruDict
-from logstore.partitioner import Partitioner
-from logstore.schema import INPUT_SCHEMA
+from logstore.log import promises
+from logstore.log.catalog import Catalog
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import INPUT_SCHEMA
+from logstore.log.wal import WriteAheadLog
+from logstore.log.writer import TopicWriter, offsets_from
+from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import WriteAheadLog
-from logstore.workers import SerialTask
-from logstore.writer import TopicWriter, offsets_from
+from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["IDLE_TICK_S", "Accumulator", "Acks", "BufferPool", "Pending", "Submitted"]
 
@@ -75,7 +75,7 @@ Acks = Literal["0", "1", "all"]
 
 IDLE_TICK_S = 0.05
 """How often a committer that holds the writer lock (idle, or lingering) looks for a waiting writer at first;
-an idle one looks less often the longer it stays idle (see :mod:`ingest_api.committer`)."""
+an idle one looks less often the longer it stays idle (see :mod:`logstore.node.committer`)."""
 
 
 class BufferPool:

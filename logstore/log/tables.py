@@ -2,7 +2,7 @@
 
 The public face of the core's Delta conventions for the layers above it
 (``maintenance``, ``spark_sink``); the core's own modules use the private
-``logstore._delta`` these names come from. What each ``txn`` app id holds:
+``logstore.log._delta`` these names come from. What each ``txn`` app id holds:
 
 * :data:`APP_EPOCH` — the committer's leader epoch (fences a stale committer);
 * :func:`app_hw` — a partition's high watermark after the commit;
@@ -13,7 +13,7 @@ A commit made with delta-rs directly is durable only after :func:`sync_commits`.
 
 from __future__ import annotations
 
-from logstore._delta import (
+from logstore.log._delta import (
     APP_EPOCH,
     app_hw,
     app_producer,
@@ -23,7 +23,7 @@ from logstore._delta import (
     translate,
     txn_version,
 )
-from logstore.files import table_path
+from logstore.log.files import table_path
 
 __all__ = [
     "APP_EPOCH",

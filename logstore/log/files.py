@@ -54,7 +54,7 @@ def data_files(table: DeltaTable) -> list[DataFile]:
     offset statistics (written by an engine that skipped them) has its offset
     column read once, from that file alone. Offset ranges of one partition's
     files may overlap (Delta's ``OPTIMIZE`` bins files by size). A reader that
-    plans after every commit follows the log with :mod:`logstore._log_tail`
+    plans after every commit follows the log with :mod:`logstore.log._tail`
     instead, which turns only the new add actions into files.
     """
     # Through the Arrow C stream, not pa.table(): pa.table() first asks whether its argument is a

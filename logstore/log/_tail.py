@@ -30,8 +30,8 @@ from urllib.parse import unquote
 import orjson
 from deltalake import DeltaTable
 
-from logstore import _delta
-from logstore.files import DataFile, data_files, offset_range
+from logstore.log import _delta
+from logstore.log.files import DataFile, data_files, offset_range
 
 __all__ = ["MAX_STEP", "LogTail"]
 
@@ -142,7 +142,7 @@ class LogTail:
                 self._configuration = {k: v for k, v in (meta.get("configuration") or {}).items() if v is not None}
 
     def _data_file(self, add: dict[str, Any]) -> DataFile | None:
-        """The add action's file as :func:`~logstore.files.data_files` builds it; None when it holds no records."""
+        """The add action's file as :func:`~logstore.log.files.data_files` builds it; None when it holds no records."""
         log_path = add["path"]
         full = os.path.join(self._root, unquote(log_path))
         stats = orjson.loads(add["stats"]) if add.get("stats") else {}

@@ -26,19 +26,19 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from logstore import _delta
-from logstore._log_tail import LogTail
-from logstore.catalog import Catalog, high_watermark, log_start_offset, partition_count_in
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from logstore.files import offsets_sorted
-from logstore.schema import TOPIC_SCHEMA
+from logstore.log import _delta
+from logstore.log._tail import LogTail
+from logstore.log.catalog import Catalog, high_watermark, log_start_offset, partition_count_in
+from logstore.log.files import offsets_sorted
+from logstore.log.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult, TopicInfo
 
 __all__ = ["PartitionView", "TopicReader", "offset_cuts", "offset_for_timestamp", "offset_runs", "read_files"]
 
 
 class OffsetRange(Protocol):
-    """Anything with a file's offset statistics (a :class:`logstore._delta.DataFile`, a maintenance file)."""
+    """Anything with a file's offset statistics (a :class:`logstore.log._delta.DataFile`, a maintenance file)."""
 
     @property
     def min_offset(self) -> int: ...
@@ -88,7 +88,7 @@ class PartitionView:
     files: tuple[_delta.DataFile, ...]
     """The partition's live files, sorted by min offset; their offset ranges may overlap."""
     log_start_offset: int
-    """See :func:`logstore.catalog.log_start_offset`: moved only by retention."""
+    """See :func:`logstore.log.catalog.log_start_offset`: moved only by retention."""
     high_watermark: int
 
 

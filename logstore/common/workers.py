@@ -41,7 +41,7 @@ from typing import Literal
 
 __all__ = ["SerialTask", "WorkerPool", "shared_pool"]
 
-log = logging.getLogger("logstore.workers")
+log = logging.getLogger("logstore.common.workers")
 
 _State = Literal["idle", "queued", "running"]
 

@@ -2,7 +2,7 @@
 
 An ingest node answers acks=1 requests with offsets before the records are in
 Delta (they are in its write-ahead log, WAL). It makes such promises only
-while it holds the table's writer lock (see ``ingest_api.broker``), and for
+while it holds the table's writer lock (see ``logstore.node.broker``), and for
 that time it leaves a marker, ``<table>/_logstore_promises/<node id>.json``,
 naming its WAL directory. It deletes the marker when it lets go of the lock,
 after committing everything it promised.
@@ -10,7 +10,7 @@ after committing everything it promised.
 A marker found by a writer that has just taken the writer lock therefore
 belongs to a node that died holding promises (kill -9, power loss). Before
 that writer commits anything, :func:`settle` takes the dead node's WAL
-directory (its :class:`~logstore.wal.DirectoryLock`, free once the node is
+directory (its :class:`~logstore.log.wal.DirectoryLock`, free once the node is
 gone) and replays the node's frames of this topic in frame order through the
 writer's idempotent path — exactly what the node itself does on restart — so
 the promised records land at their promised offsets. The frames stay in the
@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from logstore.common.fsync import fsync_path
 from logstore.errors import KafkaStorageError, LogstoreError
-from logstore.fs import fsync_path
+from logstore.log.wal import DirectoryLock, WriteAheadLog
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import DirectoryLock, WriteAheadLog
 
 if TYPE_CHECKING:
-    from logstore.writer import TopicWriter
+    from logstore.log.writer import TopicWriter
 
 __all__ = ["remove_marker", "replay_batches", "settle", "wal_producer_id", "write_marker"]
 
-log = logging.getLogger("logstore.promises")
+log = logging.getLogger("logstore.log.promises")
 
 _MARKERS = "_logstore_promises"
 _REPLAY_CHUNK = 1000

@@ -2,7 +2,7 @@
 
 A client that sends ``Accept: application/vnd.apache.arrow.stream`` gets the
 records as one Arrow IPC *stream* (not the file format) instead of JSON: the
-columns of the topic table (:data:`logstore.schema.TOPIC_SCHEMA`: partition,
+columns of the topic table (:data:`logstore.log.schema.TOPIC_SCHEMA`: partition,
 offset, timestamp in µs UTC, timestamp type, key and value as raw bytes,
 headers as a list of ``{key, value}``) with a ``topic`` column first. Keys,
 values and headers travel as bytes, never base64 or UTF-8 text, so the
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from logstore.schema import TOPIC_SCHEMA
+from logstore.log.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult
 
 __all__ = [

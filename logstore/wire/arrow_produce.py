@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import InvalidRequestError, InvalidTimestampError
-from logstore.fetch_format import ARROW_STREAM
-from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
+from logstore.log.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
+from logstore.wire.arrow_fetch import ARROW_STREAM
 
 __all__ = [
     "ARROW_STREAM",

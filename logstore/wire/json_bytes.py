@@ -1,4 +1,4 @@
-"""Bytes in JSON, as the HTTP API writes them (DESIGN §3): a UTF-8 string, ``{"b64": "…"}`` or null.
+"""Bytes in JSON, as the HTTP API writes them (docs/design.md §3): a UTF-8 string, ``{"b64": "…"}`` or null.
 
 One codec for both ends: the server (``ingest_api``) decodes what producers
 send and encodes what it fetches; :mod:`logstore.client` does the reverse.

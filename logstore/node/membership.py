@@ -1,7 +1,7 @@
 """This ingest node's membership of a cluster: registration, leadership watch, the acks=1 lease.
 
-Cluster mode is on when ``zookeeper.connect`` is set (DESIGN §8). A
-:class:`ClusterNode` runs a :class:`~logstore.cluster.ZooKeeperCoordinator`
+Cluster mode is on when ``zookeeper.connect`` is set (docs/design.md §8). A
+:class:`ClusterNode` runs a :class:`~logstore.cluster.ZooKeeperController`
 (registry, controller election, partition states) and one thread of its own
 that
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperCoordinator, ensure_chroot, split_connect
+from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
@@ -142,7 +142,7 @@ class ClusterNode:
         self.node = NodeInfo(config.node_id, advertised_url(config))
         self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
         self._changed = threading.Event()
-        self.coordinator = ZooKeeperCoordinator(
+        self.coordinator = ZooKeeperController(
             config.zookeeper_connect,
             self.node,
             session_timeout_ms=config.zookeeper_session_timeout_ms,

@@ -18,8 +18,6 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from logstore import _delta
-from logstore._log_tail import LogTail
 from logstore.config import LogstoreConfig, TopicConfig
 from logstore.errors import (
     InvalidConfigError,
@@ -29,7 +27,9 @@ from logstore.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from logstore.schema import TOPIC_SCHEMA
+from logstore.log import _delta
+from logstore.log._tail import LogTail
+from logstore.log.schema import TOPIC_SCHEMA
 from logstore.structs import PartitionInfo, TopicInfo
 
 __all__ = [

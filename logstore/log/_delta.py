@@ -36,15 +36,15 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from logstore.common.fsync import fsync_path
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
 
-# The data-file model lives in the public logstore.files (maintenance and spark_source use it too); the core's
+# The data-file model lives in the public logstore.log.files (maintenance and spark_source use it too); the core's
 # modules keep reaching it as _delta.DataFile etc.
-from logstore.files import DataFile as DataFile
-from logstore.files import data_files as data_files
-from logstore.files import file_stats as file_stats
-from logstore.files import table_path as table_path
-from logstore.fs import fsync_path
+from logstore.log.files import DataFile as DataFile
+from logstore.log.files import data_files as data_files
+from logstore.log.files import file_stats as file_stats
+from logstore.log.files import table_path as table_path
 
 log = logging.getLogger(__name__)
 

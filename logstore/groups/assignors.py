@@ -6,7 +6,7 @@ list of :class:`~logstore.structs.TopicPartition`. Every partition of a
 subscribed topic goes to exactly one member subscribed to that topic.
 
 The target is not handed out as is: the group coordinator
-(:mod:`logstore.coordinator`) first revokes a partition that moves from its
+(:mod:`logstore.groups.coordinator`) first revokes a partition that moves from its
 old owner, and only gives it to the new one once the old owner acknowledged
 the revocation (or its session expired). So no assignor ever causes two live
 owners of one partition, whatever it computes.

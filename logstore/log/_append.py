@@ -22,7 +22,7 @@ Delta Spark alike. Checkpoints are written by delta-rs every
 Background threads are the process's, not a table's: the data files' fsyncs
 run on one pool of ``_FSYNC_THREADS`` threads (:func:`_fsync_pool`), and the
 checkpoints of every table on one ``delta-checkpoint`` worker
-(:func:`logstore.workers.shared_pool`), a table at a time — so a process
+(:func:`logstore.common.workers.shared_pool`), a table at a time — so a process
 with thousands of open tables has the same few threads as one with a single
 table.
 """
@@ -47,10 +47,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from logstore._delta import COMMIT_ID, file_stats, last_checkpoint, open_table, refresh, sync_checkpoint
+from logstore.common.fsync import fsync_path
+from logstore.common.workers import shared_pool
 from logstore.errors import KafkaStorageError
-from logstore.fs import fsync_path
-from logstore.workers import shared_pool
+from logstore.log._delta import COMMIT_ID, file_stats, last_checkpoint, open_table, refresh, sync_checkpoint
 
 __all__ = ["CommitInDoubt", "LogAppender", "NewFile", "StaleVersion", "VersionTaken"]
 
@@ -157,7 +157,7 @@ class NewFile:
 class LogAppender:
     """Writes data files and commit files of one local Delta table.
 
-    Thread-safe for distinct commits; a :class:`~logstore.writer.TopicWriter`
+    Thread-safe for distinct commits; a :class:`~logstore.log.writer.TopicWriter`
     drives it from one thread.
     """
 

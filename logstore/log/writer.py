@@ -60,9 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from logstore import _delta, promises
-from logstore._log_append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
-from logstore.catalog import Catalog, high_watermark
+from logstore.common.lru import LruDict
 from logstore.config import TopicConfig
 from logstore.errors import (
     ConcurrentTransactionsError,
@@ -76,8 +74,10 @@ from logstore.errors import (
     OutOfOrderSequenceNumberError,
     UnknownTopicOrPartitionError,
 )
-from logstore.lru import LruDict
-from logstore.schema import (
+from logstore.log import _delta, promises
+from logstore.log._append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
+from logstore.log.catalog import Catalog, high_watermark
+from logstore.log.schema import (
     INPUT_SCHEMA,
     MAX_TIMESTAMP_MS,
     TIMESTAMP_CREATE_TIME,
@@ -293,7 +293,7 @@ class TopicWriter:
             ConcurrentTransactionsError: the commit race was lost ``max_attempts`` times.
             KafkaStorageError: the table could not be written; the outcome may be
                 unknown, so retry idempotently. Also when a stopped ingest node's
-                acks=1 records (:mod:`logstore.promises`) cannot be replayed first.
+                acks=1 records (:mod:`logstore.log.promises`) cannot be replayed first.
         """
         # Writers of this table on this host take turns (a file lock), so a cooperative
         # writer is not starved by a busy leader; across hosts the commit race decides.
@@ -466,7 +466,7 @@ class TopicWriter:
         Raises:
             MessageTooLargeError: a record over the topic's ``message.max.bytes``.
             InvalidTimestampError: a negative timestamp, or one past year 9999
-                (:data:`~logstore.schema.MAX_TIMESTAMP_MS`), which a Delta TIMESTAMP cannot hold.
+                (:data:`~logstore.log.schema.MAX_TIMESTAMP_MS`), which a Delta TIMESTAMP cannot hold.
         """
         if not len(records):
             return 0

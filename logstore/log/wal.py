@@ -2,13 +2,13 @@
 
 It lives in the core because not only the node reads it: a writer that finds
 a stopped node's acks=1 promises on its topic replays that node's frames
-before it commits (:mod:`logstore.promises`).
+before it commits (:mod:`logstore.log.promises`).
 
 A produce request with ``acks=1`` is answered once its records are in this
 log and fsynced — before the Delta commit. Concurrent requests share one fsync
 (group fsync): the log's writer takes every frame queued since its last fsync,
 writes them, fsyncs once and releases all their waiters. The writer is a
-serial task (:mod:`logstore.workers`) on the process's ``wal`` pool of
+serial task (:mod:`logstore.common.workers`) on the process's ``wal`` pool of
 ``WAL_THREADS`` threads, shared by every topic's log: one log writes one group
 at a time, in frame order, and a log with nothing queued costs no thread.
 
@@ -49,9 +49,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from logstore.common.fsync import fsync_path
+from logstore.common.workers import WorkerPool, shared_pool
 from logstore.errors import KafkaStorageError
-from logstore.fs import fsync_path
-from logstore.workers import WorkerPool, shared_pool
 
 __all__ = ["WAL_THREADS", "DirectoryLock", "Frame", "WriteAheadLog", "read_frames"]
 

@@ -15,11 +15,11 @@ Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
   transaction that checks ``/controller_epoch`` is still the one it was
   elected with: a deposed controller's writes fail and change nothing.
 
-Every node runs a :class:`ZooKeeperCoordinator`. Its worker thread takes part
+Every node runs a :class:`ZooKeeperController`. Its worker thread takes part
 in elections and, while it is the controller, places a leader on every
 partition that has none alive (:func:`~logstore.cluster.placement.place_leaders`)
 whenever the live nodes or the topics change. Every node keeps a cached view
-of the whole tree (kazoo's ``TreeCache``) for :meth:`ZooKeeperCoordinator.metadata`.
+of the whole tree (kazoo's ``TreeCache``) for :meth:`ZooKeeperController.metadata`.
 
 Where code runs: kazoo's own threads deliver events and only wake the worker;
 ZooKeeper calls that wait are made on the worker or the caller's thread.
@@ -48,7 +48,7 @@ __all__ = [
     "ClusterMetadata",
     "NodeInfo",
     "SessionEvent",
-    "ZooKeeperCoordinator",
+    "ZooKeeperController",
     "ensure_chroot",
     "split_connect",
 ]
@@ -140,7 +140,7 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-class ZooKeeperCoordinator:
+class ZooKeeperController:
     """This node's membership of a cluster (see the module docstring).
 
     Args:

@@ -3,20 +3,20 @@
 A produce request goes to its topic's :class:`TopicPipeline`, which is three
 parts, one module each:
 
-* :mod:`ingest_api.accumulator` — acceptance: the node's buffer pool
+* :mod:`logstore.node.accumulator` — acceptance: the node's buffer pool
   (``buffer.memory``), the topic's pending batches in submit order, what each
   ``acks`` level waits for, and when an acks=1 batch is promised offsets;
-* :mod:`ingest_api.committer` — the committer: it holds the table's writer
+* :mod:`logstore.node.committer` — the committer: it holds the table's writer
   lock, commits every pending batch together (many requests per Delta
   commit), answers them and hands the lock over to a writer that asks;
-* :mod:`ingest_api.recovery` — the write-ahead log's replay when the topic is
+* :mod:`logstore.node.recovery` — the write-ahead log's replay when the topic is
   opened, before the committer commits anything else.
 
 Threads do not grow with topics: every topic's committer runs in turns on the
 node's pool of ``num.io.threads`` threads, and write-ahead log writes, Delta
-checkpoints and fsyncs on the process's pools (:mod:`logstore.workers`).
+checkpoints and fsyncs on the process's pools (:mod:`logstore.common.workers`).
 
-Cluster mode (``zookeeper.connect`` set): the node is a :class:`~ingest_api.cluster.ClusterNode`
+Cluster mode (``zookeeper.connect`` set): the node is a :class:`~logstore.node.membership.ClusterNode`
 too. It opens a pipeline for every topic it leads partitions of and hands
 each pipeline its partitions with their ZooKeeper epochs; a pipeline accepts
 produce only for partitions it leads and has claimed. The routes ask
@@ -39,13 +39,8 @@ import uuid
 import numpy as np
 import pyarrow as pa
 
-from ingest_api.accumulator import Accumulator, Acks, BufferPool, Submitted
-from ingest_api.cluster import ClusterNode, advertised_url
-from ingest_api.committer import Committer
-from ingest_api.metrics import Metrics
-from ingest_api.parse import ParsedRecords
-from ingest_api.recovery import replay, replay_departed
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
+from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     InvalidRequestError,
@@ -53,13 +48,18 @@ from logstore.errors import (
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from logstore.partitioner import Partitioner
-from logstore.reader import TopicReader
+from logstore.log.partitioner import Partitioner
+from logstore.log.reader import TopicReader
+from logstore.log.wal import DirectoryLock, WriteAheadLog
+from logstore.log.writer import TopicWriter
+from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
+from logstore.node.committer import Committer
+from logstore.node.membership import ClusterNode, advertised_url
+from logstore.node.metrics import Metrics
+from logstore.node.recovery import replay, replay_departed
 from logstore.store import LogStore
 from logstore.structs import FetchResult
-from logstore.wal import DirectoryLock, WriteAheadLog
-from logstore.workers import WorkerPool
-from logstore.writer import TopicWriter
+from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["Acks", "Broker", "Share", "Submitted", "TopicPipeline", "wal_dir_of"]
 

@@ -35,9 +35,9 @@ Invariants, all kept under the group's lock:
 - **Positions.** The next offset a member fetches from a partition is held
   here; a partition newly given to a member starts at the group's committed
   offset, else at the member's ``auto.offset.reset``. Commits go to the
-  ``_offsets`` Delta table (:class:`~logstore.offsets.OffsetsStore`).
+  ``_offsets`` Delta table (:class:`~logstore.groups.offsets.OffsetsStore`).
 - **One consumer type.** While members subscribe to a topic, the node holds
-  the group's lease (:class:`~logstore.leases.GroupLease`) on it, so a Spark
+  the group's lease (:class:`~logstore.groups.leases.GroupLease`) on it, so a Spark
   query reading with ``group=G`` and members of G never share a topic.
 """
 
@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import pyarrow.compute as pc
 
-from logstore.assignors import ASSIGNORS, Assignment, assign
 from logstore.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -65,7 +64,8 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from logstore.leases import GroupLease
+from logstore.groups.assignors import ASSIGNORS, Assignment, assign
+from logstore.groups.leases import GroupLease
 from logstore.structs import FetchResult, GroupTopicPartition, TopicPartition
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ offset the group will read (Kafka semantics).
 
 "Latest" is the commit order, not a clock: every commit of a group carries
 ``commit_seq``, one more than the group's previous commit, and records it as
-the Delta application transaction ``logstore.offsets.<group>``. Two commits of
+the Delta application transaction ``logstore.groups.offsets.<group>``. Two commits of
 one group that race both claim the same number; only one of them creates the
 next commit file (put-if-absent, as a topic's committer commits), the other
 reads the commit that won, finds the group's number taken and takes the next.
@@ -43,9 +43,9 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from logstore import _delta
-from logstore._log_append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
+from logstore.log import _delta
+from logstore.log._append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
@@ -79,7 +79,7 @@ GROUP BY `group`, topic, `partition`"""
 
 def app_offsets(group: str) -> str:
     """The Delta ``txn`` app id that holds ``group``'s last ``commit_seq``."""
-    return f"logstore.offsets.{group}"
+    return f"logstore.groups.offsets.{group}"
 
 
 class OffsetsStore:

@@ -3,7 +3,7 @@
 A JSON body is parsed once with orjson; keys and values go straight into Arrow
 string arrays (a zero-copy cast makes them binary), and only records that use
 ``{"b64": …}``, headers or explicit timestamps take the slower per-field path.
-An Arrow IPC body (:mod:`logstore.produce_format`) is read without a copy.
+An Arrow IPC body (:mod:`logstore.wire.arrow_produce`) is read without a copy.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from logstore.codec import decode_bytes
 from logstore.errors import InvalidRequestError, InvalidTimestampError
-from logstore.produce_format import PRODUCER_ID_HEADER, SEQUENCE_HEADER, decode_produce
-from logstore.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
+from logstore.log.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
+from logstore.wire.arrow_produce import PRODUCER_ID_HEADER, SEQUENCE_HEADER, decode_produce
+from logstore.wire.json_bytes import decode_bytes
 
 __all__ = ["MAX_PRODUCER_ID_LENGTH", "ParsedRecords", "parse_arrow", "parse_produce", "without_pandas"]
 
@@ -75,7 +75,7 @@ class ParsedRecords:
 
     @classmethod
     def from_table(cls, table: pa.Table, producer_id: str | None, sequence: int | None) -> ParsedRecords:
-        """The records of a table of :data:`~logstore.produce_format.PRODUCE_SCHEMA` (one chunk per column)."""
+        """The records of a table of :data:`~logstore.wire.arrow_produce.PRODUCE_SCHEMA` (one chunk per column)."""
         return cls(
             keys=table["key"].chunk(0),
             values=table["value"].chunk(0),
@@ -88,7 +88,7 @@ class ParsedRecords:
 
 
 def parse_produce(body: bytes) -> ParsedRecords:
-    """Parse a produce request body (DESIGN §3).
+    """Parse a produce request body (docs/design.md §3).
 
     Raises:
         InvalidRequestError: bad JSON, missing or mistyped fields.
@@ -168,10 +168,10 @@ def parse_produce(body: bytes) -> ParsedRecords:
 
 
 def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> ParsedRecords:
-    """Parse an Arrow IPC produce body (:mod:`logstore.produce_format`) and its idempotence headers.
+    """Parse an Arrow IPC produce body (:mod:`logstore.wire.arrow_produce`) and its idempotence headers.
 
     Raises:
-        InvalidRequestError: see :func:`~logstore.produce_format.decode_produce`; a bad producer id or sequence.
+        InvalidRequestError: see :func:`~logstore.wire.arrow_produce.decode_produce`; a bad producer id or sequence.
         InvalidTimestampError: a timestamp outside 0..MAX_TIMESTAMP_MS.
     """
     seq: int | None = None

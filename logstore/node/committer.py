@@ -1,12 +1,12 @@
 """The committer of one topic: it holds the table's writer lock and commits what the accumulator gathered.
 
 The committer takes every batch pending in the topic's
-:class:`~ingest_api.accumulator.Accumulator` when it wakes (after
+:class:`~logstore.node.accumulator.Accumulator` when it wakes (after
 ``linger.ms`` or once ``batch.size`` bytes wait) and commits them together
-with the core's :class:`~logstore.writer.TopicWriter` — many requests per
+with the core's :class:`~logstore.log.writer.TopicWriter` — many requests per
 Delta commit, in submit order — then answers them and moves the WAL on.
 
-It is not a thread: it runs in turns, a serial task (:mod:`logstore.workers`)
+It is not a thread: it runs in turns, a serial task (:mod:`logstore.common.workers`)
 on the node's committer pool of ``num.io.threads`` threads shared by every
 topic. A topic commits on one worker at a time, so its commits stay one at a
 time and in submit order; a turn never waits — not for ``linger.ms`` (the
@@ -18,10 +18,10 @@ writer, less often the longer it stays idle (up to ``_IDLE_TICK_MAX_S``), and
 after ``_IDLE_RELEASE_S`` it lets go of the lock and takes no turn until work
 comes — so thousands of idle topics cost no CPU. The first acks=1 batches
 after that wait for their commit instead of being promised offsets (rule 1
-of :mod:`ingest_api.accumulator`): the lock is taken again when they arrive.
+of :mod:`logstore.node.accumulator`): the lock is taken again when they arrive.
 
 Why acks=1 promises made while it holds the lock are final (rule 1 of
-:mod:`ingest_api.accumulator`): the committer holds the table's writer lock
+:mod:`logstore.node.accumulator`): the committer holds the table's writer lock
 and has caught up with the table since taking it (:meth:`TopicWriter.hold`,
 :meth:`catch_up`) before it lets the accumulator promise. Every writer on this
 host commits only under that lock — cooperative ones (the Spark sink,
@@ -41,13 +41,13 @@ this node's leadership of the topic's partitions. The node's cluster watch
 hands it the partitions ZooKeeper says this node leads (:meth:`Committer.want`);
 on its next turn, for partitions newly led, it takes the topic's failover lock,
 replays every other node's logged acks=1 frames of the topic
-(:func:`~ingest_api.recovery.replay_departed`), claims the partitions with
+(:func:`~logstore.node.recovery.replay_departed`), claims the partitions with
 their epochs (:meth:`TopicWriter.claim`) and only then accepts produce for
 them. A partition ZooKeeper moves away is no longer accepted at once; this
 node stops committing it when the new leader's claim fences it (until then
 its commits are legitimate, and what it promised is committed or replayed).
 A fence of some partitions leaves the others led. Promise markers
-(:mod:`logstore.promises`) are not used: the replay above covers a dead node.
+(:mod:`logstore.log.promises`) are not used: the replay above covers a dead node.
 """
 
 from __future__ import annotations
@@ -60,15 +60,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ingest_api.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
-from ingest_api.cluster import failover_lock
-from ingest_api.metrics import Metrics
-from logstore import promises
+from logstore.common.workers import WorkerPool
 from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
+from logstore.log import promises
+from logstore.log.wal import WriteAheadLog
+from logstore.log.writer import TopicWriter
+from logstore.node.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
+from logstore.node.membership import failover_lock
+from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wal import WriteAheadLog
-from logstore.workers import WorkerPool
-from logstore.writer import TopicWriter
 
 __all__ = ["Committer", "skip_sequence"]
 

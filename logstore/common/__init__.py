@@ -1,0 +1,1 @@
+"""Building blocks with no Kafka concept of their own: fsync, bounded LRU maps, worker pools."""
