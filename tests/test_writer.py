@@ -23,8 +23,9 @@ from logstore.errors import (
 )
 from logstore.log import _append as _log_append
 from logstore.log.catalog import Catalog
+from logstore.log.producer_state import PRODUCER_WINDOW
 from logstore.log.schema import input_table
-from logstore.log.writer import PRODUCER_WINDOW, TopicWriter
+from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from tests.helpers import assert_gap_free, read_topic

@@ -30,7 +30,6 @@ table.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import threading
@@ -62,7 +61,6 @@ _DICTIONARY_COLUMNS = ["key", "timestamp", "timestamp_type"]
 # Row-group statistics serve offset and time pruning; min/max of values would only cost.
 _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
 # Writers waiting for the writer lock hold a shared lock on this file.
-_INTENT = "_logstore_writer.intent"
 _FSYNC_THREADS = 8
 """Data-file and directory fsyncs in flight at once, for every table of the process together."""
 _CHECKPOINT_POOL = "delta-checkpoint"
@@ -167,10 +165,6 @@ class LogAppender:
         self._checkpoint_interval = checkpoint_interval
         self._fsync = fsync
         self._checkpoints = _Checkpointer(table_root, fsync=fsync)
-        self._lock = threading.Lock()
-        self._lock_fd: int | None = None
-        self._intent_fd: int | None = None
-        self._probe_fd: int | None = None
 
     # -- data files -------------------------------------------------------------
 
@@ -205,81 +199,6 @@ class LogAppender:
             }
             files.append(NewFile(add, path))
         return files
-
-    @contextlib.contextmanager
-    def exclusive(self, *, shared: bool = False) -> Iterator[None]:
-        """Hold this table's writer lock (``<table>/_logstore_writer.lock``, ignored by Delta and vacuum).
-
-        While it waits for the lock, a writer announces itself with a shared lock on
-        ``<table>/_logstore_writer.intent``, so a holder that keeps the lock across
-        commits (the ingest node, see :meth:`others_waiting`) hands it over.
-
-        ``shared``: take the lock in shared mode, without announcing itself —
-        for cluster leaders, which share a topic between them (the per-partition
-        leader epochs keep them apart) but not with a cooperative writer, which
-        takes it exclusively: while one holds it no leader commits or promises.
-        """
-        with self._lock:  # threads of this process
-            if self._lock_fd is None:
-                self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            if shared:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                return
-            if self._intent_fd is None:
-                self._intent_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._intent_fd, fcntl.LOCK_SH)
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # other processes on this host
-            finally:
-                fcntl.flock(self._intent_fd, fcntl.LOCK_UN)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-
-    def try_exclusive(self, *, shared: bool = False) -> contextlib.AbstractContextManager[None] | None:
-        """:meth:`exclusive` without waiting (nor announcing itself): None when another writer holds the lock.
-
-        For a holder that must not block a shared worker thread (the ingest
-        node's committer): it tries again later.
-        """
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            if self._lock_fd is None:
-                self._lock_fd = os.open(os.path.join(self.root, "_logstore_writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._lock_fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.release()
-            return None
-        except BaseException:
-            self._lock.release()
-            raise
-        return self._holding(self._lock_fd)
-
-    @contextlib.contextmanager
-    def _holding(self, fd: int) -> Iterator[None]:
-        """Let go of a writer lock taken by :meth:`try_exclusive` on exit (from any thread)."""
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            self._lock.release()
-
-    def others_waiting(self) -> bool:
-        """Whether another writer waits for this table's writer lock (call while holding it)."""
-        if self._probe_fd is None:
-            self._probe_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._probe_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(self._probe_fd, fcntl.LOCK_UN)
-        return False
 
     def discard(self, files: Sequence[NewFile]) -> None:
         """Delete data files that no commit references (after a lost race)."""
@@ -462,10 +381,6 @@ class LogAppender:
 
     def close(self) -> None:
         self._checkpoints.close()  # the shared fsync threads and checkpoint worker go on serving other tables
-        for fd in (self._lock_fd, self._intent_fd, self._probe_fd):
-            if fd is not None:
-                os.close(fd)
-        self._lock_fd = self._intent_fd = self._probe_fd = None
 
 
 class _Checkpointer:

@@ -29,7 +29,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
@@ -38,15 +38,27 @@ from logstore.errors import KafkaStorageError, LogstoreError
 from logstore.log.wal import DirectoryLock, WriteAheadLog
 from logstore.structs import AppendResult, ProducerBatch
 
-if TYPE_CHECKING:
-    from logstore.log.writer import TopicWriter
-
-__all__ = ["remove_marker", "replay_batches", "settle", "wal_producer_id", "write_marker"]
+__all__ = ["Replayer", "remove_marker", "replay_batches", "settle", "wal_producer_id", "write_marker"]
 
 log = logging.getLogger("logstore.log.promises")
 
 _MARKERS = "_logstore_promises"
 _REPLAY_CHUNK = 1000
+
+
+class Replayer(Protocol):
+    """What :func:`settle` needs of a topic's writer (:class:`~logstore.log.writer.TopicWriter` is one)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    def producer_sequence(self, producer_id: str) -> int | None:
+        """The last sequence ``producer_id`` committed on the topic, or None."""
+        ...
+
+    def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
+        """Commit ``batches`` idempotently (the caller holds the writer lock)."""
+        ...
 
 
 def wal_producer_id(node_id: str) -> str:
@@ -77,7 +89,7 @@ def remove_marker(table_root: str, node_id: str) -> None:
         fsync_path(directory)
 
 
-def settle(writer: TopicWriter, table_root: str, *, own_node: str | None = None) -> None:
+def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) -> None:
     """Replay the promised records of every dead node with a marker on this table (caller holds the writer lock).
 
     Raises:
@@ -148,7 +160,7 @@ def replay_batches(
     return replayed, skipped
 
 
-def _replay(writer: TopicWriter, topic_wal: str, node_id: str) -> None:
+def _replay(writer: Replayer, topic_wal: str, node_id: str) -> None:
     if not os.path.isdir(topic_wal):
         return
     wal = WriteAheadLog(topic_wal)

@@ -63,8 +63,9 @@ from logstore.log import promises
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import INPUT_SCHEMA
+from logstore.log.validator import offsets_from
 from logstore.log.wal import WriteAheadLog
-from logstore.log.writer import TopicWriter, offsets_from
+from logstore.log.writer import TopicWriter
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wire.json_produce import ParsedRecords
