@@ -20,7 +20,7 @@ from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, checks, count_
 from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
-from logstore.groups.coordinator import MemberState
+from logstore.groups.group import MemberState
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
 from logstore.wire.arrow_fetch import ARROW_STREAM, GENERATION_HEADER, encode_member_records

@@ -11,7 +11,7 @@ from logstore.client._cluster import Nodes
 from logstore.client._http import assigned_partitions, json_headers
 from logstore.config import TopicConfig
 from logstore.errors import LogstoreError
-from logstore.groups.coordinator import MemberState
+from logstore.groups.group import MemberState
 from logstore.log.schema import input_table
 from logstore.structs import (
     FetchResult,

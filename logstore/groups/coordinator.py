@@ -7,28 +7,13 @@ coordinator lives in the node (``logstore serve``); :class:`Coordinator` is
 the interface the HTTP tier uses, so a coordinator chosen through ZooKeeper
 can take its place.
 
-Invariants, all kept under the group's lock:
+Each group's members, generations and assignment are a
+:class:`~logstore.groups.group.ConsumerGroup` (one live owner per partition,
+generations, sessions: see there); the coordinator holds them, each under its
+group's lock, and adds what needs the store:
 
-- **One live owner per partition.** A partition the target assignment moves
-  is first *revoked*: it leaves its old owner's assignment (the owner learns
-  at its next heartbeat) and waits until the old owner acknowledges a
-  generation at least that of the revocation, or leaves, or its session
-  expires. Only then is it given to its new owner, in a later generation.
-  Partitions that stay with their owner are never revoked.
-- **Generations.** The group's generation grows by one at every change of
-  membership or assignment; a member's generation is the group generation at
-  which its own assignment last changed (or it joined). A commit must carry
-  the member's current generation and name only partitions the member owns
-  (assigned, or revoked and not yet acknowledged):
-  :class:`~logstore.errors.IllegalGenerationError` otherwise, also for a
-  member that was expired or left (it is remembered as fenced);
-  :class:`~logstore.errors.UnknownMemberIdError` for an id the group never had
-  or, on heartbeat, for an expired member (it must join again).
-- **Sessions.** A member that does not heartbeat for ``session_timeout_ms``
-  is removed; so is one that does not fetch for ``max_poll_interval_ms``
-  (Kafka's ``max.poll.interval.ms``: it is alive but no longer consuming).
-  Expiry is checked on every call and by :meth:`expire`, which the node calls
-  on a timer.
+- **Expiry.** Checked on every call and by :meth:`GroupCoordinator.expire`,
+  which the node calls on a timer.
 - **Metadata.** A subscribed topic that gains partitions (or is deleted)
   rebalances the group, as a metadata change does in Kafka: :meth:`expire`
   compares the partition counts with those of the last assignment.
@@ -47,13 +32,12 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Protocol
 
 import pyarrow.compute as pc
 
+from logstore.config import LogstoreConfig
 from logstore.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -64,12 +48,11 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from logstore.groups.assignors import ASSIGNORS, Assignment, assign
+from logstore.groups.assignors import ASSIGNORS
+from logstore.groups.group import DEFAULT_MAX_POLL_INTERVAL_MS, ConsumerGroup, Member, MemberState, OffsetReset
 from logstore.groups.leases import GroupLease
-from logstore.structs import FetchResult, GroupTopicPartition, TopicPartition
-
-if TYPE_CHECKING:
-    from logstore.store import LogStore
+from logstore.log.catalog import Catalog
+from logstore.structs import FetchResult, GroupTopicPartition, OffsetCommit, TopicInfo, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +62,7 @@ __all__ = [
     "Coordinator",
     "FetchFn",
     "GroupCoordinator",
+    "GroupStore",
     "MemberState",
     "OffsetReset",
 ]
@@ -86,71 +70,24 @@ __all__ = [
 DEFAULT_SESSION_TIMEOUT_MS = 45_000
 """Kafka's ``session.timeout.ms`` default."""
 
-DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
-"""Kafka's ``max.poll.interval.ms`` default: the longest a member may go without fetching."""
-
-OffsetReset = Literal["earliest", "latest"]
-
 FetchFn = Callable[[str, int, int, int, int], FetchResult]
 """``fetch(topic, partition, offset, max_records, max_bytes)``: a slice of one partition."""
 
-_FENCED_KEPT = 10_000
-"""Ids of departed members remembered per group, so their late commits get ILLEGAL_GENERATION."""
 
+class GroupStore(Protocol):
+    """What the coordinator needs of its store (:class:`~logstore.store.LogStore` is one)."""
 
-@dataclass(frozen=True)
-class MemberState:
-    """What a member (and ``groups describe``) sees of itself."""
+    @property
+    def config(self) -> LogstoreConfig: ...
 
-    member_id: str
-    generation: int
-    """The group generation at which this member's assignment last changed; its commits must carry it."""
-    assignment: tuple[TopicPartition, ...]
-    """The partitions it may fetch and commit, sorted."""
-    topics: tuple[str, ...] = ()
-    """The topics it subscribed to."""
+    @property
+    def catalog(self) -> Catalog: ...
 
+    def describe_topic(self, topic: str) -> TopicInfo: ...
 
-@dataclass
-class _Member:
-    member_id: str
-    topics: tuple[str, ...]
-    session_timeout_ms: int
-    auto_offset_reset: OffsetReset
-    last_seen: float
-    """Clock time of its last heartbeat (or join)."""
-    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
-    last_fetch: float = 0.0
-    """Clock time of its last fetch (or join)."""
-    generation: int = 0
-    delivered: int = 0
-    """The generation last sent to the member (a heartbeat without one acknowledges it)."""
-    assigned: set[TopicPartition] = field(default_factory=set)
-    cursor: int = 0
-    """Where the next fetch starts in the member's sorted partitions (round robin, so none starves)."""
+    def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]: ...
 
-    def state(self) -> MemberState:
-        return MemberState(self.member_id, self.generation, tuple(sorted(self.assigned)), self.topics)
-
-
-@dataclass
-class _Group:
-    name: str
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    generation: int = 0
-    assignor: str = "range"
-    members: dict[str, _Member] = field(default_factory=dict)
-    target: Assignment = field(default_factory=dict)
-    pending: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
-    """Revoked partitions → (old owner, generation of the revocation), until the old owner acknowledges."""
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    """Partition count of each subscribed topic when the target was computed."""
-    fenced: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    """Departed members → why they went (for the error their next call gets)."""
-    leases: dict[str, GroupLease] = field(default_factory=dict)
-    stale: bool = False
-    """A rebalance was started and did not finish (a topic's table could not be read): the next sweep redoes it."""
+    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
 
 
 class Coordinator(Protocol):
@@ -201,7 +138,7 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        store: LogStore,
+        store: GroupStore,
         *,
         clock: Callable[[], float] = time.monotonic,
         lease_timeout_ms: int | None = None,
@@ -209,7 +146,7 @@ class GroupCoordinator:
         self._store = store
         self._clock = clock
         self._lease_timeout_ms = lease_timeout_ms
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, ConsumerGroup] = {}
         self._guard = threading.Lock()
         self._offsets_lock = threading.Lock()  # OffsetsStore caches its table: one caller at a time
 
@@ -265,7 +202,7 @@ class GroupCoordinator:
             if not g.members:
                 g.assignor = assignor
             now = self._clock()
-            member = _Member(
+            member = Member(
                 member_id=f"member-{uuid.uuid4().hex}",
                 topics=wanted,
                 session_timeout_ms=session_timeout_ms,
@@ -293,15 +230,9 @@ class GroupCoordinator:
         g = self._group(group)
         with g.lock:
             self._expire_group(g)
-            m = self._live(g, member_id)
+            m = g.live(member_id)
             m.last_seen = self._clock()
-            acked = m.delivered if acknowledged is None else min(acknowledged, m.generation)
-            freed = [tp for tp, (owner, gen) in g.pending.items() if owner == member_id and gen <= acked]
-            for tp in freed:
-                del g.pending[tp]
-            if freed:
-                self._reconcile(g)
-            m.delivered = m.generation
+            g.acknowledge(m, acknowledged)
             return m.state()
 
     def leave(self, group: str, member_id: str) -> None:
@@ -315,7 +246,7 @@ class GroupCoordinator:
             self._expire_group(g)
             if member_id not in g.members:
                 raise UnknownMemberIdError(f"consumer group '{group}' has no member '{member_id}'")
-            self._remove(g, member_id)
+            g.remove(member_id)
             self._rebalance(g)
 
     def groups(self) -> list[str]:
@@ -334,7 +265,7 @@ class GroupCoordinator:
         g = self._group(group)
         with g.lock:
             self._expire_group(g)
-            return self._live(g, member_id).state()
+            return g.live(member_id).state()
 
     def members(self, group: str) -> list[MemberState]:
         """The group's live members, sorted by id (empty for a group without members)."""
@@ -363,7 +294,7 @@ class GroupCoordinator:
             except LogstoreError as e:
                 log.warning("group '%s': expiry or rebalance failed (%s); retrying at the next sweep", g.name, e)
 
-    def _sweep(self, g: _Group) -> None:
+    def _sweep(self, g: ConsumerGroup) -> None:
         with g.lock:
             self._expire_group(g)
             if g.stale and g.members:
@@ -419,7 +350,7 @@ class GroupCoordinator:
         g = self._group(group)
         with g.lock:
             self._expire_group(g)
-            m = self._member_for_commit(g, member_id, generation)
+            m = g.member_for_commit(member_id, generation)
             for tp in offsets:
                 owner = g.pending.get(tp, (None, 0))[0]
                 if tp not in m.assigned and owner != member_id:
@@ -483,72 +414,22 @@ class GroupCoordinator:
 
     # -- internals --------------------------------------------------------------
 
-    def _group(self, name: str) -> _Group:
+    def _group(self, name: str) -> ConsumerGroup:
         with self._guard:
             g = self._groups.get(name)
             if g is None:
-                g = self._groups[name] = _Group(name)
+                g = self._groups[name] = ConsumerGroup(name)
             return g
 
-    def _live(self, g: _Group, member_id: str) -> _Member:
-        m = g.members.get(member_id)
-        if m is None:
-            why = g.fenced.get(member_id, "it left, or no heartbeat came within session.timeout.ms")
-            raise UnknownMemberIdError(f"consumer group '{g.name}' has no member '{member_id}' ({why}); join again")
-        return m
-
-    def _member_for_commit(self, g: _Group, member_id: str, generation: int) -> _Member:
-        m = g.members.get(member_id)
-        if m is None:
-            if member_id in g.fenced:
-                raise IllegalGenerationError(
-                    f"member '{member_id}' of group '{g.name}' left or its session expired; "
-                    f"its generation {generation} is fenced (the group is at generation {g.generation})"
-                )
-            raise UnknownMemberIdError(f"consumer group '{g.name}' has no member '{member_id}'")
-        if generation != m.generation:
-            raise IllegalGenerationError(
-                f"member '{member_id}' of group '{g.name}' committed with generation {generation}, "
-                f"its generation is {m.generation}: heartbeat to learn its assignment, then commit again"
-            )
-        return m
-
-    def _expire_group(self, g: _Group) -> None:
-        now = self._clock()
-        dead: dict[str, str] = {}
-        for mid, m in g.members.items():
-            if now - m.last_seen > m.session_timeout_ms / 1000:
-                dead[mid] = f"no heartbeat came within session.timeout.ms={m.session_timeout_ms}"
-            elif now - m.last_fetch > m.max_poll_interval_ms / 1000:
-                dead[mid] = f"no fetch came within max.poll.interval.ms={m.max_poll_interval_ms}"
-        for mid, why in dead.items():
-            self._remove(g, mid, why)
-        if dead:
+    def _expire_group(self, g: ConsumerGroup) -> None:
+        if g.remove_expired(self._clock()):
             self._rebalance(g)
 
-    def _remove(self, g: _Group, member_id: str, why: str = "it left") -> None:
-        m = g.members.pop(member_id)
-        for tp in m.assigned:
-            g.positions.pop(tp, None)
-        m.assigned.clear()  # a fetch planned before the removal must not read on for it
-        for tp in [tp for tp, (owner, _) in g.pending.items() if owner == member_id]:
-            del g.pending[tp]
-        g.fenced[member_id] = why
-        while len(g.fenced) > _FENCED_KEPT:
-            g.fenced.popitem(last=False)
-
-    def _rebalance(self, g: _Group, joined: _Member | None = None) -> None:
+    def _rebalance(self, g: ConsumerGroup, joined: Member | None = None) -> None:
         """A new target after a change of membership, then as much of it as revocations allow."""
         g.stale = True  # until the new target is in place: a rebalance that raises is redone by the next sweep
-        subscriptions = {mid: m.topics for mid, m in g.members.items()}
         counts = {t: self._partition_count(t) for t in {t for m in g.members.values() for t in m.topics}}
-        g.counts = counts
-        current = {mid: sorted(m.assigned) for mid, m in g.members.items()}
-        g.target = assign(g.assignor, subscriptions, counts, current)
-        g.generation += 1
-        if joined is not None:
-            joined.generation = g.generation
-        self._reconcile(g, bumped=True)
+        g.retarget(counts, joined)
         self._release_unused_leases(g)
         g.stale = False
 
@@ -559,34 +440,7 @@ class GroupCoordinator:
         except UnknownTopicOrPartitionError:
             return 0
 
-    def _reconcile(self, g: _Group, *, bumped: bool = False) -> None:
-        """Move the actual assignment toward the target: revoke what moves, give out what is free."""
-        changed: set[str] = set()
-        revoked: list[TopicPartition] = []
-        for mid, m in g.members.items():
-            target = set(g.target.get(mid, ()))
-            for tp in sorted(m.assigned - target):
-                m.assigned.discard(tp)
-                g.positions.pop(tp, None)
-                revoked.append(tp)
-                g.pending[tp] = (mid, -1)
-                changed.add(mid)
-        owned = {tp for m in g.members.values() for tp in m.assigned}
-        for mid, m in g.members.items():
-            for tp in g.target.get(mid, ()):
-                if tp not in m.assigned and tp not in owned and tp not in g.pending:
-                    m.assigned.add(tp)
-                    owned.add(tp)
-                    g.positions.pop(tp, None)
-                    changed.add(mid)
-        if changed and not bumped:
-            g.generation += 1
-        for tp in revoked:
-            g.pending[tp] = (g.pending[tp][0], g.generation)
-        for mid in changed:
-            g.members[mid].generation = g.generation
-
-    def _hold_leases(self, g: _Group, topics: Iterable[str]) -> None:
+    def _hold_leases(self, g: ConsumerGroup, topics: Iterable[str]) -> None:
         for topic in topics:
             if topic in g.leases:
                 continue
@@ -598,7 +452,7 @@ class GroupCoordinator:
             lease.acquire([topic])
             g.leases[topic] = lease
 
-    def _release_unused_leases(self, g: _Group) -> None:
+    def _release_unused_leases(self, g: ConsumerGroup) -> None:
         used = {t for m in g.members.values() for t in m.topics}
         for topic in [t for t in g.leases if t not in used]:
             g.leases.pop(topic).release()
@@ -608,7 +462,7 @@ class GroupCoordinator:
         g = self._group(group)
         with g.lock:
             self._expire_group(g)
-            m = self._live(g, member_id)
+            m = g.live(member_id)
             m.last_fetch = self._clock()
             parts = sorted(m.assigned)
             if not parts:
