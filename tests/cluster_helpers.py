@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 from kazoo.client import KazooClient
 
-from tests.server import Server
+from tests.support.server import Server
 
 SESSION_MS = 4000
 """``zookeeper.session.timeout.ms`` of the test nodes: short, so failover tests run in seconds."""

@@ -81,7 +81,7 @@ def spark() -> Iterator[SparkSession]:
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real standalone ZooKeeper server for the test run; yields ``host:port`` (give each test its own chroot)."""
     from logstore.cluster.zookeeper_server import ZooKeeperServer
-    from tests.server import free_port
+    from tests.support.server import free_port
 
     zk = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=free_port())
     proc = zk.spawn()
@@ -105,7 +105,7 @@ def chroot(zookeeper: str) -> str:
 def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., object]]:
     """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
     from tests.cluster_helpers import SESSION_MS
-    from tests.server import Server
+    from tests.support.server import Server
 
     started: list[Server] = []
 
@@ -144,7 +144,7 @@ def zk(chroot: str) -> Iterator[KazooClient]:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Callable[..., object]]:
     """Start ``logstore serve`` on a fresh root: ``server(**{"linger.ms": 5})``; stopped after the test."""
-    from tests.server import Server
+    from tests.support.server import Server
 
     started: list[Server] = []
 

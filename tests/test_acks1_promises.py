@@ -22,8 +22,8 @@ from logstore.log.catalog import Catalog
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from tests.helpers import assert_gap_free
-from tests.server import LOGSTORE, Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import LOGSTORE, Server
 
 
 def _produce_acks_1(url: str, name: str, batches: int, acked: dict[bytes, tuple[int, int]], errors: list[str]) -> None:

@@ -116,7 +116,7 @@ def test_bindings_round_trip_and_principals_are_validated() -> None:
 
 
 def test_acls_add_list_remove_with_the_cli(tmp_path: Path) -> None:
-    from tests.test_api_keys import cli
+    from tests.support.cli import cli
 
     root = tmp_path / "data"
     r = cli(root, "acls", "add", "--allow-principal", "User:alice", "--operation", "read", "--operation", "WRITE",

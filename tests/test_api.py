@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from logstore.log.partitioner import murmur2, to_positive
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

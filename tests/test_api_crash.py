@@ -19,8 +19,8 @@ import pytest
 
 from logstore.config import load_config
 from logstore.log.catalog import Catalog
-from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import Server
 
 pytestmark = pytest.mark.crash
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.server import Server
+from tests.support.server import Server
 
 
 def _schemathesis(srv: Server, checks: str, max_examples: int, *extra: str) -> subprocess.CompletedProcess[str]:

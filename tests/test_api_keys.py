@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,17 +12,11 @@ from logstore.client import RemoteStore
 from logstore.errors import SaslAuthenticationFailedError
 from logstore.security import FileSecurityStore, new_key
 from logstore.security.keys import KeyVerifier, split_key
-from tests.server import LOGSTORE, Server
+from tests.support.cli import cli
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 SECURE = {"security.enabled": "true", "super.users": "User:admin"}
-
-
-def cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
-    return subprocess.run(
-        [*LOGSTORE, "--root", str(root), *args], capture_output=True, text=True, env=base | env, timeout=120
-    )
 
 
 def create_key(root: Path, principal: str) -> str:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from logstore.wire.json_produce import MAX_PRODUCER_ID_LENGTH
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 MIB = 1024 * 1024

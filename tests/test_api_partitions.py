@@ -17,8 +17,8 @@ from logstore.config import load_config
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import murmur2, to_positive
 from logstore.store import LogStore
-from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import Server
 
 
 class KeyedProducer(threading.Thread):

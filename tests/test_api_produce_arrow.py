@@ -17,7 +17,7 @@ import pyarrow as pa
 from logstore.log.partitioner import murmur2, to_positive
 from logstore.log.schema import HEADERS_TYPE
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

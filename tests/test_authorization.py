@@ -23,7 +23,7 @@ from logstore.security import (
     ResourceType,
     new_key,
 )
-from tests.server import Server
+from tests.support.server import Server
 
 OPEN = {"GET /healthz", "GET /readyz"}
 """Routes that answer without credentials (probes)."""

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.server import LOGSTORE, Server
+from tests.support.server import LOGSTORE, Server
 
 
 def run(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -12,8 +12,8 @@ from logstore.errors import LogstoreError, MessageTooLargeError
 from logstore.groups.offsets import OffsetsStore
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import murmur2, to_positive
-from tests.helpers import assert_gap_free
-from tests.server import LOGSTORE, Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import LOGSTORE, Server
 
 
 def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> None:

@@ -27,7 +27,7 @@ from logstore.client import Producer, RecordMetadata, RemoteStore
 from logstore.client._cluster import ClusterView, bootstrap_urls, plan_routes, record_partition
 from logstore.errors import LogstoreError
 from logstore.log.partitioner import Partitioner
-from tests.server import Server, free_port
+from tests.support.server import Server, free_port
 
 StartServer = Callable[..., Server]
 ANY = "http://any:1"

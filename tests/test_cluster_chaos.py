@@ -34,8 +34,8 @@ from logstore.config import load_config
 from logstore.errors import LogstoreError
 from logstore.log.catalog import Catalog
 from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, leader_epochs_in_log, leaders, led_by, until
-from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import Server
 
 pytestmark = pytest.mark.zookeeper
 

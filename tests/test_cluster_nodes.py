@@ -33,8 +33,8 @@ from tests.cluster_helpers import (
     produce_ok,
     until,
 )
-from tests.helpers import assert_gap_free, read_topic
-from tests.server import Server
+from tests.support.helpers import assert_gap_free, read_topic
+from tests.support.server import Server
 
 pytestmark = pytest.mark.zookeeper
 

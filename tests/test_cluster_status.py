@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.server import LOGSTORE, Server, free_port
+from tests.support.server import LOGSTORE, Server, free_port
 
 
 def status(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

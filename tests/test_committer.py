@@ -28,8 +28,8 @@ from logstore.node.committer import skip_sequence
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wire.json_produce import parse_produce
-from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import Server
 
 YEAR_10000_MS = MAX_TIMESTAMP_MS + 1  # 253402300800000, below the old 2^63/1000 limit
 

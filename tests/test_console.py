@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from logstore.security import AclBinding, FileSecurityStore, Operation, PatternType, Permission, ResourceType, new_key
-from tests.server import Server
+from tests.support.server import Server
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [

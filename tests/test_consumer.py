@@ -13,7 +13,7 @@ import pytest
 from logstore.client import TIMESTAMP_CREATE_TIME, Consumer, Producer
 from logstore.errors import InvalidConfigError, UnknownMemberIdError
 from logstore.structs import TopicPartition
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

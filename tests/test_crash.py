@@ -16,7 +16,7 @@ from logstore.log.catalog import Catalog, high_watermark
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from tests.helpers import assert_gap_free
+from tests.support.helpers import assert_gap_free
 
 pytestmark = pytest.mark.crash
 

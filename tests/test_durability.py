@@ -22,7 +22,7 @@ from logstore.log.reader import TopicReader
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.structs import AppendResult, ProducerBatch
-from tests.helpers import assert_gap_free
+from tests.support.helpers import assert_gap_free
 
 
 def _catalog(root: Path, **overrides: object) -> Catalog:

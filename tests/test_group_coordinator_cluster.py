@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from logstore.client import Consumer
 from logstore.errors import KafkaStorageError, NotCoordinatorError
 from tests.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, produce_ok, until
-from tests.server import Server
+from tests.support.server import Server
 
 pytestmark = pytest.mark.zookeeper
 

@@ -15,7 +15,7 @@ import pytest
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.groups.leases import GroupLease
 from logstore.wire.arrow_fetch import ARROW_STREAM, MEMBER_RECORDS_SCHEMA
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

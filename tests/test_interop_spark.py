@@ -15,7 +15,7 @@ from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from tests.helpers import assert_gap_free
+from tests.support.helpers import assert_gap_free
 
 pytestmark = pytest.mark.spark
 

@@ -16,8 +16,8 @@ from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import run_key_compaction, run_retention
-from tests.server import Server
-from tests.spark_helpers import drain, read_stream
+from tests.support.server import Server
+from tests.support.spark_helpers import drain, read_stream
 
 pytestmark = pytest.mark.spark
 

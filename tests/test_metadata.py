@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

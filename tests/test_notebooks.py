@@ -14,7 +14,7 @@ from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from tests.helpers import assert_gap_free
+from tests.support.helpers import assert_gap_free
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 HOUR_MS = 3600 * 1000

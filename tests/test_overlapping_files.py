@@ -33,7 +33,7 @@ from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import _files, run_key_compaction, run_retention, run_segment_compaction
 from spark_source._slices import plan_slices, read_slice
-from tests.spark_helpers import drain, read_stream
+from tests.support.spark_helpers import drain, read_stream
 
 HOUR_MS = 3600 * 1000
 NOW_MS = 1_800_000_000_000

@@ -18,7 +18,7 @@ from ingest_api.parsers import MIN_BODY_BYTES, Parsers
 from logstore.errors import InvalidRequestError, InvalidTimestampError
 from logstore.node.metrics import Metrics
 from logstore.wire.json_produce import ParsedRecords, parse_produce
-from tests.server import Server
+from tests.support.server import Server
 
 
 def _body(n: int = 400, **top: object) -> bytes:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server import Server
+from tests.support.server import Server
 
 STAGES = ("parse", "queue", "commit", "ack")
 

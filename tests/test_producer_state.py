@@ -21,8 +21,8 @@ from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from tests.helpers import assert_gap_free, read_topic
-from tests.server import Server
+from tests.support.helpers import assert_gap_free, read_topic
+from tests.support.server import Server
 
 LIMIT = 3
 

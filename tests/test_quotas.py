@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from logstore.security import FileSecurityStore, Quota, QuotaManager, new_key
-from tests.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 
@@ -109,7 +109,7 @@ def test_a_producer_over_quota_is_delayed_and_others_are_not(tmp_path: Path, ser
 
 
 def test_quotas_set_and_list_with_the_cli(tmp_path: Path) -> None:
-    from tests.test_api_keys import cli
+    from tests.support.cli import cli
 
     root = tmp_path / "data"
     r = cli(root, "quotas", "set", "--principal", "User:alice", "--producer-byte-rate", "1024")

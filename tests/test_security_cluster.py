@@ -22,7 +22,7 @@ import pytest
 from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
 from logstore.config import load_config
 from logstore.security import FileSecurityStore
-from tests.server import LOGSTORE, Server
+from tests.support.server import LOGSTORE, Server
 
 pytestmark = pytest.mark.zookeeper
 

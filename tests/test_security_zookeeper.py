@@ -20,7 +20,7 @@ from logstore.security import (
     ResourceType,
     new_key,
 )
-from tests.server import free_port
+from tests.support.server import free_port
 
 
 def chroot(zookeeper: str) -> str:

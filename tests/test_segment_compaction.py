@@ -16,7 +16,7 @@ from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import plan_segments, run_segment_compaction
 from maintenance._files import live_files
-from tests.helpers import assert_gap_free
+from tests.support.helpers import assert_gap_free
 
 pytestmark = pytest.mark.spark
 

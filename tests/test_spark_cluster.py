@@ -16,7 +16,7 @@ import pyspark
 import pytest
 
 from logstore.store import LogStore
-from tests.test_spark_source import produce
+from tests.support.spark_helpers import produce
 
 pytestmark = pytest.mark.cluster
 

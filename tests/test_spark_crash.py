@@ -15,8 +15,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from logstore.store import LogStore
-from tests.helpers import assert_gap_free, read_topic
-from tests.test_spark_source import produce
+from tests.support.helpers import assert_gap_free, read_topic
+from tests.support.spark_helpers import produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
 

@@ -11,8 +11,7 @@ from pyspark.sql import SparkSession
 
 from logstore.store import LogStore
 from maintenance import run_retention
-from tests.spark_helpers import drain, read_stream
-from tests.test_spark_source import offsets_by_partition, produce
+from tests.support.spark_helpers import drain, offsets_by_partition, produce, read_stream
 
 pytestmark = pytest.mark.spark
 

@@ -21,12 +21,7 @@ from logstore.groups.offsets import LATEST_OFFSETS_SQL, OFFSETS_SCHEMA, OffsetsS
 from logstore.store import LogStore
 from spark_source._options import SourceOptions
 from spark_source.source import LogstoreStreamReader
-from tests.spark_helpers import batch_sizes, drain, read_stream
-from tests.test_spark_source import offsets_by_partition, produce
-
-
-def committed(store: LogStore, group: str, topic: str) -> dict[int, int]:
-    return {p: o for (_, _, p), (o, _, _) in store.offsets.committed(group, topic).items()}
+from tests.support.spark_helpers import batch_sizes, committed, drain, offsets_by_partition, produce, read_stream
 
 
 @pytest.mark.spark

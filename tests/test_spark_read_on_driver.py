@@ -21,9 +21,7 @@ from logstore.groups.leases import GroupLease
 from logstore.store import LogStore
 from spark_source import KAFKA_ARROW_SCHEMA, LogstoreDataSource, LogstoreStreamReader, PrefetchingStreamReader
 from spark_source._slices import ReadTask, read_task
-from tests.spark_helpers import batch_sizes, drain, read_stream
-from tests.test_spark_groups import committed
-from tests.test_spark_source import offsets_by_partition, produce
+from tests.support.spark_helpers import batch_sizes, committed, drain, offsets_by_partition, produce, read_stream
 
 
 def _reader(store: LogStore, **options: object) -> PrefetchingStreamReader:

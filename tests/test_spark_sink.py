@@ -18,8 +18,8 @@ from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from spark_sink import LogstoreBatchWriter, LogstoreStreamWriter, SinkRows
-from tests.helpers import assert_gap_free
-from tests.spark_helpers import read_stream
+from tests.support.helpers import assert_gap_free
+from tests.support.spark_helpers import read_stream
 
 
 @pytest.mark.spark

@@ -27,7 +27,7 @@ from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from spark_source import KAFKA_ARROW_SCHEMA
-from tests.spark_helpers import batch_sizes, drain, read_batch, read_stream
+from tests.support.spark_helpers import batch_sizes, drain, offsets_by_partition, produce, read_batch, read_stream
 
 pytestmark = pytest.mark.spark
 
@@ -46,18 +46,6 @@ KAFKA_SCHEMA = StructType(
 HEADERS = StructField(
     "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 )
-
-
-def produce(store: LogStore, topic: str, partitions: list[int], prefix: str = "v", **kw: object) -> None:
-    values = [f"{prefix}{i}".encode() for i in range(len(partitions))]
-    store.append(topic, [ProducerBatch(input_table(partitions, values, **kw))])  # type: ignore[arg-type]
-
-
-def offsets_by_partition(df: object) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for r in df.select("partition", "offset").orderBy("partition", "offset").collect():  # type: ignore[attr-defined]
-        out.setdefault(r.partition, []).append(r.offset)
-    return out
 
 
 def test_schema_is_the_kafka_source_schema(

@@ -13,7 +13,7 @@ from logstore.log.reader import TopicReader
 from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch, TopicInfo
-from tests.server import Server
+from tests.support.server import Server
 
 
 def _sampler(store: LogStore, interval_ms: int = 5_000) -> StatsSampler:

@@ -30,8 +30,8 @@ from logstore.node.broker import Broker
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wire.json_produce import parse_produce
-from tests.helpers import assert_gap_free
-from tests.server import Server
+from tests.support.helpers import assert_gap_free
+from tests.support.server import Server
 
 
 def _threads(prefix: str) -> int:

@@ -25,7 +25,7 @@ from logstore.security import (
     ResourceType,
     new_key,
 )
-from tests.server import LOGSTORE, Server
+from tests.support.server import LOGSTORE, Server
 
 StartServer = Callable[..., Server]
 

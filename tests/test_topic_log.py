@@ -8,7 +8,7 @@ from typing import Any
 from logstore.config import load_config
 from logstore.log.catalog import Catalog
 from maintenance import run_retention, run_vacuum
-from tests.server import Server
+from tests.support.server import Server
 
 
 def _records(ts: int, n: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from logstore.errors import KafkaStorageError
 from logstore.log.wal import DirectoryLock, WriteAheadLog
-from tests.server import Server
+from tests.support.server import Server
 
 
 class _FullDisk:

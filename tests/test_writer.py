@@ -28,7 +28,7 @@ from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from tests.helpers import assert_gap_free, read_topic
+from tests.support.helpers import assert_gap_free, read_topic
 
 
 def batch(parts: list[int], tag: str = "v", pid: str | None = None, seq: int | None = None) -> ProducerBatch:

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer, ensemble, zookeeper_ok
-from tests.server import LOGSTORE, free_port
+from tests.support.server import LOGSTORE, free_port
 
 pytestmark = pytest.mark.zookeeper
 

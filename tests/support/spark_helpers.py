@@ -1,4 +1,4 @@
-"""Running `format("logstore")` queries to completion in tests (availableNow, no sleeps)."""
+"""Running `format("logstore")` queries to completion in tests (availableNow, no sleeps), and what they read."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from logstore.log.schema import input_table
 from logstore.store import LogStore
+from logstore.structs import ProducerBatch
 
 
 def read_stream(spark: SparkSession, store: LogStore, **options: Any) -> DataFrame:
@@ -46,3 +48,22 @@ def drain(df: DataFrame, workdir: Path) -> tuple[DataFrame, StreamingQuery]:
 def batch_sizes(q: StreamingQuery) -> list[int]:
     """Rows of each micro-batch the query ran, in order (batches without rows left out)."""
     return [p["numInputRows"] for p in sorted(q.recentProgress, key=lambda p: p["batchId"]) if p["numInputRows"]]
+
+
+def produce(store: LogStore, topic: str, partitions: list[int], prefix: str = "v", **kw: object) -> None:
+    """One batch into ``topic``: a record per entry of ``partitions`` (its partition), values ``<prefix><i>``."""
+    values = [f"{prefix}{i}".encode() for i in range(len(partitions))]
+    store.append(topic, [ProducerBatch(input_table(partitions, values, **kw))])  # type: ignore[arg-type]
+
+
+def offsets_by_partition(df: object) -> dict[int, list[int]]:
+    """Partition → the offsets ``df`` holds of it, in order."""
+    out: dict[int, list[int]] = {}
+    for r in df.select("partition", "offset").orderBy("partition", "offset").collect():  # type: ignore[attr-defined]
+        out.setdefault(r.partition, []).append(r.offset)
+    return out
+
+
+def committed(store: LogStore, group: str, topic: str) -> dict[int, int]:
+    """Partition → the offset ``group`` committed of ``topic``."""
+    return {p: o for (_, _, p), (o, _, _) in store.offsets.committed(group, topic).items()}
