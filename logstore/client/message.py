@@ -1,0 +1,97 @@
+"""A consumed record as the Python :class:`~logstore.client.Consumer` hands it out, with confluent-kafka's accessors."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["TIMESTAMP_CREATE_TIME", "Message", "messages_of"]
+
+TIMESTAMP_CREATE_TIME = 1
+"""confluent-kafka's timestamp type of a producer-set (or append-time) timestamp."""
+
+
+class Message:
+    """One consumed record, with confluent-kafka's accessors."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp_ms", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        timestamp_ms: int,
+    ) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._headers, self._timestamp_ms = key, value, headers, timestamp_ms
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """In the order produced; a key may repeat."""
+        if self._headers is None:
+            self._headers = []
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(TIMESTAMP_CREATE_TIME, ms since the epoch)``, as confluent-kafka returns it."""
+        return TIMESTAMP_CREATE_TIME, self._timestamp_ms
+
+    def error(self) -> None:
+        """Always None: errors are raised by :meth:`Consumer.poll`, not delivered as messages."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"Message({self._topic}-{self._partition}@{self._offset})"
+
+
+def messages_of(
+    records: pa.Table, topics: list[str], partitions: list[int], skip: set[tuple[str, int]]
+) -> Iterable[Message]:
+    """The rows of a member fetch (:func:`~logstore.wire.arrow_fetch.decode_member_records`) as messages.
+
+    ``topics`` and ``partitions`` are those columns as lists (the caller has
+    them already). Rows of a (topic, partition) in ``skip`` are left out. Columns
+    are converted whole, never per record: a fetch without headers costs no
+    per-record work.
+    """
+    timestamps = pc.divide(records["timestamp"].cast(pa.int64()), 1000).to_pylist()  # µs → ms
+    column = records["headers"]
+    headers: Iterable[list[tuple[str, bytes | None]] | None] = (
+        itertools.repeat(None)  # the usual case: no record has headers, no per-record work
+        if column.null_count == len(column)
+        else [[(x["key"], x["value"]) for x in h] if h else None for h in column.to_pylist()]
+    )
+    messages: Iterable[Message] = map(
+        Message,
+        topics,
+        partitions,
+        records["offset"].to_pylist(),
+        records["key"].to_pylist(),
+        records["value"].to_pylist(),
+        headers,
+        timestamps,
+    )
+    if skip:
+        messages = (m for m in messages if (m._topic, m._partition) not in skip)
+    return messages
