@@ -1,4 +1,4 @@
-"""An import-linter contract type: a ``_``-prefixed module is private to the top-level package holding it.
+"""An import-linter contract type: a ``_``-prefixed module is private to the package holding it.
 
 import-linter's own module expressions match whole name segments only (``logstore.*``, not
 ``logstore._*``), so "no private module across a package boundary" cannot be written with its
@@ -6,8 +6,10 @@ built-in ``protected`` or ``forbidden`` contracts without listing every private 
 a list that goes stale the day someone adds one. This contract finds them in the import graph:
 every module whose last name segment starts with one underscore (``logstore.log._delta``,
 ``spark_source._slices``; not ``__init__``/``__main__``) may be imported only by modules of the
-same top-level package. Registered in ``pyproject.toml`` (``contract_types``); ``lint-imports``
-puts the working directory on ``sys.path``, which is how it finds this module.
+package that holds it (``logstore.log.*`` for ``logstore.log._delta``), so only public modules
+cross a package boundary, also between the core's own packages. Registered in ``pyproject.toml``
+(``contract_types``); ``lint-imports`` puts the working directory on ``sys.path``, which is how it
+finds this module.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ def is_private(module: str) -> bool:
     return tail.startswith("_") and not tail.startswith("__")
 
 
-def top_level(module: str) -> str:
-    return module.split(".", 1)[0]
+def home(module: str) -> str:
+    """The package a private module belongs to: the one holding it (the last private segment's parent)."""
+    parts = module.split(".")
+    last_private = max(i for i, part in enumerate(parts) if is_private(part))
+    return ".".join(parts[:last_private])
 
 
 class PrivateModulesContract(Contract):
-    """Only modules of the same top-level package import its private (``_``-prefixed) modules, directly."""
+    """Only modules of the package holding a private (``_``-prefixed) module import it, directly."""
 
     type_name = "private_modules"
 
@@ -39,7 +44,8 @@ class PrivateModulesContract(Contract):
         illegal: list[dict[str, Any]] = []
         for module in sorted(m for m in graph.modules if any(is_private(part) for part in m.split(".")[1:])):
             for importer in sorted(graph.find_modules_that_directly_import(module)):
-                if top_level(importer) == top_level(module):
+                package = home(module)
+                if importer == package or importer.startswith(package + "."):
                     continue
                 details = graph.get_import_details(importer=importer, imported=module)
                 illegal.append(

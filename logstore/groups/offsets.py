@@ -44,8 +44,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
-from logstore.log import _delta
-from logstore.log._append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
+from logstore.log import tables
+from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
@@ -157,7 +157,7 @@ class OffsetsStore:
         for _ in range(_COMMIT_ATTEMPTS):
             if dt.version() > self._known:  # the handle moved past what this store read itself
                 self._known, self._seqs = dt.version(), {}
-            last = self._seqs[app] if app in self._seqs else _delta.txn_version(dt, app)
+            last = self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
             seq = 0 if last is None else last + 1
             file = self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))
             version = self._known + 1
@@ -187,7 +187,7 @@ class OffsetsStore:
 
     def _reload(self, dt: DeltaTable, group: str) -> None:
         try:
-            _delta.refresh(dt)
+            tables.refresh(dt)
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
         self._known = -1
@@ -238,10 +238,10 @@ class OffsetsStore:
             dt = self._table()
             if dt is not None:
                 try:
-                    _delta.refresh(dt)
+                    tables.refresh(dt)
                 except (DeltaError, OSError) as e:
                     raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
-            last = _delta.txn_version(dt, app_offsets(group)) if dt is not None else None
+            last = tables.txn_version(dt, app_offsets(group)) if dt is not None else None
             seq = 0 if last is None else last + 1
             rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
             first = dt.version() + 1 if dt is not None else 0
@@ -253,11 +253,11 @@ class OffsetsStore:
                     schema_mode="merge",  # a table from before commit_seq gains the column
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
                 )
-                _delta.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
+                tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
             except CommitFailedError as e:
                 # Another commit of this group took number `seq` first: take the next one.
                 if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise _delta.translate(e, f"commit of offsets of group '{group}'") from e
+                    raise tables.translate(e, f"commit of offsets of group '{group}'") from e
                 continue
             except (DeltaError, OSError) as e:
                 raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
@@ -277,7 +277,7 @@ class OffsetsStore:
     def _table(self) -> DeltaTable | None:
         if self._dt is None:
             try:
-                self._dt = _delta.open_table(self.path)
+                self._dt = tables.open_table(self.path)
             except TableNotFoundError:
                 return None
         return self._dt
@@ -286,10 +286,10 @@ class OffsetsStore:
         dt = self._table()
         if dt is None:
             return {}
-        _delta.refresh(dt)
+        tables.refresh(dt)
         if dt.version() == self._cache_version:
             return self._cache
-        files = [os.path.join(_delta.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+        files = [os.path.join(tables.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
         self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[GroupTopicPartition, OffsetCommit] = {}

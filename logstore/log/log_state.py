@@ -30,7 +30,7 @@ from deltalake.exceptions import DeltaError
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError, FencedLeaderEpochError, KafkaStorageError
 from logstore.log import _delta
-from logstore.log._append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
+from logstore.log.append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.log.catalog import Catalog, high_watermark
 from logstore.log.epochs import LeaderEpochs, is_leader_app, rival_claim
 from logstore.log.producer_state import ProducerStateManager
@@ -114,7 +114,7 @@ class LogState:
 
         Raises:
             Replan: plan again (the files were deleted).
-            CommitInDoubt: the outcome is unknown (see :class:`~logstore.log._append.LogAppender`).
+            CommitInDoubt: the outcome is unknown (see :class:`~logstore.log.append.LogAppender`).
             FencedLeaderEpochError: a commit read on the way holds a newer epoch.
         """
         version = self.version + 1

@@ -69,7 +69,7 @@ import pyarrow.compute as pc
 from logstore.config import TopicConfig
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
 from logstore.log import _delta, promises, validator
-from logstore.log._append import CommitInDoubt, LogAppender
+from logstore.log.append import CommitInDoubt, LogAppender
 from logstore.log.catalog import Catalog
 from logstore.log.epochs import LeaderEpochs
 from logstore.log.log_state import LogState, Replan
