@@ -12,7 +12,7 @@ LOCALFS := .cache/localfs
 ROOT   ?= ./data
 CONSOLE_VENDOR := ingest_api/console/static/vendor
 
-.PHONY: setup run demo test lint typecheck unit bench jars zookeeper kafka console chromium clean
+.PHONY: setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean
 
 setup: $(VENV)/.installed $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(ZK)/.done $(CONSOLE_VENDOR)/.done
 
@@ -91,7 +91,11 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup lint typecheck chromium
+# The documentation site (mkdocs.yml): strict, so a broken link or any warning fails the build.
+docs: setup
+	$(BIN)/mkdocs build --strict --quiet --site-dir .cache/site
+
+test: setup lint typecheck docs chromium
 	$(BIN)/pytest -q
 
 bench: setup kafka
