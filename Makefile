@@ -98,6 +98,14 @@ docs: setup
 test: setup lint typecheck docs chromium
 	$(BIN)/pytest -q
 
+# The unit tier alone, the fast loop while editing: tests/unit runs in-process (no server, no JVM, no child
+# process; tests/unit/conftest.py fails a test that starts one), in well under two minutes. `make test` runs
+# every tier: tests/unit, tests/integration (a `logstore serve`, the SparkSession) and tests/system (kill -9,
+# ZooKeeper, a Spark cluster, Chromium, notebooks), each of which holds tests, so pytest never exits 5.
+.PHONY: test-unit
+test-unit: setup
+	$(BIN)/pytest -q tests/unit
+
 bench: setup kafka
 	$(BIN)/python bench/write_path.py
 	$(BIN)/python bench/ingest.py

@@ -12,23 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pytest
 
-from logstore.config import LogstoreConfig, load_config
-from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
+from logstore.config import load_config
 from logstore.log.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
 from logstore.log.wal import WriteAheadLog
-from logstore.log.writer import TopicWriter
-from logstore.node.broker import Broker
-from logstore.node.committer import skip_sequence
 from logstore.store import LogStore
-from logstore.structs import AppendResult, ProducerBatch
-from logstore.wire.json_produce import parse_produce
-from tests.support.helpers import assert_gap_free
 from tests.support.server import Server
 
 YEAR_10000_MS = MAX_TIMESTAMP_MS + 1  # 253402300800000, below the old 2^63/1000 limit
@@ -66,45 +56,6 @@ def test_timestamp_past_year_9999_is_400_and_the_topic_keeps_working(server: Cal
     assert [(x["value"], x["timestamp"]) for x in got] == [("last", MAX_TIMESTAMP_MS)]
 
 
-def test_check_records_refuses_timestamps_a_delta_timestamp_cannot_hold(
-    store: LogStore, make_topic: Callable[..., str]
-) -> None:
-    writer = TopicWriter(store.catalog, make_topic())
-    with pytest.raises(InvalidTimestampError, match="year 9999"):
-        writer.check_records(records(["x"], YEAR_10000_MS))
-    # Not validated in advance (a non-HTTP caller): the bad batch fails alone, the other lands.
-    bad, good = writer.append([ProducerBatch(records(["x"], YEAR_10000_MS)), ProducerBatch(records(["y"]))])
-    assert isinstance(bad, InvalidTimestampError) and isinstance(good, AppendResult)
-
-
-def test_committer_survives_a_batch_that_makes_the_writer_raise(config: LogstoreConfig) -> None:
-    store = LogStore(config)
-    store.create_topic("t", 1)
-    broker = Broker(config)
-    try:
-        pipeline = broker.pipeline("t")
-        good = parse_produce(b'{"records": [{"value": "good"}]}')
-        # Past the door's checks (as a bug could let it through): the statistics cannot be built.
-        poisoned = records(["poison"], YEAR_10000_MS)
-        counts = np.array([1], np.int64)
-        broker.buffer.reserve(100)  # as submit() does before it queues
-        subs = [
-            pipeline.submit(good, "all"),
-            pipeline._enqueue(poisoned, good, "all", 100, counts, poisoned["partition"].combine_chunks()),
-            pipeline.submit(good, "all"),
-        ]
-        assert subs[0].committed.result(timeout=30).offsets.to_pylist() == [0]
-        with pytest.raises(UnknownServerError, match="could not be committed"):
-            subs[1].committed.result(timeout=30)
-        assert subs[2].committed.result(timeout=30).offsets.to_pylist() == [1]
-        later = pipeline.submit(good, "1")  # the thread still commits, acks=1 too
-        assert later.committed.result(timeout=30).offsets.to_pylist() == [2]
-        assert broker.buffer.used == 0  # the failed batch's bytes were released
-    finally:
-        broker.close()
-    assert assert_gap_free(store.catalog, "t") == {0: [b"good", b"good", b"good"]}
-
-
 def test_a_poisoned_wal_frame_is_skipped_and_the_others_are_replayed(
     server: Callable[..., Server], tmp_path: Path
 ) -> None:
@@ -130,27 +81,3 @@ def test_a_poisoned_wal_frame_is_skipped_and_the_others_are_replayed(
     # The producer goes on after its skipped sequence.
     r = c.post("/v1/topics/t/records", json={"records": [{"value": "c"}], "producer_id": "p", "sequence": 3})
     assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 2}], r.text
-
-
-def test_a_sequence_that_cannot_be_skipped_is_logged_and_the_producer_is_refused_its_next_one(
-    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
-) -> None:
-    # skip_sequence runs after a batch failed and its producer was answered; when the skip fails too, the
-    # committer must go on to answer the other batches: the failure is logged, and the producer meets it
-    # as OUT_OF_ORDER_SEQUENCE_NUMBER on its next sequence (its retry of the failed one still fits).
-    class FailingSkip(TopicWriter):
-        def append_held(self, batches: Any) -> Any:
-            if all(len(b.records) == 0 for b in batches):
-                raise OSError("the disk went away")
-            return super().append_held(batches)
-
-    topic = make_topic(partitions=1)
-    writer = FailingSkip(store.catalog, topic)
-    one = records(["a"], 0)
-    with writer.hold():
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 0)])[0], AppendResult)
-        skip_sequence(writer, ProducerBatch(one, 7, 1))  # batch 1 failed; its skip fails now
-        assert "cannot skip sequence 1 of 7" in caplog.text
-        refused = writer.append_held([ProducerBatch(one, 7, 2)])[0]
-        assert isinstance(refused, OutOfOrderSequenceNumberError)
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 1)])[0], AppendResult)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from logstore.client import TIMESTAMP_CREATE_TIME, Consumer, Producer
-from logstore.errors import InvalidConfigError, UnknownMemberIdError
+from logstore.errors import UnknownMemberIdError
 from logstore.structs import TopicPartition
 from tests.support.server import Server
 
@@ -58,11 +58,6 @@ def test_poll_commit_close(server: StartServer) -> None:
     committed = {p["partition"]: p["committed_offset"] for p in c.get("/v1/groups/g").json()["topics"][0]["partitions"]}
     assert committed == {0: 5, 1: 5}
     assert c.get("/v1/groups/g").json()["members"] == []
-
-
-def test_unknown_config_key_is_named() -> None:
-    with pytest.raises(InvalidConfigError, match=r"fetch\.min\.bytes"):
-        Consumer({"bootstrap.servers": "http://x", "group.id": "g", "fetch.min.bytes": 1})
 
 
 @pytest.mark.parametrize("commit_after_processing", [True, False], ids=["exactly-once", "auto-commit"])

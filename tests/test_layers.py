@@ -6,11 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from logstore import spark
-from logstore.errors import InvalidConfigError
-
 ROOT = Path(__file__).parent.parent
 
 
@@ -56,15 +51,3 @@ def _fresh_interpreter(code: str) -> str:
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
-
-
-def test_session_registers_the_data_sources_of_the_entry_point_group() -> None:
-    from spark_source import LogstoreDataSource
-
-    assert spark.data_sources() == [LogstoreDataSource]
-
-
-def test_no_registered_data_source_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spark, "DATA_SOURCES_GROUP", "logstore.no_such_group")
-    with pytest.raises(InvalidConfigError, match=r"logstore\.no_such_group"):
-        spark.data_sources()

@@ -18,7 +18,7 @@ from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from logstore_cli import main
-from maintenance import Scheduler, run_retention, run_vacuum
+from maintenance import Scheduler
 from maintenance._files import live_files
 
 HOUR_MS = 3600 * 1000
@@ -92,24 +92,6 @@ def test_cli_maintain_commands(
     assert info.high_watermark == 16 and info.num_files == 1
 
 
-def test_vacuum_keeps_removed_files_for_the_retention_window(store: LogStore, make_topic: Callable[..., str]) -> None:
-    t = make_topic(partitions=1, retention_ms=HOUR_MS)
-    old_commits(store, t, 4)
-    gone = live_files(store.catalog.table(t))[0][:3]
-    run_retention(store.catalog, t, progress=lambda _: None)
-    assert all(os.path.exists(f.path) for f in gone)  # readers of older versions can still read them
-
-    (kept,) = run_vacuum(store.catalog, t, progress=lambda _: None)
-    assert kept.files_removed == 0 and all(os.path.exists(f.path) for f in gone)
-
-    (vacuumed,) = run_vacuum(
-        store.catalog, t, retention_hours=0, enforce_retention_duration=False, progress=lambda _: None
-    )
-    assert vacuumed.files_removed == 3 and vacuumed.bytes_removed == sum(f.size_bytes for f in gone)
-    assert not any(os.path.exists(f.path) for f in gone)
-    assert store.fetch(t, 0, 6).records["offset"].to_pylist() == [6, 7]
-
-
 def test_spark_submit_entry_point_runs_as_a_file(store: LogStore, config: LogstoreConfig) -> None:
     store.create_topic("events", 1, {"retention.ms": HOUR_MS})
     old_commits(store, "events", 3)
@@ -125,20 +107,3 @@ def test_spark_submit_entry_point_runs_as_a_file(store: LogStore, config: Logsto
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["job"] == "retention" and report["log_start_offsets"] == {"events": {"0": 4}}
     assert "retention events/0: removed 2 files" in done.stdout
-
-
-def test_a_topic_whose_config_cannot_be_read_is_skipped_and_the_others_maintained(
-    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
-) -> None:
-    # A topic directory with an empty Delta log: listed as a topic, but no table to read its config from.
-    os.makedirs(os.path.join(store.catalog.topics_dir, "aaa-broken", "_delta_log"))
-    deleting = make_topic(partitions=1, retention_ms=HOUR_MS)
-    old_commits(store, deleting, 4)
-
-    scheduler = Scheduler(store.catalog, every_s=0)  # no Spark: in-process jobs only
-    reports = scheduler.run_cycle()
-
-    assert scheduler.failures == 1
-    assert "cannot read topic aaa-broken" in caplog.text
-    assert store.describe_topic(deleting).partitions[0].log_start_offset == 6  # retention ran after the failure
-    assert any(deleting in r.summary() for r in reports)

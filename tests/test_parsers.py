@@ -151,18 +151,6 @@ def test_a_killed_parser_costs_no_body_and_is_replaced() -> None:
     asyncio.run(run())
 
 
-def test_no_parser_processes_parse_on_the_event_loop() -> None:
-    async def run() -> None:
-        metrics = Metrics()
-        parsers = Parsers(0, metrics)
-        _same(await parsers.parse(_plain()), parse_produce(_plain()))
-        assert parsers.ready() == []
-        assert _count(metrics, "logstore_parsed_bodies_total", where="event_loop") == 1
-        await parsers.close()
-
-    asyncio.run(run())
-
-
 def _children(pid: int) -> list[int]:
     return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
 

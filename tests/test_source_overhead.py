@@ -130,29 +130,6 @@ def test_a_slice_of_many_small_files_reaches_spark_as_one_batch(
     assert result["batches"] == [{"rows": 120, "topics": [t], "partitions": [0], "read": [0], "offsets": [0, 119]}]
 
 
-def test_the_reported_latest_offset_is_the_one_the_batch_was_planned_on(
-    config: LogstoreConfig, store: LogStore, make_topic: Callable[..., str]
-) -> None:
-    # Spark asks reportLatestOffset right after latestOffset (for the progress report): the answer is the high
-    # watermarks latestOffset read, as Spark's Kafka source reports, not a second read of every topic's log.
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from spark_source import LogstoreDataSource
-
-    t = make_topic(partitions=2)
-    store.append(t, [ProducerBatch(input_table([0, 1, 1], [b"a", b"b", b"c"]))])
-    reader = LogstoreDataSource({"logstore.root": config.root, "subscribe": t}).streamReader(None)  # type: ignore[arg-type]
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadAllAvailable())  # type: ignore[call-arg]
-    store.append(t, [ProducerBatch(input_table([0], [b"d"]))])
-
-    assert end == {t: {"0": 1, "1": 2}}
-    assert reader.reportLatestOffset() == end
-    assert reader.latestOffset(end, ReadAllAvailable()) == {t: {"0": 2, "1": 2}}  # type: ignore[call-arg]
-    assert reader.reportLatestOffset() == {t: {"0": 2, "1": 2}}
-    reader.stop()
-
-
 @pytest.mark.spark
 def test_python_workers_import_compiled_pyspark_not_the_zip(spark: SparkSession) -> None:
     # Every Python process Spark starts (the planning process of each streaming query, every worker) compiled

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from spark_sink import LogstoreBatchWriter, LogstoreStreamWriter, SinkRows
 from tests.support.helpers import assert_gap_free
 from tests.support.spark_helpers import read_stream
 
@@ -55,23 +51,6 @@ def test_topic_column_and_headers(spark: SparkSession, store: LogStore, make_top
     ra = store.fetch(a, 0, 0).records.to_pylist()
     assert [(r["value"], r["headers"]) for r in ra] == [(b"1", [{"key": "h", "value": b"x"}]), (b"3", None)]
     assert [r["value"] for r in store.fetch(b, 0, 0).records.to_pylist()] == [b"2"]
-
-
-def test_a_replayed_batch_adds_nothing(store: LogStore, make_topic: Callable[..., str], tmp_path: Path) -> None:
-    t = make_topic(partitions=2)
-    schema = StructType.fromJson(
-        {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
-    )
-    writer = LogstoreStreamWriter({"topic": t, "logstore.root": store.config.root, "producerId": "q1"}, schema)
-    rows = SinkRows(pa.table({"value": pa.array([b"a", b"b", b"c"], pa.binary())}))
-    writer.commit([rows], 0)
-    writer.commit([rows], 1)
-    writer.commit([rows], 1)  # the driver crashed after the commit, before Spark recorded it
-    writer.commit([rows, None], 0)
-    values = assert_gap_free(store.catalog, t)
-    assert sum(len(v) for v in values.values()) == 6
-    writer.commit([rows], 2)
-    assert sum(len(v) for v in assert_gap_free(store.catalog, t).values()) == 9
 
 
 @pytest.mark.spark
@@ -116,26 +95,3 @@ def test_stream_sink_stays_gap_free_under_a_concurrent_ingest_writer(
     assert len(stored) == len(set(stored))
     expected = {f"spark-{i}-{k}".encode() for i in range(10) for k in range(20)} | set(ingested)
     assert set(stored) == expected
-
-
-def test_many_micro_batches_leak_no_file_descriptors_or_threads(
-    store: LogStore, make_topic: Callable[..., str]
-) -> None:
-    t = make_topic(partitions=2)
-    schema = StructType.fromJson(
-        {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
-    )
-    # The driver-side commit of every micro-batch (the stream writer's differs only by its producer id).
-    writer = LogstoreBatchWriter({"topic": t, "logstore.root": store.config.root}, schema)
-    rows = SinkRows(pa.table({"value": pa.array([b"x", b"y"], pa.binary())}))
-
-    def fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
-    writer.commit([rows])  # first use: pools and caches that live as long as the process
-    fds_before, threads_before = fds(), threading.active_count()
-    for _ in range(499):
-        writer.commit([rows])
-    assert fds() - fds_before < 10
-    assert threading.active_count() - threads_before < 10
-    assert sum(len(v) for v in assert_gap_free(store.catalog, t).values()) == 1000

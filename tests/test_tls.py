@@ -226,17 +226,3 @@ def test_serve_refuses_a_non_loopback_host_with_security_off(tmp_path: Path) -> 
 def test_serve_refuses_incomplete_tls_settings(tmp_path: Path) -> None:
     r = serve(tmp_path, "--port", "0", **{"server.ssl.client.auth": "required"})
     assert r.returncode == 1 and "server.ssl.certfile" in r.stderr
-
-
-def test_exposure_check_allows_loopback_security_or_insecure() -> None:
-    from ingest_api.serve import check_exposure, is_loopback
-    from logstore.config import load_config
-    from logstore.errors import InvalidConfigError
-
-    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"))
-    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com"))
-    exposed = load_config(environ={}, path=None, overrides={"server.host": "0.0.0.0"})
-    with pytest.raises(InvalidConfigError):
-        check_exposure(exposed, insecure=False)
-    check_exposure(exposed, insecure=True)
-    check_exposure(exposed.with_overrides({"security.enabled": True}), insecure=False)

@@ -1,0 +1,109 @@
+"""A topic keeps working whatever one batch does: timestamp limits, unexpected commit errors, a failed skip.
+
+A record timestamp past year 9999 fits the parser's int64 but not a Delta
+TIMESTAMP's statistics; ``TopicWriter.check_records`` refuses it (as the HTTP
+door does, with 400 ``INVALID_TIMESTAMP``). Should a batch still make the
+writer raise, only that batch fails and the committer thread goes on. The HTTP
+side and the replay of a poisoned WAL frame are in
+``tests/integration/ingest_api/test_committer.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from logstore.config import LogstoreConfig
+from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
+from logstore.log.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
+from logstore.log.writer import TopicWriter
+from logstore.node.broker import Broker
+from logstore.node.committer import skip_sequence
+from logstore.store import LogStore
+from logstore.structs import AppendResult, ProducerBatch
+from logstore.wire.json_produce import parse_produce
+from tests.support.helpers import assert_gap_free
+
+YEAR_10000_MS = MAX_TIMESTAMP_MS + 1  # 253402300800000, below the old 2^63/1000 limit
+
+
+def records(values: list[str], timestamp_ms: int | None = None) -> pa.Table:
+    n = len(values)
+    ts = pa.array([None if timestamp_ms is None else timestamp_ms * 1000] * n, pa.int64())
+    return pa.Table.from_arrays(
+        [
+            pa.array([0] * n, pa.int32()),
+            ts.cast(pa.timestamp("us", tz="UTC")),
+            pa.nulls(n, pa.binary()),
+            pa.array([v.encode() for v in values], pa.binary()),
+            pa.nulls(n, INPUT_SCHEMA.field("headers").type),
+        ],
+        schema=INPUT_SCHEMA,
+    )
+
+
+def test_check_records_refuses_timestamps_a_delta_timestamp_cannot_hold(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    writer = TopicWriter(store.catalog, make_topic())
+    with pytest.raises(InvalidTimestampError, match="year 9999"):
+        writer.check_records(records(["x"], YEAR_10000_MS))
+    # Not validated in advance (a non-HTTP caller): the bad batch fails alone, the other lands.
+    bad, good = writer.append([ProducerBatch(records(["x"], YEAR_10000_MS)), ProducerBatch(records(["y"]))])
+    assert isinstance(bad, InvalidTimestampError) and isinstance(good, AppendResult)
+
+
+def test_committer_survives_a_batch_that_makes_the_writer_raise(config: LogstoreConfig) -> None:
+    store = LogStore(config)
+    store.create_topic("t", 1)
+    broker = Broker(config)
+    try:
+        pipeline = broker.pipeline("t")
+        good = parse_produce(b'{"records": [{"value": "good"}]}')
+        # Past the door's checks (as a bug could let it through): the statistics cannot be built.
+        poisoned = records(["poison"], YEAR_10000_MS)
+        counts = np.array([1], np.int64)
+        broker.buffer.reserve(100)  # as submit() does before it queues
+        subs = [
+            pipeline.submit(good, "all"),
+            pipeline._enqueue(poisoned, good, "all", 100, counts, poisoned["partition"].combine_chunks()),
+            pipeline.submit(good, "all"),
+        ]
+        assert subs[0].committed.result(timeout=30).offsets.to_pylist() == [0]
+        with pytest.raises(UnknownServerError, match="could not be committed"):
+            subs[1].committed.result(timeout=30)
+        assert subs[2].committed.result(timeout=30).offsets.to_pylist() == [1]
+        later = pipeline.submit(good, "1")  # the thread still commits, acks=1 too
+        assert later.committed.result(timeout=30).offsets.to_pylist() == [2]
+        assert broker.buffer.used == 0  # the failed batch's bytes were released
+    finally:
+        broker.close()
+    assert assert_gap_free(store.catalog, "t") == {0: [b"good", b"good", b"good"]}
+
+
+def test_a_sequence_that_cannot_be_skipped_is_logged_and_the_producer_is_refused_its_next_one(
+    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # skip_sequence runs after a batch failed and its producer was answered; when the skip fails too, the
+    # committer must go on to answer the other batches: the failure is logged, and the producer meets it
+    # as OUT_OF_ORDER_SEQUENCE_NUMBER on its next sequence (its retry of the failed one still fits).
+    class FailingSkip(TopicWriter):
+        def append_held(self, batches: Any) -> Any:
+            if all(len(b.records) == 0 for b in batches):
+                raise OSError("the disk went away")
+            return super().append_held(batches)
+
+    topic = make_topic(partitions=1)
+    writer = FailingSkip(store.catalog, topic)
+    one = records(["a"], 0)
+    with writer.hold():
+        assert isinstance(writer.append_held([ProducerBatch(one, 7, 0)])[0], AppendResult)
+        skip_sequence(writer, ProducerBatch(one, 7, 1))  # batch 1 failed; its skip fails now
+        assert "cannot skip sequence 1 of 7" in caplog.text
+        refused = writer.append_held([ProducerBatch(one, 7, 2)])[0]
+        assert isinstance(refused, OutOfOrderSequenceNumberError)
+        assert isinstance(writer.append_held([ProducerBatch(one, 7, 1)])[0], AppendResult)
