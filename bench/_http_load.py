@@ -1,12 +1,13 @@
-"""Shared by the HTTP benchmarks: a ``logstore serve`` child process and the Python load generator.
+"""The HTTP benchmarks' load generator: produce requests against a ``logstore serve`` (``harness.LogstoreServer``).
 
-The load generator runs in a process of its own (``run_loadgen``), so its
+It runs in a process of its own (:func:`_run` starts this file), so its
 event loop does not share a GIL with the benchmark's orchestration:
 
 * ``closed``: ``concurrency`` requests in flight, each a batch of ``RECORDS``
   records with ``VALUE_BYTES``-byte values to a topic drawn at random from
   the ones given, for ``seconds`` or until ``requests`` requests were
-  acknowledged (whichever is given) → records/s and mean latency;
+  acknowledged (whichever is given) → records/s and the latency of the
+  acknowledged requests (``harness.summary_ms``);
 * ``open``: requests sent on a fixed schedule (``rate`` requests/s) whatever
   the answers' latency (open loop, no coordinated omission) → per-request
   latency p50/p99/p99.9 in ms, from send to the last byte of the answer;
@@ -17,7 +18,8 @@ event loop does not share a GIL with the benchmark's orchestration:
   ``concurrency`` at a time → how many were answered 200, and the seconds.
 
 Either loop sends the records as a JSON body (``body_format="json"``, the
-default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.wire.arrow_produce`).
+default) or as an Arrow IPC stream (``"arrow"``, :mod:`logstore.wire.arrow_produce`),
+with extra request ``headers`` if given (``Authorization``).
 
 The two loops speak HTTP/1.1 themselves (:class:`Http1`), as wrk does: each
 connection sends a request built once and reads the status line, the headers
@@ -25,23 +27,17 @@ and the body it announces, nothing more. A general client costs more CPU per
 request than the server under test: httpx took about one of this machine's
 two cores at 150 requests/s, and the server's throughput doubled when that
 core was given back (measured: 1 topic, 32 in flight, 145k → 291k records/s).
-
-Run as a file, this module is that load generator (``run_loadgen`` does it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,19 +45,16 @@ import httpx
 import numpy as np
 import orjson
 import pyarrow as pa
+from harness import VALUE_BYTES, summary_ms
 
 from logstore.wire.arrow_produce import ARROW_STREAM, encode_produce
 
 RECORDS = 1000
-"""Records per produce request."""
-VALUE_BYTES = 100
-"""Bytes per record value (keys are null)."""
+"""Records per produce request (values of ``harness.VALUE_BYTES`` bytes, null keys)."""
 KEEP_ALIVE_S = 4.0
 """An open-loop connection idle this long is closed, not reused (under uvicorn's 5 s keep-alive)."""
 LOAD_GENERATOR = "bench/_http_load.py: asyncio HTTP/1.1 in a child process, prepared requests, keep-alive"
 """How the benchmarks' JSON documents name this load generator."""
-
-_LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 
 
 def body(body_format: str = "json") -> bytes:
@@ -80,64 +73,6 @@ def body(body_format: str = "json") -> bytes:
 def content_type(body_format: str) -> str:
     """The ``Content-Type`` of a :func:`body` of that format."""
     return ARROW_STREAM if body_format == "arrow" else "application/json"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LogstoreServer:
-    """``logstore serve`` (the console script) on 127.0.0.1 in a child process; ``url`` is its base URL.
-
-    ``config`` keys are the server's dotted config keys (``buffer.memory``),
-    passed as ``LOGSTORE_*`` environment variables.
-    """
-
-    def __init__(self, root: Path, **config: object) -> None:
-        self.root = root
-        self.config = config
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> LogstoreServer:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
-        env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
-        self.proc = subprocess.Popen(
-            [*_LOGSTORE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"logstore serve exited: {err}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("logstore serve did not become ready within 60 s")
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        httpx.post(self.url + "/v1/topics", json={"name": name, "partitions": partitions}).raise_for_status()
-
-    def stop(self) -> None:
-        """SIGTERM (drain, then exit); SIGKILL if it has not exited after 60 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 # -- load generator (separate process) -------------------------------------------
@@ -184,13 +119,16 @@ class Http1:
         self._reader = self._writer = None
 
 
-def _produce_requests(url: str, topics: list[str], acks: str, body_format: str) -> dict[str, bytes]:
+def _produce_requests(
+    url: str, topics: list[str], acks: str, body_format: str, headers: Mapping[str, str] | None = None
+) -> dict[str, bytes]:
     """One prepared produce request per topic: headers and the :func:`body` of ``body_format``."""
     payload = body(body_format)
     host = urlsplit(url).netloc
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     return {
         t: (
-            f"POST /v1/topics/{t}/records?acks={acks} HTTP/1.1\r\nhost: {host}\r\n"
+            f"POST /v1/topics/{t}/records?acks={acks} HTTP/1.1\r\nhost: {host}\r\n{extra}"
             f"content-type: {content_type(body_format)}\r\ncontent-length: {len(payload)}\r\n\r\n"
         ).encode()
         + payload
@@ -199,20 +137,26 @@ def _produce_requests(url: str, topics: list[str], acks: str, body_format: str) 
 
 
 async def _closed_loop(
-    url: str, topics: list[str], acks: str, concurrency: int, seconds: float, requests: int, body_format: str
-) -> dict[str, float]:
+    url: str,
+    topics: list[str],
+    acks: str,
+    concurrency: int,
+    seconds: float,
+    requests: int,
+    body_format: str,
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
-    prepared = _produce_requests(url, topics, acks, body_format)
+    prepared = _produce_requests(url, topics, acks, body_format, headers)
     parts = urlsplit(url)
-    done = 0
     started = 0
     failed = 0
-    latency = 0.0
+    lat: list[float] = []
     pick = random.Random(0)
     stop = time.perf_counter() + seconds if seconds > 0 else float("inf")
 
     async def worker() -> None:
-        nonlocal done, started, failed, latency
+        nonlocal started, failed
         conn = Http1(parts.hostname or "127.0.0.1", parts.port or 80)
         while time.perf_counter() < stop and (requests <= 0 or started < requests):
             started += 1
@@ -222,8 +166,7 @@ async def _closed_loop(
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 status = 0
             if status in (200, 202):
-                done += 1
-                latency += time.perf_counter() - t0
+                lat.append((time.perf_counter() - t0) * 1000)
             else:
                 failed += 1
         conn.close()
@@ -232,12 +175,12 @@ async def _closed_loop(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - start
     return {
-        "requests": done,
+        "requests": len(lat),
         "failed": failed,
-        "records": done * RECORDS,
+        "records": len(lat) * RECORDS,
         "seconds": elapsed,
-        "records_per_s": done * RECORDS / elapsed,
-        "mean_ms": 1000 * latency / max(done, 1),
+        "records_per_s": len(lat) * RECORDS / elapsed,
+        **summary_ms(lat),
         "load_generator_cpu_cores": (time.process_time() - cpu) / elapsed,
     }
 
@@ -273,7 +216,7 @@ async def _schedule(
 ) -> tuple[list[float], dict[str, int]]:
     """Send ``request()`` ``rate`` times a second for ``seconds``, whatever the answers' latency.
 
-    Returns the latencies of the 200 answers (s) and the other outcomes: how many
+    Returns the latencies of the 200 answers (ms) and the other outcomes: how many
     of each status code (``"0"``: the connection failed).
     """
     parts = urlsplit(url)
@@ -300,7 +243,7 @@ async def _schedule(
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             status = 0
         if status == 200:
-            lat.append(time.perf_counter() - t0)
+            lat.append((time.perf_counter() - t0) * 1000)
         else:
             failed[str(status)] = failed.get(str(status), 0) + 1
         idle.append((conn, time.monotonic()))
@@ -319,23 +262,18 @@ async def _schedule(
     return lat, failed
 
 
-async def _open_loop(
-    url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str
-) -> dict[str, float]:
+async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str) -> dict[str, Any]:
     prepared = _produce_requests(url, [topic], acks, body_format)[topic]
     lat, failed = await _schedule(url, seconds, rate, lambda: prepared)
-    ms = np.array(lat) * 1000
     return {
         "requests": len(lat),
         "failed": sum(failed.values()),
-        "rate_records_per_s": rate * RECORDS,
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "p999_ms": float(np.percentile(ms, 99.9)),
+        "rate_records_per_s": round(rate * RECORDS, 2),
+        **summary_ms(lat, percentiles=(50, 99, 99.9)),
     }
 
 
-async def _stamped_loop(url: str, topic: str, per_request: int, seconds: float, rate: float) -> dict[str, float]:
+async def _stamped_loop(url: str, topic: str, per_request: int, seconds: float, rate: float) -> dict[str, Any]:
     """acks=all requests of ``per_request`` ``VALUE_BYTES``-byte records, each record's timestamp the send time."""
     head = f"POST /v1/topics/{topic}/records?acks=all HTTP/1.1\r\nhost: {urlsplit(url).netloc}\r\n"
     value = "x" * VALUE_BYTES
@@ -346,16 +284,22 @@ async def _stamped_loop(url: str, topic: str, per_request: int, seconds: float, 
         return f"{head}content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
 
     lat, failed = await _schedule(url, seconds, rate, request)
-    ms = np.array(lat) * 1000 if lat else np.zeros(1)
     return {
         "requests": len(lat),
         "failed": sum(failed.values()),
         "failed_by_status": failed,  # "0": the connection failed
         "records": len(lat) * per_request,
         # send → acknowledgement (acks=all: committed, so a consumer's next plan sees it)
-        "ack_p50_ms": round(float(np.percentile(ms, 50)), 1),
-        "ack_p99_ms": round(float(np.percentile(ms, 99)), 1),
+        **summary_ms(lat, digits=1),
     }
+
+
+_LOOPS: dict[str, Callable[..., Any]] = {
+    "closed": _closed_loop,
+    "open": _open_loop,
+    "stamped": _stamped_loop,
+    "touch": _touch,
+}
 
 
 def closed_loop(
@@ -367,61 +311,57 @@ def closed_loop(
     seconds: float = 0,
     requests: int = 0,
     body_format: str = "json",
-) -> dict[str, float]:
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it.
 
     ``topic``: one topic, or a list to send each request to one of at random.
     """
     topics = [topic] if isinstance(topic, str) else topic
-    return _run("closed", url, ",".join(topics), acks, body_format, concurrency, seconds, requests)
+    return _run(
+        "closed",
+        url=url,
+        topics=topics,
+        acks=acks,
+        concurrency=concurrency,
+        seconds=seconds,
+        requests=requests,
+        body_format=body_format,
+        headers=dict(headers or {}),
+    )
 
 
 def touch(url: str, topics: list[str], concurrency: int) -> dict[str, Any]:
     """One small acks=all request to each of ``topics`` (opens them on the server), in a child process."""
-    return _run("touch", url, ",".join(topics), "all", "json", concurrency)
+    return _run("touch", url=url, topics=topics, concurrency=concurrency)
 
 
 def open_loop(
     url: str, topic: str, acks: str, seconds: float, requests_per_s: float, *, body_format: str = "json"
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Open loop in a child process at ``requests_per_s`` (times ``RECORDS`` records/s) for ``seconds``."""
-    return _run("open", url, topic, acks, body_format, seconds, requests_per_s)
+    return _run("open", url=url, topic=topic, acks=acks, seconds=seconds, rate=requests_per_s, body_format=body_format)
 
 
-def stamped_loop(url: str, topic: str, per_request: int, records_per_s: float, seconds: float) -> dict[str, float]:
+def stamped_loop(url: str, topic: str, per_request: int, records_per_s: float, seconds: float) -> dict[str, Any]:
     """Open loop in a child process: acks=all requests of ``per_request`` records whose timestamps are the send time.
 
     ``records_per_s`` records a second for ``seconds``, on a fixed schedule (for
     end-to-end latency: CreateTime → consumer). Returns the requests answered 200,
-    the others, the records answered, and the answers' p50 and p99 latency in ms.
+    the others, the records answered, and the answers' latency (``harness.summary_ms``).
     """
-    return _run("stamped", url, topic, "all", "json", per_request, seconds, records_per_s / per_request)
+    rate = records_per_s / per_request
+    return _run("stamped", url=url, topic=topic, per_request=per_request, seconds=seconds, rate=rate)
 
 
-def _run(*args: object) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, *map(str, args)], capture_output=True, text=True)
+def _run(mode: str, **params: object) -> dict[str, Any]:
+    """Run loop ``mode`` with ``params`` in a child process (this file run as a script); what it returns."""
+    out = subprocess.run([sys.executable, __file__, mode, json.dumps(params)], capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
-def _main(argv: list[str]) -> None:
-    mode, url, topic, acks, body_format, *rest = argv
-    if mode == "closed":
-        concurrency, seconds, requests = rest
-        topics = topic.split(",")
-        out = asyncio.run(_closed_loop(url, topics, acks, int(concurrency), float(seconds), int(requests), body_format))
-    elif mode == "touch":
-        (concurrency,) = rest
-        out = asyncio.run(_touch(url, topic.split(","), int(concurrency)))
-    elif mode == "stamped":
-        per_request, seconds, rate = rest
-        out = asyncio.run(_stamped_loop(url, topic, int(per_request), float(seconds), float(rate)))
-    else:
-        seconds, rate = rest
-        out = asyncio.run(_open_loop(url, topic, acks, float(seconds), float(rate), body_format))
-    print(json.dumps(out))
-
-
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    mode, params = sys.argv[1:]
+    print(json.dumps(asyncio.run(_LOOPS[mode](**json.loads(params)))))

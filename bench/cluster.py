@@ -15,7 +15,7 @@ once:
   forwards, next to records/s sent to the leader itself.
 * ``failover``: ``--kills`` times, kill -9 the leader of partition 0 and time
   until every partition it led takes an acks=all produce again on its new
-  leader (asked with ``?forward=false``); p50 and max, against
+  leader (asked with ``?forward=false``); p50 and max in ms, against
   ``zookeeper.session.timeout.ms`` (``--session-timeout-ms``). The killed
   node is restarted (same node id) before the next kill.
 * ``placement``: three nodes, ``--placement-topics`` topics at once, with
@@ -30,10 +30,8 @@ embedded one-node case only and says so. Run: ``.venv/bin/python bench/cluster.p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _http_load import RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port
+from _http_load import RECORDS, closed_loop
+from harness import VALUE_BYTES, LogstoreServer, emit, free_port, summary_ms
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer
 from logstore.config import LogstoreConfig
@@ -243,12 +242,11 @@ def main() -> None:
                     if clustered and n == max(counts) and args.kills > 0:
                         limit_s = args.session_timeout_ms / 1000 + 60
                         times = [failover(cluster, timeout_s=limit_s) for _ in range(args.kills)]
-                        out["failover_s"] = {
+                        out["failover"] = {
                             "nodes": n,
                             "kills": len(times),
-                            "p50": round(statistics.median(times), 2),
-                            "max": round(max(times), 2),
-                            "samples": [round(t, 2) for t in times],
+                            **summary_ms([t * 1000 for t in times], percentiles=(50,), digits=0),
+                            "samples_ms": [round(t * 1000) for t in times],
                         }
                 finally:
                     cluster.stop()
@@ -279,7 +277,7 @@ def main() -> None:
     out["throughput_records_per_s"] = {k: round(v) for k, v in rates.items()}
     if "1" in rates and "2" in rates:
         out["scaling_2_over_1"] = round(rates["2"] / rates["1"], 2)
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

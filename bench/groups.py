@@ -29,10 +29,7 @@ Run: ``.venv/bin/python bench/groups.py`` (under a minute; ``--records 5000000``
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import os
-import statistics
 import tempfile
 import threading
 import time
@@ -42,28 +39,19 @@ from typing import Any
 import httpx
 import orjson
 import pyarrow as pa
-from _http_load import LogstoreServer
+from harness import LogstoreServer, emit, fill, load_average, open_store, summary_ms
 
 from logstore.client import Consumer
-from logstore.config import load_config
-from logstore.log.schema import input_table
-from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from logstore.wire.arrow_fetch import ARROW_STREAM
 
 PARTITIONS = 8
 
 
-def fill(root: Path, records: int) -> None:
-    store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
+def filled(root: Path, records: int) -> None:
+    """Topic ``t`` of ``PARTITIONS`` partitions under ``root`` with ``records`` records, 100,000 a commit."""
+    store = open_store(root)
     store.create_topic("t", PARTITIONS)
-    value = b"v" * 100
-    batch = 100_000
-    for start in range(0, records, batch):
-        n = min(batch, records - start)
-        parts = [(start + i) % PARTITIONS for i in range(n)]
-        (result,) = store.append("t", [ProducerBatch(input_table(parts, [value] * n))])
-        assert not isinstance(result, Exception), result
+    fill(store.writer("t"), records, 100_000)
 
 
 def join(c: httpx.Client, group: str, **extra: Any) -> str:
@@ -184,8 +172,7 @@ def plain_route(url: str, clients: int, total: int, fetch: int) -> float:
 
 def direct_read(root: Path, total: int, fetch: int) -> float:
     """records/s of ``logstore.log.reader`` reading the same records in this process: the storage's own limit."""
-    store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
-    reader = store.reader("t")
+    reader = open_store(root).reader("t")
     started = time.perf_counter()
     n = 0
     for p in range(PARTITIONS):
@@ -277,12 +264,9 @@ def one_trial(url: str, group: str, session_ms: int) -> dict[str, float]:
     return out
 
 
-def rebalances(url: str, trials: int, session_ms: int) -> dict[str, dict[str, float]]:
+def rebalances(url: str, trials: int, session_ms: int) -> dict[str, dict[str, float | None]]:
     runs = [one_trial(url, f"rb-{trial}", session_ms) for trial in range(trials)]
-    return {
-        k: {"p50_ms": round(statistics.median(r[k] for r in runs), 1), "max_ms": round(max(r[k] for r in runs), 1)}
-        for k in ("join", "leave", "death")
-    }
+    return {k: summary_ms([r[k] for r in runs], percentiles=(50,), digits=1) for k in ("join", "leave", "death")}
 
 
 def main() -> None:
@@ -294,7 +278,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "data"
-        fill(root, args.records)
+        filled(root, args.records)
         srv = LogstoreServer(root).start()
         try:
             tp = {
@@ -315,9 +299,9 @@ def main() -> None:
         "same_run_limits_records_per_s": limits,
         "ratios_of_arrow_4_members": {k: round(best / v, 2) for k, v in limits.items()},
         "rebalance": rb,
-        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "load_average_1_5_15": load_average(),
     }
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

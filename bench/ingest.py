@@ -25,7 +25,7 @@ requests, as wrk) with 1,000-record JSON batches of
 Medians of ``--runs`` runs. Run: ``.venv/bin/python bench/ingest.py`` (``--quick``).
 Every document starts with ``machine``: the load averages at the start and end
 and what creating a file costs where the servers keep their data, at the start
-and at the end (``bench/_machine.py``): a commit's cost follows it.
+and at the end (``bench/harness.py``): a commit's cost follows it.
 
 Cost as the work grows, instead of the runs above:
 
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import tempfile
@@ -60,16 +59,24 @@ from typing import Any
 import httpx
 import orjson
 import pyarrow as pa
-from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, body, closed_loop, open_loop, touch
-from _machine import machine, storage
+from _http_load import LOAD_GENERATOR, RECORDS, body, closed_loop, open_loop, touch
+from harness import (
+    VALUE_BYTES,
+    LogstoreServer,
+    children,
+    emit,
+    load_average,
+    machine,
+    open_store,
+    records,
+    storage,
+    summary_ms,
+    timed_appends,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
-from logstore.config import DEFAULT_IO_THREADS, load_config
-from logstore.log.catalog import Catalog
-from logstore.log.schema import input_table
+from logstore.config import DEFAULT_IO_THREADS
 from logstore.log.writer import TopicWriter
-from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 
 PARTITIONS = 8
 SCALE_PARTITIONS = 4
@@ -110,34 +117,28 @@ def start_server(root: Path, **config: object) -> LogstoreServer:
 
 
 def core_limit(records_per_commit: float, total: int) -> float:
+    """records/s of ``TopicWriter`` appends of the load generator's requests, ``records_per_commit`` a commit."""
     per_commit = max(RECORDS, round(records_per_commit / RECORDS) * RECORDS)
+    values = pa.array([r["value"] for r in orjson.loads(body())["records"]], pa.string()).cast(pa.binary())
+    batches = [records(RECORDS, partition=i % PARTITIONS, values=values) for i in range(per_commit // RECORDS)]
     with tempfile.TemporaryDirectory() as d:
-        catalog = Catalog(load_config(environ={}, overrides={"logstore.root": d}))
-        catalog.create_topic("bench", PARTITIONS)
-        w = TopicWriter(catalog, "bench")
-        payload = orjson.loads(body())["records"]
-        values = pa.array([r["value"] for r in payload], pa.string()).cast(pa.binary())
-        batches = [
-            ProducerBatch(input_table(pa.repeat(pa.scalar(i % PARTITIONS, pa.int32()), RECORDS), values))
-            for i in range(per_commit // RECORDS)
-        ]
+        store = open_store(d)
+        store.create_topic("bench", PARTITIONS)
+        w = TopicWriter(store.catalog, "bench")
         commits = max(3, total // per_commit)
-        start = time.perf_counter()
-        for _ in range(commits):
-            w.append(batches)
-        rate = commits * per_commit / (time.perf_counter() - start)
+        ms = timed_appends(w, commits, lambda _i: batches)
         w.close()
-        return rate
+        return commits * per_commit / (sum(ms) / 1000)
 
 
 def server_status(srv: LogstoreServer) -> dict[str, float]:
     """The node's resident memory now and at its peak (MiB, its parser processes included) and its thread count."""
     assert srv.proc is not None
     fields = _status(srv.proc.pid)
-    children = [_status(pid) for pid in _children(srv.proc.pid)]
+    parsers = [_status(pid) for pid in children(srv.proc.pid)]
     return {
-        "rss_mib": round(sum(int(f["VmRSS"][0]) for f in [fields, *children]) / 1024),
-        "hwm_mib": round(sum(int(f["VmHWM"][0]) for f in [fields, *children]) / 1024),
+        "rss_mib": round(sum(int(f["VmRSS"][0]) for f in [fields, *parsers]) / 1024),
+        "hwm_mib": round(sum(int(f["VmHWM"][0]) for f in [fields, *parsers]) / 1024),
         "threads": int(fields["Threads"][0]),
     }
 
@@ -151,15 +152,10 @@ def _status(pid: int) -> dict[str, list[str]]:
     return fields
 
 
-def _children(pid: int) -> list[int]:
-    """The processes ``pid`` started (the node's parser processes), from /proc."""
-    return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
-
-
 def _server_with_topics(root: Path, count: int, **config: object) -> tuple[LogstoreServer, list[str]]:
     """A server over ``root`` holding ``count`` topics of ``SCALE_PARTITIONS`` partitions (created before it starts)."""
     names = [f"t{i:05d}" for i in range(count)]
-    store = LogStore(load_config(environ={}, overrides={"logstore.root": str(root)}))
+    store = open_store(root)
     for name in names:
         store.create_topic(name, SCALE_PARTITIONS)
     return LogstoreServer(root, **config).start(), names
@@ -198,16 +194,9 @@ class MetadataProbe:
                     continue
                 self._ms.append((time.perf_counter() - started) * 1000)
 
-    def summary(self) -> dict[str, float]:
-        """p50, p99 and max in ms of the requests answered 200 (and how many; how many were not)."""
-        ms = sorted(self._ms) or [float("nan")]
-        return {
-            "requests": len(self._ms),
-            "failed": self._failed,
-            "p50_ms": round(ms[len(ms) // 2], 1),
-            "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
-            "max_ms": round(ms[-1], 1),
-        }
+    def summary(self) -> dict[str, Any]:
+        """How many requests were answered 200 and how many not; the latency of the first (ms)."""
+        return {"requests": len(self._ms), "failed": self._failed, **summary_ms(self._ms, digits=1)}
 
 
 def scale_run(count: int, seconds: float, concurrency: int, **config: object) -> dict[str, Any]:
@@ -217,10 +206,10 @@ def scale_run(count: int, seconds: float, concurrency: int, **config: object) ->
         try:
             touch(srv.url, names, concurrency)
             assert srv.proc is not None
-            commits, cpu = metric(srv.url, "logstore_commit_records_count"), _cpu_seconds(srv.proc.pid)
+            commits, cpu = metric(srv.url, "logstore_commit_records_count"), srv.cpu_seconds()
             with MetadataProbe(srv.url, names[0]) as probe:
                 res = closed_loop(srv.url, names, "all", concurrency, seconds=seconds)
-            cpu = {k: v - cpu[k] for k, v in _cpu_seconds(srv.proc.pid).items()}
+            cpu = {k: v - cpu[k] for k, v in srv.cpu_seconds().items()}
             commits = metric(srv.url, "logstore_commit_records_count") - commits
             status = server_status(srv)
         finally:
@@ -228,7 +217,7 @@ def scale_run(count: int, seconds: float, concurrency: int, **config: object) ->
     return {
         "topics": count,
         "records_per_s": round(res["records_per_s"]),
-        "mean_latency_ms": round(res["mean_ms"], 1),
+        "mean_ms": round(res["mean_ms"], 1),
         "requests_per_commit": round(res["requests"] / max(commits, 1), 2),
         "server_cpu_cores": round(sum(cpu.values()) / res["seconds"], 2),
         "server_cpu_ms_per_request": round(1000 * sum(cpu.values()) / max(res["requests"], 1), 2),
@@ -268,7 +257,7 @@ def scale(
         f"ratios_to_{first['topics']}_topics": {
             str(r["topics"]): {
                 k: round(r[k] / first[k], 2)
-                for k in ("records_per_s", "mean_latency_ms", "server_cpu_ms_per_request", "rss_mib", "threads")
+                for k in ("records_per_s", "mean_ms", "server_cpu_ms_per_request", "rss_mib", "threads")
             }
             for r in runs[1:]
         },
@@ -307,35 +296,9 @@ def open_topics(count: int, concurrency: int) -> dict[str, object]:
 
 def _cpu_percent(srv: LogstoreServer, seconds: float) -> float:
     """The server's CPU use (user + system, its parsers' included, % of one core) over ``seconds`` without requests."""
-    assert srv.proc is not None
-    start = sum(_cpu_seconds(srv.proc.pid).values())
+    start = sum(srv.cpu_seconds().values())
     time.sleep(seconds)
-    return round(100 * (sum(_cpu_seconds(srv.proc.pid).values()) - start) / seconds, 1)
-
-
-def _cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU (user + system, seconds) that the node ``pid`` and its parser processes have used so far, from /proc.
-
-    ``event_loop``: the node's main thread (HTTP, the event loop's share of each
-    request); ``other_threads``: the node's other threads (committers, write-ahead
-    log, fsyncs, delta-rs's own); ``parsers``: its child processes, living or ended.
-    """
-
-    def ticks(path: str) -> list[int]:
-        with open(path) as f:
-            return [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]  # utime, stime, cutime, cstime
-
-    node, main = ticks(f"/proc/{pid}/stat"), ticks(f"/proc/{pid}/task/{pid}/stat")
-    parsers = node[2] + node[3]
-    for child in _children(pid):
-        with contextlib.suppress(OSError):  # one that ended since it was listed is in the node's cutime now
-            parsers += sum(ticks(f"/proc/{child}/stat"))
-    hz = os.sysconf("SC_CLK_TCK")
-    return {
-        "event_loop": (main[0] + main[1]) / hz,
-        "other_threads": (node[0] + node[1] - main[0] - main[1]) / hz,
-        "parsers": parsers / hz,
-    }
+    return round(100 * (sum(srv.cpu_seconds().values()) - start) / seconds, 1)
 
 
 def main() -> None:
@@ -355,9 +318,9 @@ def main() -> None:
     info = machine() | {"storage": storage(tempfile.gettempdir())}  # where the servers' roots are made
 
     def report(figures: dict[str, object]) -> None:
-        info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        info["load_average_end"] = load_average()
         info["storage_end"] = storage(tempfile.gettempdir())  # the runs' own deletions raise it
-        print(json.dumps({"machine": info, **figures}, indent=2))
+        emit({"machine": info, **figures})
 
     if args.overload:
         report({"overload": overload(args)})
@@ -403,9 +366,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             srv = start_server(Path(d))
             try:
-                latency[f"acks_{acks}"] = {
-                    k: round(v, 2) for k, v in open_loop(srv.url, "bench", acks, args.seconds, half).items()
-                }
+                latency[f"acks_{acks}"] = open_loop(srv.url, "bench", acks, args.seconds, half)
                 latency[f"acks_{acks}"]["server_stage_p50_ms"] = stage_p50_ms(srv.url)  # type: ignore[assignment]
             finally:
                 srv.stop()
@@ -511,7 +472,7 @@ def body_formats(args: argparse.Namespace, half: float) -> dict[str, object]:
                 srv = start_server(Path(d))
                 try:
                     lat = open_loop(srv.url, "bench", acks, args.seconds, half, body_format=fmt)
-                    result[f"acks_{acks}_at_half_max"] = {k: round(v, 2) for k, v in lat.items()}
+                    result[f"acks_{acks}_at_half_max"] = lat
                     result[f"acks_{acks}_at_half_max"]["server_stage_p50_ms"] = stage_p50_ms(srv.url)  # type: ignore[index]
                 finally:
                     srv.stop()
@@ -526,7 +487,7 @@ def _resident(srv: LogstoreServer) -> int:
     assert srv.proc is not None
     private = ("Private_Clean", "Private_Dirty")
     total = 0
-    for pid, fields in [(srv.proc.pid, ("Rss",)), *((c, private) for c in _children(srv.proc.pid))]:
+    for pid, fields in [(srv.proc.pid, ("Rss",)), *((c, private) for c in children(srv.proc.pid))]:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             total += sum(int(line.split()[1]) * 1024 for line in f if line.split(":")[0] in fields)
     return total

@@ -28,23 +28,18 @@ Run: ``.venv/bin/python bench/micro_batch.py`` (about 2 minutes).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from harness import emit, logstore_stream, median_of, open_store, phase_medians, records, spark_session
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from logstore.config import load_config
-from logstore.log.schema import INPUT_SCHEMA, input_table
 from logstore.log.writer import TopicWriter
-from logstore.spark import session
-from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 
 PHASES = ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets", "triggerExecution")
@@ -83,14 +78,11 @@ class PythonNothing(DataSource):
 
 def _feed(root: str, rate: int, stop: Any) -> None:
     """100-record commits into topic ``mb`` (2 partitions, alternating) at ``rate`` records/s until ``stop``."""
-    store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": root}))
-    writer = TopicWriter(store.catalog, "mb")
-    values = pa.array([b"x" * 100] * 100, pa.binary())
+    writer = TopicWriter(open_store(root).catalog, "mb")
     i = 0
     start = time.monotonic()
     while not stop.is_set():
-        records = input_table(pa.array([i % 2] * 100, pa.int32()), values).cast(INPUT_SCHEMA)
-        writer.append([ProducerBatch(records)])
+        writer.append([ProducerBatch(records(100, partition=i % 2))])
         i += 1
         delay = start + i * 100 / rate - time.monotonic()
         if delay > 0:
@@ -112,7 +104,7 @@ def run(spark: Any, frame: Any, seconds: float, trigger_ms: int) -> dict[str, fl
         batches = [p["durationMs"] for p in q.recentProgress[3:] if p["numInputRows"] > 0]
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
-    return {"batches": len(batches), **{k: float(statistics.median(d.get(k, 0) for d in batches)) for k in PHASES}}
+    return {"batches": len(batches), **phase_medians(batches, PHASES)}
 
 
 def main() -> None:
@@ -127,31 +119,21 @@ def main() -> None:
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.LocalFs",
     }
-    spark = session(
-        **{"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-        **(hadoop if args.hadoop_local_fs else {}),
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session(**(hadoop if args.hadoop_local_fs else {}))
     spark.dataSource.register(PythonNothing)
     root = tempfile.mkdtemp(prefix="micro-batch-root-")
     spawn = multiprocessing.get_context("spawn")  # not a fork of a process holding a JVM gateway
     stop = spawn.Event()
     feeder = spawn.Process(target=_feed, args=(root, args.rate, stop), daemon=True)
     try:
-        LogStore(load_config(environ={}, path=None, overrides={"logstore.root": root})).create_topic("mb", 2)
+        open_store(root).create_topic("mb", 2)
         feeder.start()
         sources = {
             "rate": lambda: spark.readStream.format("rate").option("rowsPerSecond", 200).load(),
             "python_nothing": lambda: spark.readStream.format("python_nothing").load(),
-            "logstore": lambda: (
-                spark.readStream.format("logstore").option("logstore.root", root).option("subscribe", "mb").load()
-            ),
-            "logstore_read_on_driver": lambda: (
-                spark.readStream.format("logstore")
-                .option("logstore.root", root)
-                .option("subscribe", "mb")
-                .option("maxRecordsReadOnDriver", 10000)
-                .load()
+            "logstore": lambda: logstore_stream(spark, root, "mb", startingOffsets="latest"),
+            "logstore_read_on_driver": lambda: logstore_stream(
+                spark, root, "mb", startingOffsets="latest", maxRecordsReadOnDriver=10000
             ),
         }
         rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
@@ -165,9 +147,7 @@ def main() -> None:
             "trigger_ms": args.trigger_ms,
             "seconds": args.seconds,
             "rounds": args.rounds,
-            "micro_batch_ms_p50": {
-                name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rounds.items()
-            },
+            "micro_batch_p50_ms": {name: median_of(rs) for name, rs in rounds.items()},
         }
     finally:
         stop.set()
@@ -175,7 +155,7 @@ def main() -> None:
             feeder.join()
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

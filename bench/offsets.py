@@ -22,7 +22,6 @@ Run: ``.venv/bin/python bench/offsets.py`` (about half a minute);
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -31,6 +30,7 @@ import time
 import numpy as np
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from harness import emit, summary_ms
 
 from logstore.groups.offsets import OFFSETS_SCHEMA, OffsetsStore, app_offsets
 from logstore.log.tables import sync_commits
@@ -112,14 +112,6 @@ def delta_rs_commit_ms(root: str, n: int) -> list[float]:
     return times
 
 
-def _quantiles(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {
-        "p50_ms": round(statistics.median(ordered), 2),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-    }
-
-
 def latency_ms(root: str, repeat: int) -> tuple[float, dict[tuple[str, str, int], tuple[int, int, str | None]]]:
     times, latest = [], {}
     for _ in range(repeat):
@@ -165,28 +157,25 @@ def main() -> None:
     after_ms, after = latency_ms(root, args.repeat)
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}, "compaction changed offsets"
 
-    print(
-        json.dumps(
-            {
-                "commits": before_shape["rows"],
-                "small_commits": args.small_commits,
-                "keys": len(after),
-                "keep": args.keep,
-                "build_s": round(built_s, 2),
-                "commit": _quantiles(commit_times) if commit_times else None,
-                "delta_rs_commit": _quantiles(limit_times) if limit_times else None,
-                "commit_p50_over_delta_rs": (
-                    round(statistics.median(commit_times) / statistics.median(limit_times), 3)
-                    if commit_times and limit_times
-                    else None
-                ),
-                "before": before_shape | {"committed_ms": round(before_ms, 2)},
-                "compaction_s": round(compaction_s, 2),
-                "after": after_shape | {"committed_ms": round(after_ms, 2)},
-                "speedup": round(before_ms / after_ms, 1) if after_ms else None,
-            },
-            indent=2,
-        )
+    emit(
+        {
+            "commits": before_shape["rows"],
+            "small_commits": args.small_commits,
+            "keys": len(after),
+            "keep": args.keep,
+            "build_s": round(built_s, 2),
+            "commit": summary_ms(commit_times) if commit_times else None,
+            "delta_rs_commit": summary_ms(limit_times) if limit_times else None,
+            "commit_p50_over_delta_rs": (
+                round(statistics.median(commit_times) / statistics.median(limit_times), 3)
+                if commit_times and limit_times
+                else None
+            ),
+            "before": before_shape | {"committed_ms": round(before_ms, 2)},
+            "compaction_s": round(compaction_s, 2),
+            "after": after_shape | {"committed_ms": round(after_ms, 2)},
+            "speedup": round(before_ms / after_ms, 1) if after_ms else None,
+        }
     )
 
 

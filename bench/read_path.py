@@ -3,7 +3,7 @@
 A streaming query's ``latestOffset`` and every HTTP fetch first bring the
 reader's snapshot to the table's newest version. This writes ``--new`` commits
 of ``--records`` records (the core writer, 4 partitions) between two looks and
-times, per look (median and max of ``--looks``):
+times, per look (median and max of ``--looks``, in ms):
 
 * ``reader``: ``TopicReader.refresh()`` plus every partition view — what logstore
   does (it reads only the new commit files);
@@ -19,39 +19,32 @@ Run: ``.venv/bin/python bench/read_path.py`` (about a minute).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 
-import numpy as np
-import pyarrow as pa
 from deltalake import DeltaTable
+from harness import emit, open_store, records, summary_ms
 
-from logstore.config import load_config
 from logstore.log.reader import TopicReader
-from logstore.log.schema import INPUT_SCHEMA, input_table
 from logstore.log.writer import TopicWriter
-from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 
 PARTITIONS = 4
 
 
-def measure(root: str, new: int, looks: int, records: int, checkpoint_interval: int) -> dict[str, object]:
-    overrides = {"logstore.root": os.path.join(root, str(new)), "checkpoint.interval": checkpoint_interval}
-    store = LogStore(load_config(environ={}, path=None, overrides=overrides))
+def measure(root: str, new: int, looks: int, records_per_commit: int, checkpoint_interval: int) -> dict[str, object]:
+    store = open_store(os.path.join(root, str(new)), {"checkpoint.interval": checkpoint_interval})
     store.create_topic("t", PARTITIONS)
     writer = TopicWriter(store.catalog, "t")
-    parts = pa.array(np.arange(records, dtype=np.int32) % PARTITIONS)
-    batch = input_table(parts, pa.array([b"x" * 100] * records)).cast(INPUT_SCHEMA)
+    batch = [ProducerBatch(records(records_per_commit, partitions=PARTITIONS))]
     reader = TopicReader(store.catalog, "t")
     handle = DeltaTable(store.catalog.topic_path("t"))
     ours, theirs = [], []
     for _ in range(looks):
         for _ in range(new):
-            writer.append([ProducerBatch(batch)])
+            writer.append(batch)
         started = time.perf_counter()
         reader.refresh()
         for p in range(PARTITIONS):
@@ -65,8 +58,8 @@ def measure(root: str, new: int, looks: int, records: int, checkpoint_interval: 
         "new_commits_per_look": new,
         "looks": looks,
         "table_version_at_end": handle.version(),
-        "reader_ms": {"p50": round(statistics.median(ours), 2), "max": round(max(ours), 2)},
-        "delta_rs_update_ms": {"p50": round(statistics.median(theirs), 2), "max": round(max(theirs), 2)},
+        "reader": summary_ms(ours, percentiles=(50,)),
+        "delta_rs_update": summary_ms(theirs, percentiles=(50,)),
         "reader_over_delta_rs": round(statistics.median(ours) / statistics.median(theirs), 3),
     }
 
@@ -80,7 +73,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-read-path-") as root:
         runs = [measure(root, int(n), args.looks, args.records, args.checkpoint_interval) for n in args.new.split(",")]
-    print(json.dumps({"records_per_commit": args.records, "partitions": PARTITIONS, "runs": runs}, indent=2))
+    emit({"records_per_commit": args.records, "partitions": PARTITIONS, "runs": runs})
 
 
 if __name__ == "__main__":

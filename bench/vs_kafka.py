@@ -51,7 +51,7 @@ unchanged: the second figure shows the run's drift).
 End to end (``--e2e-seconds``, default 20; 0 skips it): records produced at
 ``--e2e-rate`` records/s (default 10,000) until ``foreachBatch`` of a 100 ms
 processing-time query sees them, per record (now - CreateTime), both sides
-measured by ``bench/consume.py``'s ``stream_latency``: Kafka's side produced by
+measured by ``harness.stream_latency``: Kafka's side produced by
 ``ProducerPerformance`` (acks=all), read by Spark's Kafka source; logstore's by
 100-record acks=all HTTP requests on a fixed schedule, read by the ``logstore``
 source; 2 partitions each. Each round measures the ``logstore`` source twice:
@@ -62,7 +62,7 @@ this small read while Spark plans them, no Python task).
 Medians of ``--runs`` runs of every figure. The machine is shared by whatever
 else runs on it: read the load averages in ``machine`` before the figures, and
 ``machine.storage`` and ``machine.storage_end``: what creating a file costs
-where the data is kept, at the start and at the end (``bench/_machine.py``),
+where the data is kept, at the start and at the end (``bench/harness.py``),
 which a commit's cost follows.
 
     make kafka && .venv/bin/python bench/vs_kafka.py                   # 500k records: ~6 min at load 11 on 2 cores
@@ -73,13 +73,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,9 +86,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _http_load import LOAD_GENERATOR, RECORDS, VALUE_BYTES, LogstoreServer, closed_loop, free_port, open_loop
-from _machine import machine, storage
-from consume import end_to_end, native_reads, source_stream, stream_latency, stream_seconds
+from _http_load import LOAD_GENERATOR, RECORDS, closed_loop, open_loop
+from harness import (
+    VALUE_BYTES,
+    LogstoreServer,
+    emit,
+    end_to_end,
+    free_port,
+    load_average,
+    machine,
+    median_of,
+    native_reads,
+    open_store,
+    source_stream,
+    spark_session,
+    stop_child,
+    storage,
+    stream_latency,
+    stream_seconds,
+)
 
 from logstore.config import load_config
 from logstore.log.catalog import Catalog
@@ -201,14 +215,7 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """SIGTERM (controlled shutdown); SIGKILL if it has not exited after 60 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_child(self.proc)
 
 
 _PP_SUMMARY = re.compile(
@@ -294,25 +301,20 @@ def consume(
     bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path, e2e_seconds: float, e2e_rate: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Spark consume figures before and after segment compaction, then end to end: (Kafka side, logstore side)."""
-    from logstore.spark import delta_jars, session
+    from logstore.spark import delta_jars
     from maintenance.job import run_job
 
     kafka_jars = delta_jars(SPARK_KAFKA_JARS)
     if not any("spark-sql-kafka" in j for j in kafka_jars):
         sys.exit(f"no Spark Kafka connector in {SPARK_KAFKA_JARS}: run 'make kafka'")
-    spark = session(
+    spark = spark_session(
         **{
-            "spark.master": "local[2]",
             "spark.app.name": "vs-kafka",
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.jars": ",".join(delta_jars(load_config().spark_jars_dir or None) + kafka_jars),
         }
     )
     try:
-        spark.sparkContext.setLogLevel("ERROR")
-        catalog = Catalog(load_config(environ={}, overrides={"logstore.root": root}))
+        catalog = open_store(root).catalog
         if warmup:  # class loading, code generation, first connections: for every reader, on the warm-up topics
             consume_round(spark, bootstrap, root, catalog, "warmup", scratch)
         before = [consume_round(spark, bootstrap, root, catalog, TOPIC, scratch) for _ in range(runs)]
@@ -340,7 +342,7 @@ def consume(
         spark.stop()
 
     def med(rounds: list[dict[str, dict[str, float]]], key: str) -> dict[str, float]:
-        return _median_of([r[key] for r in rounds])
+        return median_of([r[key] for r in rounds])
 
     kafka = {
         "spark_kafka_source": med(before, "kafka_source"),
@@ -362,9 +364,9 @@ def consume(
         "native_delta_stream_after_compaction": med(after, "native_delta_stream"),
     }
     if e2e["kafka"]:
-        kafka["end_to_end"] = _median_of(e2e["kafka"])
-        logstore["end_to_end"] = _median_of(e2e["logstore"])
-        logstore["end_to_end_read_on_driver"] = _median_of(e2e["logstore_read_on_driver"])
+        kafka["end_to_end"] = median_of(e2e["kafka"])
+        logstore["end_to_end"] = median_of(e2e["logstore"])
+        logstore["end_to_end_read_on_driver"] = median_of(e2e["logstore_read_on_driver"])
     return kafka, logstore
 
 
@@ -406,17 +408,6 @@ def kafka_end_to_end(
 
 
 # -- the run --------------------------------------------------------------------
-
-
-def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Field-wise medians of ``results``, nested fields too (the run with the median records/s for counts would
-    differ little)."""
-    return {
-        k: _median_of([r[k] for r in results])
-        if isinstance(v, dict)
-        else round(statistics.median(r[k] for r in results), 2)
-        for k, v in results[0].items()
-    }
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -532,10 +523,10 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         producer_performance(broker.bootstrap, "warmup", warmup, -1, "all")
     # Run i writes topic bench-i (run 0: bench): the consume figures read bench, `records` records on both sides.
     maxes = [producer_performance(broker.bootstrap, topics[i], records, -1, "all") for i in range(args.runs)]
-    kafka["produce_max"] = _median_of(maxes)
+    kafka["produce_max"] = median_of(maxes)
     half = kafka["produce_max"]["records_per_s"] / 2
     kafka["latency_at_half_max"] = {
-        f"acks_{acks}": _median_of(
+        f"acks_{acks}": median_of(
             [
                 producer_performance(broker.bootstrap, f"lat-{acks}", round(half * args.latency_seconds), half, acks)
                 for _ in range(args.runs)
@@ -543,7 +534,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         )
         for acks in ("all", "1")
     }
-    kafka["consumer_performance"] = _median_of(
+    kafka["consumer_performance"] = median_of(
         [consumer_performance(broker.bootstrap, TOPIC, records) for _ in range(args.runs)]
     )
 
@@ -558,15 +549,15 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         closed_loop(server.url, topics[i], "all", args.concurrency, requests=records // RECORDS)
         for i in range(args.runs)
     ]
-    logstore["produce_max"] = _median_of(maxes)
+    logstore["produce_max"] = median_of(maxes)
     logstore["latency_at_half_kafka_max"] = {
-        f"acks_{acks}": _median_of(
+        f"acks_{acks}": median_of(
             [open_loop(server.url, f"lat-{acks}", acks, args.latency_seconds, half / RECORDS) for _ in range(args.runs)]
         )
         for acks in ("all", "1")
     }
     # The same records as Arrow IPC bodies (logstore.wire.arrow_produce), what the Python Producer sends.
-    logstore["produce_max_arrow"] = _median_of(
+    logstore["produce_max_arrow"] = median_of(
         [
             closed_loop(
                 server.url, f"arrow-{i}", "all", args.concurrency, requests=records // RECORDS, body_format="arrow"
@@ -575,7 +566,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         ]
     )
     logstore["latency_at_half_kafka_max_arrow"] = {
-        f"acks_{acks}": _median_of(
+        f"acks_{acks}": median_of(
             [
                 open_loop(
                     server.url, f"lat-arrow-{acks}", acks, args.latency_seconds, half / RECORDS, body_format="arrow"
@@ -595,7 +586,7 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
         kafka |= kafka_c
         logstore |= logstore_c
     r = ratios(kafka, logstore)
-    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["load_average_end"] = load_average()
     info["storage_end"] = storage(scratch)  # the run's own deletions raise it
     return {
         "machine": info,
@@ -655,7 +646,7 @@ def main() -> None:
         # Registered first, so it runs last: after the broker and the server have stopped.
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
         out = run(args, scratch, stack)
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

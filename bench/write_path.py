@@ -20,7 +20,6 @@ Run: ``.venv/bin/python bench/write_path.py`` (``--quick`` for a smoke run).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -28,23 +27,13 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
+from harness import VALUE_BYTES, emit, open_store, records, summary_ms, timed_appends
 
-from logstore.config import load_config
-from logstore.log.catalog import Catalog
-from logstore.log.schema import TOPIC_SCHEMA, input_table
+from logstore.log.schema import TOPIC_SCHEMA
 from logstore.log.writer import TopicWriter
-from logstore.structs import ProducerBatch
 
-VALUE_BYTES = 100
 PARTITIONS = 8
-
-
-def make_batch(n: int, rng: np.random.Generator) -> pa.Table:
-    values = rng.integers(0, 256, size=(n, VALUE_BYTES), dtype=np.uint8)
-    value_arr = pa.array([bytes(v) for v in values], pa.binary())
-    parts = pa.array(np.arange(n, dtype=np.int32) % PARTITIONS, pa.int32())
-    return input_table(parts, value_arr)
 
 
 def raw_table(batch: pa.Table, base: np.ndarray) -> pa.Table:
@@ -70,25 +59,18 @@ def raw_table(batch: pa.Table, base: np.ndarray) -> pa.Table:
     )
 
 
-def run_logstore(root: str, batch: pa.Table, commits: int, fsync: bool = True) -> tuple[float, list[float]]:
-    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": root, "commit.fsync": fsync}))
-    catalog.create_topic("bench", PARTITIONS)
-    w = TopicWriter(catalog, "bench")
-    lat = []
-    start = time.perf_counter()
-    for _ in range(commits):
-        t0 = time.perf_counter()
-        w.append([ProducerBatch(batch)])
-        lat.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - start
+def run_logstore(root: str, batch: pa.Table, commits: int, fsync: bool = True) -> list[float]:
+    """Milliseconds of each of ``commits`` appends of ``batch`` into a fresh topic."""
+    store = open_store(root, {"commit.fsync": fsync})
+    store.create_topic("bench", PARTITIONS)
+    w = TopicWriter(store.catalog, "bench")
+    ms = timed_appends(w, commits, lambda _i: batch)
     w.close()
-    return elapsed, lat
+    return ms
 
 
 def run_raw(root: str, batch: pa.Table, commits: int) -> float:
     path = os.path.join(root, "raw")
-    from deltalake import DeltaTable
-
     DeltaTable.create(path, TOPIC_SCHEMA, partition_by=["partition"])
     dt = DeltaTable(path)
     base = np.zeros(PARTITIONS, np.int64)
@@ -112,16 +94,14 @@ def main() -> None:
     rng = np.random.default_rng(1)
     out: dict[str, object] = {"value_bytes": VALUE_BYTES, "partitions": PARTITIONS, "runs": args.runs, "throughput": []}
     for size in (1_000, 10_000, 100_000):
-        batch = make_batch(size, rng)
+        batch = records(size, partitions=PARTITIONS, rng=rng)
         commits = max(5, min(args.records // size, 2000))
         ls_rates, nofsync_rates, raw_rates = [], [], []
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as d:
-                elapsed, _lat = run_logstore(d, batch, commits)
-                ls_rates.append(size * commits / elapsed)
+                ls_rates.append(size * commits / (sum(run_logstore(d, batch, commits)) / 1000))
             with tempfile.TemporaryDirectory() as d:
-                elapsed, _lat = run_logstore(d, batch, commits, fsync=False)
-                nofsync_rates.append(size * commits / elapsed)
+                nofsync_rates.append(size * commits / (sum(run_logstore(d, batch, commits, fsync=False)) / 1000))
             with tempfile.TemporaryDirectory() as d:
                 raw_rates.append(size * commits / run_raw(d, batch, commits))
         ls, raw = statistics.median(ls_rates), statistics.median(raw_rates)
@@ -139,21 +119,18 @@ def main() -> None:
                 "no_fsync_ratio_to_raw": round(nofsync / raw, 3),
             }
         )
-    batch = make_batch(1_000, rng)
     with tempfile.TemporaryDirectory() as d:
-        _, lat = run_logstore(d, batch, args.commits)
-    ms = np.array(lat) * 1000
-    first, last = ms[:100], ms[-100:]
-    out["commit_latency_ms"] = {
+        ms = run_logstore(d, records(1_000, partitions=PARTITIONS, rng=rng), args.commits)
+    first, last = summary_ms(ms[:100], percentiles=(50,)), summary_ms(ms[-100:], percentiles=(50,))
+    out["commit_latency"] = {
         "commits": args.commits,
         "batch_records": 1_000,
-        "p50": round(float(np.percentile(ms, 50)), 2),
-        "p99": round(float(np.percentile(ms, 99)), 2),
-        "first_100_p50": round(float(np.percentile(first, 50)), 2),
-        "last_100_p50": round(float(np.percentile(last, 50)), 2),
-        "last_over_first_p50": round(float(np.percentile(last, 50) / np.percentile(first, 50)), 2),
+        **summary_ms(ms),
+        "first_100": first,
+        "last_100": last,
+        "last_over_first_p50": round(statistics.median(ms[-100:]) / statistics.median(ms[:100]), 2),
     }
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

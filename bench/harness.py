@@ -1,0 +1,617 @@
+"""What the benchmarks share: the machine they ran on, their figures and JSON, topics to read, servers and Spark.
+
+Every script under ``bench/`` prints one JSON document (:func:`emit`) and
+builds it from these pieces, so the same thing is measured, summarised and
+named the same way everywhere:
+
+* machine facts — :func:`machine`, :func:`storage`, :func:`load_average`, and
+  the CPU a process used (:func:`cpu_ticks`, :func:`children`);
+* figures — :func:`summary_ms` is every latency summary (keys ``p50_ms``,
+  ``p99_ms``, ``p999_ms``…, ``max_ms``, ``mean_ms``); :func:`median_of` is the
+  median of every figure over runs;
+* topics — :func:`open_store`, :func:`records`, :func:`fill` and
+  :func:`timed_appends` write through the core's public writer;
+* a ``logstore serve`` child process — :class:`LogstoreServer`, :func:`free_port`, :func:`stop_child`;
+* Spark — :func:`spark_session`, :func:`stream_seconds`, :func:`native_reads`,
+  :func:`stream_latency` and :func:`end_to_end` (the end-to-end latency of
+  ``bench/consume.py`` and ``bench/vs_kafka.py``, measured alike on both sides).
+
+The HTTP load generator is a module of its own (``bench/_http_load.py``).
+
+Why a benchmark records :func:`storage`: every Delta commit creates files (a
+Parquet file per partition it touches and the commit file), so a commit's cost
+follows what creating a file costs on the file system holding the data, and
+that is not a constant of the machine. On ext4 mounted without a journal, the
+inode allocator passes over inodes freed recently (the kernel's
+``recently_deleted()``, which applies only without a journal): the more files
+were deleted on the file system lately — test suites, earlier benchmark runs —
+the more CPU each new file costs. On the 2-core machine the benchmarks were
+developed on (journal-less ext4), creating an empty file cost 0.02 ms of CPU at
+one hour and 0.5-0.7 ms at others, and a profile of a loop of commits
+(``perf``) once spent ~40% of its time in that scan. A benchmark raises it
+itself, deleting each run's data: one ``bench/ingest.py --topics 1,20,200 --runs
+3`` took the cost of a new file in ``/tmp`` from 0.07 to 1.0 ms of CPU, and its
+rounds ran slower in turn. The benchmarks measure :func:`storage` at their start
+and at their end (``storage``, ``storage_end``), so figures from different
+hours, and drift within a run, can be told apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from logstore.config import load_config
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+
+VALUE_BYTES = 100
+"""Bytes of each record value, unless a benchmark says otherwise (keys are null)."""
+
+# -- the machine ------------------------------------------------------------------
+
+FILE_BYTES = 100_000
+"""Bytes of each probe file of :func:`storage`: about one Parquet file of a 1,000-record request of 100-byte values."""
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages now."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory, Java's version and the load averages now."""
+    with open("/proc/meminfo") as f:
+        mem_kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        java = None
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": round(mem_kib / 2**20, 1),
+        "java": java,
+        "load_average_start": load_average(),
+    }
+
+
+def storage(path: str | Path, files: int = 200) -> dict[str, Any]:
+    """The file system holding ``path``, and what creating a file on it costs now (medians of ``files`` files).
+
+    ``create_file_cpu_ms``: CPU (user + system, this thread) to create a file,
+    write :data:`FILE_BYTES` and close it; ``create_fsync_file_ms``: wall time
+    to do the same with an fsync before the close. ``journal``: whether an
+    ext4 file system has one (``None`` for other types).
+    """
+    mount = _mount_of(Path(path).resolve())
+    data = os.urandom(FILE_BYTES)
+    with tempfile.TemporaryDirectory(dir=path, prefix=".storage-probe-") as d:
+        cpu_ms = [_write(os.path.join(d, f"a{i}"), data, sync=False, clock=time.thread_time) for i in range(files)]
+        fsync_ms = [
+            _write(os.path.join(d, f"s{i}"), data, sync=True, clock=time.perf_counter)
+            for i in range(max(1, files // 4))
+        ]
+    return {
+        **mount,
+        "create_file_cpu_ms": round(statistics.median(cpu_ms), 3),
+        "create_fsync_file_ms": round(statistics.median(fsync_ms), 3),
+    }
+
+
+def _write(path: str, data: bytes, *, sync: bool, clock: Callable[[], float]) -> float:
+    """Create ``path`` holding ``data`` (fsynced with ``sync``); the milliseconds it took by ``clock``."""
+    t0 = clock()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return (clock() - t0) * 1e3
+
+
+def _mount_of(path: Path) -> dict[str, Any]:
+    """Mount point, type and device of the file system holding ``path`` (the longest mount point above it)."""
+    best: list[str] = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            device, point, fstype = line.split()[:3]
+            point = point.replace("\\040", " ")
+            if (path == Path(point) or Path(point) in path.parents) and len(point) >= len(best[1] if best else ""):
+                best = [device, point, fstype]
+    if not best:
+        return {"mount": None, "type": None, "device": None, "journal": None}
+    device, point, fstype = best
+    journal = None
+    if fstype == "ext4":  # jbd2 lists each journal it runs as <device>-<inode of the journal>
+        name = os.path.basename(os.path.realpath(device))
+        journal = os.path.isdir("/proc/fs/jbd2") and any(e.startswith(name + "-") for e in os.listdir("/proc/fs/jbd2"))
+    return {"mount": point, "type": fstype, "device": device, "journal": journal}
+
+
+def cpu_ticks(stat: str | Path) -> list[int]:
+    """``utime``, ``stime``, ``cutime``, ``cstime`` (clock ticks) from a ``/proc/…/stat`` file."""
+    return [int(x) for x in Path(stat).read_text().rsplit(")", 1)[1].split()[11:15]]
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+"""Clock ticks a second, the unit of :func:`cpu_ticks`."""
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started and that still run, from /proc."""
+    return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
+
+
+# -- figures and JSON ----------------------------------------------------------------
+
+
+def summary_ms(
+    ms: Sequence[float] | np.ndarray, percentiles: Sequence[float] = (50, 99), digits: int = 2
+) -> dict[str, float | None]:
+    """A latency summary of ``ms`` (milliseconds): ``p50_ms``, ``p99_ms`` (``p999_ms`` for 99.9…), ``max_ms``,
+    ``mean_ms``, rounded to ``digits``; every value ``None`` when there is none.
+
+    Percentiles interpolate linearly between the nearest samples (numpy's default).
+    """
+    a = np.asarray(ms, dtype=float)
+    keys = [f"p{q:g}".replace(".", "") + "_ms" for q in percentiles]
+    if a.size == 0:
+        return dict.fromkeys([*keys, "max_ms", "mean_ms"])
+    out: dict[str, float | None] = {
+        k: round(float(np.percentile(a, q)), digits) for k, q in zip(keys, percentiles, strict=True)
+    }
+    return out | {"max_ms": round(float(a.max()), digits), "mean_ms": round(float(a.mean()), digits)}
+
+
+def median_of(results: Sequence[Mapping[str, Any]], digits: int = 2) -> dict[str, Any]:
+    """Field-wise medians of ``results`` (nested fields too), rounded to ``digits``; ``None`` where a run has none."""
+    out: dict[str, Any] = {}
+    for k, v in results[0].items():
+        values = [r[k] for r in results]
+        if isinstance(v, Mapping):
+            out[k] = median_of(values, digits)
+        elif any(x is None for x in values):
+            out[k] = None
+        else:
+            out[k] = round(statistics.median(values), digits)
+    return out
+
+
+def emit(document: Mapping[str, Any]) -> None:
+    """Print a benchmark's one JSON document."""
+    print(json.dumps(document, indent=2))
+
+
+# -- topics -------------------------------------------------------------------------
+
+
+def open_store(root: str | Path, config: Mapping[str, object] | None = None) -> LogStore:
+    """The embedded store over ``root`` with these config keys (``{"checkpoint.interval": 10}``), no environment."""
+    return LogStore(load_config(environ={}, path=None, overrides={"logstore.root": str(root), **(config or {})}))
+
+
+def records(
+    n: int,
+    *,
+    partitions: int = 1,
+    partition: int | None = None,
+    value_bytes: int = VALUE_BYTES,
+    rng: np.random.Generator | None = None,
+    values: pa.Array | None = None,
+    timestamp_ms: int | None = None,
+) -> pa.Table:
+    """``n`` records with null keys, for ``TopicWriter.append``.
+
+    Record ``i`` goes to partition ``i % partitions``, or every one to
+    ``partition``. Values are ``value_bytes`` bytes: ``b"x"`` repeated, or
+    random bytes from ``rng``, or ``values`` as given. Timestamps are the
+    commit's, or ``timestamp_ms``.
+    """
+    if values is None and rng is None:
+        values = pa.repeat(pa.scalar(b"x" * value_bytes, pa.binary()), n)
+    elif values is None:
+        raw = pa.py_buffer(rng.integers(0, 256, n * value_bytes, dtype=np.uint8).tobytes())
+        values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(value_bytes), n, [None, raw]).cast(pa.binary())
+    parts = np.full(n, partition, np.int32) if partition is not None else np.arange(n, dtype=np.int32) % partitions
+    return input_table(pa.array(parts), values, timestamps_ms=None if timestamp_ms is None else [timestamp_ms] * n)
+
+
+def timed_appends(
+    writer: TopicWriter, commits: int, make: Callable[[int], pa.Table | Sequence[pa.Table]]
+) -> list[float]:
+    """``commits`` appends of ``make(i)`` (one table, or several: one request each); milliseconds each append took.
+
+    ``make`` runs outside the clock.
+    """
+    ms = []
+    for i in range(commits):
+        made = make(i)
+        batches = [ProducerBatch(t) for t in ([made] if isinstance(made, pa.Table) else made)]
+        t0 = time.perf_counter()
+        results = writer.append(batches)
+        ms.append((time.perf_counter() - t0) * 1000)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
+    return ms
+
+
+def fill(
+    writer: TopicWriter,
+    total: int,
+    per_commit: int,
+    *,
+    rotate: bool = False,
+    value_bytes: int = VALUE_BYTES,
+    rng: np.random.Generator | None = None,
+) -> float:
+    """Write ``total`` records in commits of ``per_commit``; the seconds it took.
+
+    Each commit spreads its records over the topic's partitions, or with
+    ``rotate`` goes to one partition, the next one each commit. Values as :func:`records`.
+    """
+    partitions = writer.num_partitions
+    sizes = [min(per_commit, total - start) for start in range(0, total, per_commit)]
+
+    def make(i: int) -> pa.Table:
+        where = i % partitions if rotate else None
+        return records(sizes[i], partitions=partitions, partition=where, value_bytes=value_bytes, rng=rng)
+
+    t0 = time.perf_counter()
+    timed_appends(writer, len(sizes), make)
+    return time.perf_counter() - t0
+
+
+# -- a logstore serve child process ---------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60) -> None:
+    """SIGTERM a child process that runs (a server drains, then exits); SIGKILL if it has not exited in time."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+_LOGSTORE = [sys.executable, "-m", "logstore_cli"]
+
+
+class LogstoreServer:
+    """``logstore serve`` (the console script) on 127.0.0.1 in a child process; ``url`` is its base URL.
+
+    ``config`` keys are the server's dotted config keys (``buffer.memory``),
+    passed as ``LOGSTORE_*`` environment variables.
+    """
+
+    def __init__(self, root: Path, **config: object) -> None:
+        self.root = root
+        self.config = config
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> LogstoreServer:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
+        env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
+        self.proc = subprocess.Popen(
+            [*_LOGSTORE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"logstore serve exited: {err}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("logstore serve did not become ready within 60 s")
+
+    def create_topic(self, name: str, partitions: int, headers: Mapping[str, str] | None = None) -> None:
+        body = {"name": name, "partitions": partitions}
+        httpx.post(self.url + "/v1/topics", json=body, headers=headers).raise_for_status()
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU (user + system, seconds) that the node and its parser processes have used so far, from /proc.
+
+        ``event_loop``: the node's main thread (HTTP, the event loop's share of each
+        request); ``other_threads``: the node's other threads (committers, write-ahead
+        log, fsyncs, delta-rs's own); ``parsers``: its child processes, living or ended.
+        """
+        assert self.proc is not None
+        pid = self.proc.pid
+        node, main = cpu_ticks(f"/proc/{pid}/stat"), cpu_ticks(f"/proc/{pid}/task/{pid}/stat")
+        parsers = node[2] + node[3]
+        for child in children(pid):
+            with contextlib.suppress(OSError):  # one that ended since it was listed is in the node's cutime now
+                parsers += sum(cpu_ticks(f"/proc/{child}/stat"))
+        return {
+            "event_loop": (main[0] + main[1]) / TICKS_PER_S,
+            "other_threads": (node[0] + node[1] - main[0] - main[1]) / TICKS_PER_S,
+            "parsers": parsers / TICKS_PER_S,
+        }
+
+    def stop(self) -> None:
+        """SIGTERM (drain, then exit); SIGKILL if it has not exited after 60 s."""
+        stop_child(self.proc)
+
+
+# -- Spark --------------------------------------------------------------------------
+
+
+def spark_session(master: str = "local[2]", **conf: str) -> Any:
+    """A local Spark session with logstore's data sources, small shuffles, no UI, logging errors only."""
+    from logstore.spark import session
+
+    spark = session(
+        **{
+            "spark.master": master,
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
+            **conf,
+        }
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def phase_medians(
+    progress: Sequence[Mapping[str, Any]], phases: Sequence[str] | None = None
+) -> dict[str, float | None]:
+    """The median of each phase Spark times (``durationMs`` of a query's progress reports), in ms.
+
+    ``latestOffset``, ``queryPlanning``, ``walCommit`` (offset log), ``addBatch``
+    (the job), ``commitOffsets`` (commit log), ``triggerExecution`` (all); every one
+    any report has, unless ``phases`` names them. A report without a phase counts 0; ``None`` without reports.
+    """
+    names = phases if phases is not None else sorted({k for d in progress for k in d})
+    return {k: float(statistics.median(d.get(k, 0) for d in progress)) if progress else None for k in names}
+
+
+def stream_seconds(query: Any) -> tuple[int, float]:
+    """Run a ``writeStream`` builder with ``availableNow``: rows read, seconds from start() to its end."""
+    t0 = time.perf_counter()
+    q = query.trigger(availableNow=True).start()
+    q.awaitTermination()
+    return sum(p["numInputRows"] for p in q.recentProgress), time.perf_counter() - t0
+
+
+def batch_seconds(frame: Any) -> float:
+    """Seconds to read ``frame`` whole into the ``noop`` sink."""
+    t0 = time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - t0
+
+
+def logstore_stream(spark: Any, root: str, topic: str, **options: object) -> Any:
+    """``readStream.format("logstore")`` of ``topic`` from earliest, with these source options."""
+    reader = spark.readStream.format("logstore").option("logstore.root", root).option("subscribe", topic)
+    for k, v in {"startingOffsets": "earliest", **options}.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def source_stream(spark: Any, root: str, topic: str, checkpoint: str, max_records: int | None = None) -> Any:
+    """``topic`` from earliest through the `logstore` source into ``noop`` (a ``writeStream`` builder)."""
+    options = {} if max_records is None else {"maxRecordsPerPartition": max_records}
+    stream = logstore_stream(spark, root, topic, **options)
+    return stream.writeStream.format("noop").option("checkpointLocation", checkpoint)
+
+
+def spark_cpu_seconds(spark: Any) -> dict[str, float]:
+    """CPU (user + system, seconds) used so far by Spark's JVM and by the processes it started, from /proc.
+
+    ``jvm``: the driver's JVM, with a local master its executors too (planning, and
+    the tasks' JVM side: a Python data source's Arrow batches made rows, Parquet
+    decoded for Delta's reads); ``python``: the processes it started, living or
+    ended — its Python workers (a data source's ``read``, a stream's planning
+    worker). Only a local master's executors run on this machine.
+    """
+    jvm = spark.sparkContext._gateway.proc.pid
+    parent: dict[int, int] = {}
+    times: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # ended since it was listed
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            times[int(stat.parent.name)] = cpu_ticks(stat)
+
+    def started_by_jvm(pid: int) -> bool:
+        while pid in parent and pid != jvm:
+            pid = parent[pid]
+        return pid == jvm
+
+    own = times[jvm]
+    python = own[2] + own[3] + sum(sum(t) for pid, t in times.items() if pid != jvm and started_by_jvm(pid))
+    return {"jvm": (own[0] + own[1]) / TICKS_PER_S, "python": python / TICKS_PER_S}
+
+
+def measured(spark: Any, name: str, read: Callable[[], float]) -> dict[str, float]:
+    """Run ``read`` (returning its seconds) → ``{name}_s``; its CPU → ``{name}_jvm_cpu_s``, ``{name}_python_cpu_s``.
+
+    CPU is that of every process of :func:`spark_cpu_seconds` over the read, whatever else they did meanwhile.
+    """
+    before = spark_cpu_seconds(spark)
+    seconds = read()
+    after = spark_cpu_seconds(spark)
+    return {
+        f"{name}_s": seconds,
+        f"{name}_jvm_cpu_s": round(after["jvm"] - before["jvm"], 2),
+        f"{name}_python_cpu_s": round(after["python"] - before["python"], 2),
+    }
+
+
+def native_reads(spark: Any, root: str, topic: str, path: str, checkpoint: str) -> dict[str, float]:
+    """Seconds (``{name}_s``) and CPU (:func:`measured`) of three reads of ``topic``'s table at ``path``.
+
+    ``delta``: ``read.format("delta")`` into ``noop``, the limit; ``source_batch``:
+    ``read.format("logstore")`` into ``noop``, the source's read path without a
+    streaming query's start; ``delta_stream``: ``readStream.format("delta")`` with
+    ``availableNow`` into ``noop``, Delta's own streaming source.
+    """
+    source_batch = spark.read.format("logstore").option("logstore.root", root).option("subscribe", topic).load()
+    delta_stream = spark.readStream.format("delta").load(path).writeStream.format("noop")
+    return {
+        **measured(spark, "delta", lambda: batch_seconds(spark.read.format("delta").load(path))),
+        **measured(spark, "source_batch", lambda: batch_seconds(source_batch)),
+        **measured(
+            spark, "delta_stream", lambda: stream_seconds(delta_stream.option("checkpointLocation", checkpoint))[1]
+        ),
+    }
+
+
+def stream_latency(
+    stream: Any,
+    checkpoint: str,
+    warm: Callable[[], None],
+    produce: Callable[[float], int],
+    *,
+    trigger_ms: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    """Latency from a record's CreateTime to ``foreachBatch`` seeing it, per record (:func:`summary_ms`).
+
+    ``stream`` is a streaming DataFrame with a ``timestamp`` column; it runs with a
+    ``trigger_ms`` processing-time trigger into ``foreachBatch``. ``warm()`` produces
+    a record and the query reads it before the clock starts (its first batch starts
+    what it needs: Python workers, connections). Then ``produce(start)`` produces
+    (CreateTime = send time) and returns the records sent; records created in the
+    first ``warmup_s`` seconds after ``start`` (``time.monotonic()``) are not counted.
+    Used for both sides of ``bench/vs_kafka.py``, so both are measured alike.
+    """
+    seen: list[tuple[np.ndarray, float]] = []  # (CreateTime in ms, when foreachBatch saw it in ms)
+
+    def collect(df: Any, _batch_id: int) -> None:
+        ts = df.select("timestamp").toArrow().column(0).cast(pa.int64()).to_numpy()  # µs since the epoch
+        seen.append((ts / 1000, time.time() * 1000))
+
+    q = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+    try:
+        warm()
+        q.processAllAvailable()
+        seen.clear()
+        start = time.monotonic()
+        counted_from_ms = time.time() * 1000 + warmup_s * 1000
+        sent = produce(start)
+        q.processAllAvailable()
+        progress = [p["durationMs"] for p in q.recentProgress if p["numInputRows"] > 0]
+    finally:
+        q.stop()
+    created = np.concatenate([c for c, _ in seen])
+    lat = np.concatenate([at - c for c, at in seen])[created >= counted_from_ms]
+    return {
+        "records_sent": sent,
+        "records_seen": len(created),
+        "records_counted": len(lat),
+        "trigger_ms": trigger_ms,
+        "warmup_s": warmup_s,
+        **summary_ms(lat, digits=1),
+        # The last micro-batches (Spark keeps ~100 progress reports) that read records.
+        "micro_batch_p50_ms": phase_medians(progress),
+    }
+
+
+def end_to_end(
+    spark: Any,
+    root: str,
+    seconds: float,
+    trigger_ms: int,
+    rate: int,
+    warmup_s: float,
+    per_request: int = 100,
+    group: str | None = None,
+    partitions: int = 2,
+    read_on_driver: int = 0,
+) -> dict[str, Any]:
+    """Produce over HTTP → row seen in foreachBatch (:func:`stream_latency`), ``rate`` records/s into topic ``e2e``
+    of ``partitions`` partitions, by a ``logstore serve`` over ``root``.
+
+    With ``group`` the query reads as that consumer group (lease and offset commit every micro-batch). With
+    ``read_on_driver``, the source's ``maxRecordsReadOnDriver``: micro-batches of at most that many records are
+    read while Spark plans them, not in a Python task.
+
+    Open loop (``_http_load.stamped_loop``, in a child process): requests of ``per_request`` records
+    (acks=all, CreateTime = send time) leave on a fixed schedule at ``rate`` records/s whatever the
+    answers' latency, for ``warmup_s`` + ``seconds``.
+    """
+    from _http_load import stamped_loop  # the load generator uses this module: imported when needed
+
+    srv = LogstoreServer(Path(root), **{"linger.ms": 2}).start()
+    try:
+        srv.create_topic("e2e", partitions)
+
+        def warm() -> None:
+            ms = int(time.time() * 1000)
+            httpx.post(srv.url + "/v1/topics/e2e/records", json={"records": [{"value": "x", "timestamp": ms}]})
+
+        acks: dict[str, Any] = {}
+
+        def produce(start: float) -> int:
+            # From a child process, as Kafka's side produces from ProducerPerformance's JVM: senders in this
+            # process would share its GIL with the driver's foreachBatch, which takes the measurement.
+            remaining = max(0.0, start + warmup_s + seconds - time.monotonic())
+            sent = stamped_loop(srv.url, "e2e", per_request, rate, remaining)
+            acks.update({k: v for k, v in sent.items() if k.endswith("_ms")}, failed=sent["failed"])
+            return int(sent["records"])
+
+        options: dict[str, object] = {"maxRecordsReadOnDriver": read_on_driver}
+        stream = logstore_stream(spark, root, "e2e", **options, **({"group": group} if group else {}))
+        out = stream_latency(
+            stream, os.path.join(root, "_e2e_checkpoint"), warm, produce, trigger_ms=trigger_ms, warmup_s=warmup_s
+        )
+    finally:
+        srv.stop()
+    named: dict[str, Any] = {"group": group} if group else {}
+    if read_on_driver:
+        named["max_records_read_on_driver"] = read_on_driver
+    return {
+        "rate_records_per_s": rate,
+        "records_per_request": per_request,
+        "partitions": partitions,
+        **named,
+        **out,
+        "produce_ack_ms": acks,  # of the requests: until committed, a record is not there to be read
+    }
