@@ -6,7 +6,8 @@ Prints one JSON document with three parts:
   that many live files), the time of one ``run_retention`` that removes the
   same ``--retention-remove`` oldest files. The tables are built directly
   with add actions (and checkpointed) so building 10,000 files takes seconds;
-  retention only sees the live files and the log, however they got there.
+  retention only sees the live files and the log, however they got there
+  (each file written with pyarrow and the core's ``file_stats``).
   The time should follow the files removed, not the table size.
 * ``read`` — records/s reading a whole partition with ``TopicReader.fetch``
   from a topic written as ``--small-commits`` ``TopicWriter`` commits of
@@ -15,7 +16,7 @@ Prints one JSON document with three parts:
   ``--build bulk`` adds the same small files 1,000 per commit instead (the
   writer's commits slow down as files pile up, which is the point of the
   next figure, and makes 10,000 of them take long).
-* ``commit_latency`` — ``TopicWriter.append`` latency (median and p90 over
+* ``commit_latency`` — ``TopicWriter.append`` latency (p50, p90, max and mean over
   ``--latency-commits`` commits of 1,000 records) on the many-file topic,
   then again after segment compaction. delta-rs's commit work grows with the
   live-file count, so compaction is what keeps the ingest path flat.
@@ -28,92 +29,93 @@ Run: ``.venv/bin/python bench/maintenance_jobs.py`` (``--quick`` for a smoke run
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
+import os
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction
+from harness import emit, fill, open_store, records, spark_session, summary_ms, timed_appends
 
-from logstore.config import load_config
 from logstore.log import tables
 from logstore.log.catalog import Catalog
+from logstore.log.files import file_stats
 from logstore.log.reader import TopicReader
-from logstore.log.schema import TOPIC_SCHEMA, input_table
+from logstore.log.schema import TOPIC_SCHEMA
 from logstore.log.writer import TopicWriter
-from logstore.structs import ProducerBatch
 from maintenance import run_retention, run_segment_compaction
-from maintenance._files import write_segment
 
-VALUE_BYTES = 100
 HOUR_MS = 3600 * 1000
+FILE_SCHEMA = pa.schema([f for f in TOPIC_SCHEMA if f.name != "partition"])
+"""Columns inside a data file (``partition`` lives in the directory name)."""
 
 
-def records(n: int, rng: np.random.Generator, ts_ms: int | None = None) -> pa.Table:
-    values = [bytes(v) for v in rng.integers(0, 256, size=(n, VALUE_BYTES), dtype=np.uint8)]
-    return input_table([0] * n, values, timestamps_ms=None if ts_ms is None else [ts_ms] * n)
+def bulk_add(catalog: Catalog, name: str, files: Iterator[pa.Table]) -> None:
+    """Each of ``files`` (partition 0's records, offsets in order from 0) as one data file, 1,000 files a commit.
+
+    Each commit records partition 0's high watermark, as the writer's do.
+    """
+    dt = catalog.table(name)
+    root = tables.table_path(dt)
+    os.makedirs(os.path.join(root, "partition=0"), exist_ok=True)
+    chunk: list[AddAction] = []
+    hw = 0
+    for data in files:
+        rel = f"partition=0/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        data = data.cast(FILE_SCHEMA)
+        pq.write_table(data, os.path.join(root, rel), compression="snappy")
+        st = os.stat(os.path.join(root, rel))
+        chunk.append(AddAction(rel, st.st_size, {"partition": "0"}, int(st.st_mtime * 1000), True, file_stats(data)))
+        hw += len(data)
+        if len(chunk) == 1000:
+            _commit(dt, chunk, hw)
+            chunk = []
+    if chunk:
+        _commit(dt, chunk, hw)
+    dt.create_checkpoint()
+
+
+def _commit(dt: DeltaTable, adds: list[AddAction], hw: int) -> None:
+    props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), hw)])
+    dt.create_write_transaction(adds, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
+    dt.update_incremental()  # the next chunk's hw app transaction must see this one's
+
+
+def stamped(data: pa.Table, first_offset: int) -> pa.Table:
+    """Records from :func:`harness.records` (timestamps set) as a data file holds them, from ``first_offset`` on."""
+    n = len(data)
+    return pa.table(
+        {
+            "offset": pa.array(range(first_offset, first_offset + n), pa.int64()),
+            "timestamp": data["timestamp"],
+            "timestamp_type": pa.array([0] * n, pa.int32()),
+            "key": data["key"],
+            "value": data["value"],
+            "headers": data["headers"],
+        }
+    )
 
 
 def bulk_topic(catalog: Catalog, name: str, files: int, old: int, now_ms: int) -> None:
     """A one-partition topic of ``files`` one-record files; the first ``old`` are two hours old."""
     catalog.create_topic(name, 1, {"retention.ms": HOUR_MS})
-    dt = catalog.table(name)
-    root = tables.table_path(dt)
-    chunk: list[AddAction] = []
-    for i in range(files):
-        ts = now_ms - 2 * HOUR_MS if i < old else now_ms
-        t = pa.table(
-            {
-                "partition": pa.array([0], pa.int32()),
-                "offset": pa.array([i], pa.int64()),
-                "timestamp": pa.array([ts * 1000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                "timestamp_type": pa.array([0], pa.int32()),
-                "key": pa.array([None], pa.binary()),
-                "value": pa.array([b"x" * VALUE_BYTES], pa.binary()),
-                "headers": pa.nulls(1, TOPIC_SCHEMA.field("headers").type),
-            }
-        )
-        f = write_segment(root, 0, t)
-        chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
-        if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), i + 1)])
-            dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
-            dt.update_incremental()  # the next chunk's hw app transaction must see this one's
-            chunk = []
-    dt.update_incremental()
-    dt.create_checkpoint()
+    bulk_add(
+        catalog,
+        name,
+        (stamped(records(1, timestamp_ms=now_ms - 2 * HOUR_MS if i < old else now_ms), i) for i in range(files)),
+    )
 
 
 def bulk_files(catalog: Catalog, name: str, files: int, per_file: int, rng: np.random.Generator) -> None:
     """``files`` files of ``per_file`` records each on partition 0 of ``name``, added 1,000 files a commit."""
-    dt = catalog.table(name)
-    root = tables.table_path(dt)
-    now_us = time.time_ns() // 1000
-    chunk: list[AddAction] = []
-    for i in range(files):
-        t = records(per_file, rng)
-        t = pa.table(
-            {
-                "offset": pa.array(range(i * per_file, (i + 1) * per_file), pa.int64()),
-                "timestamp": pa.array([now_us] * per_file, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                "timestamp_type": pa.array([0] * per_file, pa.int32()),
-                "key": t["key"],
-                "value": t["value"],
-                "headers": t["headers"],
-            }
-        )
-        f = write_segment(root, 0, t)
-        chunk.append(AddAction(f.log_path, f.size_bytes, {"partition": "0"}, f.modification_time_ms, True, f.stats))
-        if len(chunk) == 1000 or i == files - 1:
-            props = CommitProperties(app_transactions=[Transaction(tables.app_hw(0), (i + 1) * per_file)])
-            dt.create_write_transaction(chunk, "append", TOPIC_SCHEMA, ["partition"], commit_properties=props)
-            dt.update_incremental()  # the next chunk's hw app transaction must see this one's
-            chunk = []
-    dt.update_incremental()
-    dt.create_checkpoint()
+    now_ms = time.time_ns() // 1_000_000
+    made = (stamped(records(per_file, rng=rng, timestamp_ms=now_ms), i * per_file) for i in range(files))
+    bulk_add(catalog, name, made)
 
 
 def bench_retention(catalog: Catalog, sizes: list[int], remove: int) -> list[dict[str, float]]:
@@ -145,18 +147,9 @@ def read_all(catalog: Catalog, topic: str) -> float:
     return n / seconds
 
 
-def append_latency(writer: TopicWriter, commits: int, rng: np.random.Generator) -> dict[str, float]:
-    times = []
-    for _ in range(commits):
-        batch = [ProducerBatch(records(1000, rng))]
-        started = time.perf_counter()
-        writer.append(batch)
-        times.append(time.perf_counter() - started)
-    times.sort()
-    return {
-        "p50_ms": round(statistics.median(times) * 1000, 2),
-        "p90_ms": round(times[int(len(times) * 0.9) - 1] * 1000, 2),
-    }
+def append_latency(writer: TopicWriter, commits: int, rng: np.random.Generator) -> dict[str, float | None]:
+    ms = timed_appends(writer, commits, lambda _i: records(1000, rng=rng))
+    return summary_ms(ms, percentiles=(50, 90))
 
 
 def main() -> None:
@@ -181,7 +174,7 @@ def main() -> None:
         args.small_commits, args.latency_commits = 500, 10
 
     root = tempfile.mkdtemp(prefix="logstore-bench-")
-    catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": root}))
+    catalog = open_store(root).catalog
     rng = np.random.default_rng(7)
     result: dict[str, object] = {"root": root}
 
@@ -192,9 +185,12 @@ def main() -> None:
     catalog.create_topic("small", 1)
     started = time.perf_counter()
     if args.build == "writer":
-        w = TopicWriter(catalog, "small")
-        for _ in range(args.small_commits):
-            w.append([ProducerBatch(records(args.records_per_commit, rng))])
+        fill(
+            TopicWriter(catalog, "small"),
+            args.small_commits * args.records_per_commit,
+            args.records_per_commit,
+            rng=rng,
+        )
     else:
         bulk_files(catalog, "small", args.small_commits, args.records_per_commit, rng)
     write_seconds = time.perf_counter() - started
@@ -205,17 +201,11 @@ def main() -> None:
     # The baseline holds as many records as "small" now does, written in large commits.
     total = catalog.describe_topic("small").partitions[0].high_watermark
     catalog.create_topic("large", 1)
-    large = TopicWriter(catalog, "large")
-    for start in range(0, total, args.large_batch):
-        large.append([ProducerBatch(records(min(args.large_batch, total - start), rng))])
+    fill(TopicWriter(catalog, "large"), total, args.large_batch, rng=rng)
 
     read_before = read_all(catalog, "small")
 
-    spark = None
-    if args.spark:
-        from logstore.spark import session
-
-        spark = session()
+    spark = spark_session() if args.spark else None
     started = time.perf_counter()
     (report,) = run_segment_compaction(catalog, "small", spark=spark, progress=lambda _: None)
     compact_seconds = time.perf_counter() - started
@@ -246,7 +236,7 @@ def main() -> None:
         "many_files": {"live_files": files_before, **latency_before},
         "after_compaction": {"live_files": files_after, **latency_after},
     }
-    print(json.dumps(result, indent=2))
+    emit(result)
 
 
 if __name__ == "__main__":
