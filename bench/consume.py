@@ -40,19 +40,8 @@ import time
 from typing import Any
 
 import numpy as np
-from harness import (
-    emit,
-    end_to_end,
-    fill,
-    load_average,
-    measured,
-    median_of,
-    native_reads,
-    open_store,
-    source_stream,
-    spark_session,
-    stream_seconds,
-)
+from _spark import end_to_end, measured, native_reads, source_stream, spark_session, stream_seconds
+from harness import emit, fill, load_average, median_of, open_store
 
 from logstore.log.writer import TopicWriter
 

@@ -38,9 +38,10 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _spark import spark_session
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction
-from harness import emit, fill, open_store, records, spark_session, summary_ms, timed_appends
+from harness import emit, fill, open_store, records, summary_ms, timed_appends
 
 from logstore.log import tables
 from logstore.log.catalog import Catalog

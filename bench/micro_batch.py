@@ -36,7 +36,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from harness import emit, logstore_stream, median_of, open_store, phase_medians, records, spark_session
+from _spark import logstore_stream, phase_medians, spark_session
+from harness import emit, median_of, open_store, records
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from logstore.log.writer import TopicWriter
