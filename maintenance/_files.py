@@ -8,7 +8,7 @@ read predicate. Under Delta's optimistic concurrency (delta-rs 1.6):
 
 * a maintenance commit made from a stale snapshot rebases over the writer's
   appends — appends never make maintenance fail;
-* the ``TopicWriter`` commits through its own log append (``logstore/log/_append.py``):
+* the ``TopicWriter`` commits through its own log append (``logstore/log/append.py``):
   when a maintenance commit took the version it wanted, it steps over commits that
   only remove files or rewrite them with ``dataChange=false`` (retention, segment
   compaction) and re-reads the table after one that changes data (key compaction).

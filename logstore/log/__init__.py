@@ -12,7 +12,9 @@ Kafka keeps this in ``storage/…/log`` (``UnifiedLog`` and its collaborators); 
 * :mod:`~logstore.log.reader` — slices of a partition by offset; :mod:`~logstore.log.files` — the data
   files the Delta log describes; :mod:`~logstore.log.tables` — the Delta conventions for callers above
   the core.
+* :mod:`~logstore.log.append` — data files plus one put-if-absent commit (the writer's and the
+  ``_offsets`` table's commit path); :mod:`~logstore.log.log_state` — what a writer knows of its table.
 * :mod:`~logstore.log.wal` — the node's write-ahead log behind ``acks=1``.
-* Internals: ``_append`` (data files plus one put-if-absent commit), ``_tail`` (a snapshot brought
-  forward commit by commit), ``_delta`` (what logstore keeps in the Delta log).
+* Internals: ``_tail`` (a snapshot brought forward commit by commit) and ``_delta`` (what logstore
+  keeps in the Delta log).
 """
