@@ -1,4 +1,9 @@
-"""Shared fixtures: a fresh root per test, one SparkSession for the whole run."""
+"""Fixtures of every tier: a fresh root per test, and the one SparkSession of the whole run.
+
+The session is started by the first test that asks for it (in tests/integration or tests/system; a unit
+test that asks for it fails, as it starts a JVM) and shared by every later one. The fixtures that start
+``logstore serve`` are in the integration and system tiers' conftest.py, ZooKeeper's in tests/system/cluster.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,6 @@ from logstore.config import LogstoreConfig, load_config
 from logstore.store import LogStore
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
     from pyspark.sql import SparkSession
 
 
@@ -75,85 +79,3 @@ def spark() -> Iterator[SparkSession]:
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
-
-
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real standalone ZooKeeper server for the test run; yields ``host:port`` (give each test its own chroot)."""
-    from logstore.cluster.zookeeper_server import ZooKeeperServer
-    from tests.support.server import free_port
-
-    zk = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=free_port())
-    proc = zk.spawn()
-    try:
-        zk.wait_serving(proc)
-        yield zk.connect
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture
-def chroot(zookeeper: str) -> str:
-    """A fresh ZooKeeper chroot of the session's server: one cluster per test."""
-    import uuid
-
-    return f"{zookeeper}/test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., object]]:
-    """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
-    from tests.cluster_helpers import SESSION_MS
-    from tests.support.server import Server
-
-    started: list[Server] = []
-
-    def start(node_id: int, **config: object) -> Server:
-        s = Server(
-            tmp_path / "data",
-            **{
-                "zookeeper.connect": chroot,
-                "node.id": node_id,
-                "zookeeper.session.timeout.ms": SESSION_MS,
-                "linger.ms": 2,
-                **config,
-            },
-        ).start()
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            s.kill()
-
-
-@pytest.fixture
-def zk(chroot: str) -> Iterator[KazooClient]:
-    """A ZooKeeper client of the cluster's chroot, for the test to read partition states."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=chroot)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Callable[..., object]]:
-    """Start ``logstore serve`` on a fresh root: ``server(**{"linger.ms": 5})``; stopped after the test."""
-    from tests.support.server import Server
-
-    started: list[Server] = []
-
-    def start(root: Path | None = None, **config: object) -> Server:
-        s = Server(root or tmp_path / "data", **config).start()
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            s.kill()

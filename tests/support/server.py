@@ -1,4 +1,4 @@
-"""A real `logstore serve` process on loopback, for the HTTP tests."""
+"""A real `logstore serve` process on loopback for the HTTP tests, and the ``server`` fixture that starts them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 """The ``logstore`` command, run from the code under test (not the console script installed once)."""
@@ -104,3 +106,22 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """Start ``logstore serve`` on a fresh root: ``server(**{"linger.ms": 5})``; killed after the test if still running.
+
+    A fixture of the integration and system tiers (their conftest.py imports it).
+    """
+    started: list[Server] = []
+
+    def start(root: Path | None = None, **config: object) -> Server:
+        s = Server(root or tmp_path / "data", **config).start()
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill()

@@ -1,0 +1,93 @@
+"""Helpers of the cluster tests: partition states in ZooKeeper, polling, leader epochs in a topic's Delta log.
+
+The fixtures that start nodes (``chroot``, ``zk``, ``cluster``) are in
+``tests/system/cluster/conftest.py``; every node they start has ``SESSION_MS`` as its
+``zookeeper.session.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from kazoo.client import KazooClient
+
+from tests.support.server import Server
+
+SESSION_MS = 4000
+"""``zookeeper.session.timeout.ms`` of the test nodes: short, so failover tests run in seconds."""
+PARTITIONS = 6
+
+
+def leaders(zk: KazooClient, topic: str, n: int) -> dict[int, tuple[int, int]]:
+    """Partition → (leader node id, leader epoch), read from ZooKeeper."""
+    out = {}
+    for p in range(n):
+        path = f"/brokers/topics/{topic}/partitions/{p}/state"
+        if zk.exists(path):
+            doc = json.loads(zk.get(path)[0])
+            out[p] = (int(doc["leader"]), int(doc["leader_epoch"]))
+    return out
+
+
+def until(what: Callable[[], object], timeout_s: float = 30, step_s: float = 0.05) -> object:
+    """Poll ``what`` until it returns something truthy (ZooKeeper watches are asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = what()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(step_s)
+
+
+def led_by(zk: KazooClient, topic: str, live: set[int]) -> dict[int, tuple[int, int]] | None:
+    """The partition states when every partition of ``topic`` is led by a node of ``live``, else None."""
+    state = leaders(zk, topic, PARTITIONS)
+    ok = len(state) == PARTITIONS and all(leader in live for leader, _ in state.values())
+    return state if ok else None
+
+
+def create_topic(node: Server, topic: str, zk: KazooClient, live: set[int]) -> dict[int, tuple[int, int]]:
+    """Create ``topic`` with ``PARTITIONS`` partitions through ``node``; its states once ``live`` leads them all."""
+    r = httpx.post(f"{node.url}/v1/topics", json={"name": topic, "partitions": PARTITIONS}, timeout=30)
+    assert r.status_code == 201, r.text
+    state = until(lambda: led_by(zk, topic, live))
+    assert isinstance(state, dict)
+    return state
+
+
+def leader_epochs_in_log(root: Path, topic: str) -> dict[int, list[int]]:
+    """Per partition, the ``logstore.leader.<p>`` txn versions (leader epochs) of the topic's commits, in log order."""
+    log_dir = root / "topics" / topic / "_delta_log"
+    out: dict[int, list[int]] = {}
+    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
+        for line in (log_dir / name).read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            app = action.get("txn", {}).get("appId", "")
+            if app.startswith("logstore.leader."):
+                out.setdefault(int(app.removeprefix("logstore.leader.")), []).append(action["txn"]["version"])
+    return out
+
+
+def produce(url: str, topic: str, body: dict[str, object], acks: str = "all", **params: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/topics/{topic}/records", params={"acks": acks, **params}, json=body, timeout=30)
+
+
+def produce_ok(url: str, topic: str, body: dict[str, object], acks: str = "all") -> list[dict[str, int]]:
+    """Produce, retrying a retriable refusal (a leader still claiming its partitions) until it is accepted."""
+
+    def attempt() -> list[dict[str, int]] | None:
+        r = produce(url, topic, body, acks)
+        if r.status_code == 200:
+            return list(r.json()["offsets"])
+        assert r.status_code == 503, r.text
+        return None
+
+    result = until(attempt)
+    assert isinstance(result, list)
+    return result

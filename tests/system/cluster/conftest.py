@@ -1,0 +1,69 @@
+"""Fixtures of the cluster tests: a real ZooKeeper server for the run, a chroot (one cluster) per test, nodes of
+that cluster over one shared root, and a ZooKeeper client to read partition states."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from logstore.cluster.zookeeper_server import ZooKeeperServer
+from tests.support.server import Server, free_port
+from tests.system.cluster.cluster_helpers import SESSION_MS
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real standalone ZooKeeper server for the test run; yields ``host:port`` (give each test its own chroot)."""
+    zk = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=free_port())
+    proc = zk.spawn()
+    try:
+        zk.wait_serving(proc)
+        yield zk.connect
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def chroot(zookeeper: str) -> str:
+    """A fresh ZooKeeper chroot of the session's server: one cluster per test."""
+    return f"{zookeeper}/test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
+    """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
+    started: list[Server] = []
+
+    def start(node_id: int, **config: object) -> Server:
+        s = Server(
+            tmp_path / "data",
+            **{
+                "zookeeper.connect": chroot,
+                "node.id": node_id,
+                "zookeeper.session.timeout.ms": SESSION_MS,
+                "linger.ms": 2,
+                **config,
+            },
+        ).start()
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill()
+
+
+@pytest.fixture
+def zk(chroot: str) -> Iterator[KazooClient]:
+    """A ZooKeeper client of the cluster's chroot, for the test to read partition states."""
+    client = KazooClient(hosts=chroot)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()

@@ -1,0 +1,93 @@
+"""The maintenance notebooks run unchanged in a local kernel (no dbutils: defaults and env)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from logstore.config import LogstoreConfig
+from logstore.log.schema import input_table
+from logstore.log.writer import TopicWriter
+from logstore.store import LogStore
+from logstore.structs import ProducerBatch
+from tests.support.helpers import assert_gap_free
+from tests.support.paths import REPO
+
+NOTEBOOKS = REPO / "notebooks"
+HOUR_MS = 3600 * 1000
+
+
+def execute(name: str, tmp_path: Path) -> str:
+    """Run notebook ``name`` in a fresh kernel; returns its text output."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return "\n".join(
+        o.get("text", "") or str(o.get("data", {}).get("text/plain", ""))
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for o in cell.outputs
+    )
+
+
+def commits(store: LogStore, topic: str, n: int, ts_ms: int, keys: bool = False) -> None:
+    w = TopicWriter(store.catalog, topic)
+    for c in range(n):
+        w.append(
+            [
+                ProducerBatch(
+                    input_table(
+                        [0, 0],
+                        [f"{c}a".encode(), f"{c}b".encode()],
+                        keys=[b"k", b"j"] if keys else None,
+                        timestamps_ms=[ts_ms, ts_ms],
+                    )
+                )
+            ]
+        )
+
+
+def test_retention_notebook(
+    store: LogStore,
+    config: LogstoreConfig,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = make_topic(partitions=1, retention_ms=HOUR_MS)
+    commits(store, t, 4, 1_000_000)
+    monkeypatch.setenv("MAINTENANCE_ROOT", config.root)
+    monkeypatch.setenv("MAINTENANCE_VACUUM_HOURS", "168")
+
+    out = execute("retention.ipynb", tmp_path)
+
+    assert f"retention {t}/0: removed 3 files" in out
+    assert "retention: removed 3 files" in out and "vacuum: removed 0 files" in out
+    assert store.describe_topic(t).partitions[0].log_start_offset == 6
+
+
+@pytest.mark.spark
+def test_compaction_notebook(
+    store: LogStore,
+    config: LogstoreConfig,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = make_topic(partitions=1)
+    keyed = make_topic(partitions=1, cleanup_policy="compact")
+    commits(store, plain, 5, 1_000_000)
+    commits(store, keyed, 3, 1_000_000, keys=True)
+    monkeypatch.setenv("MAINTENANCE_ROOT", config.root)
+    monkeypatch.setenv("MAINTENANCE_SPARK_MASTER", "local[1]")
+
+    out = execute("compaction.ipynb", tmp_path)
+
+    assert f"compact {plain}/0: merged 5 files" in out
+    assert f"clean {keyed}/0: dropped 4 records" in out
+    assert store.describe_topic(plain).partitions[0].num_files == 1
+    assert len(assert_gap_free(store.catalog, plain)[0]) == 10
+    assert store.fetch(keyed, 0, 4).records["value"].to_pylist() == [b"2a", b"2b"]
