@@ -31,7 +31,7 @@ from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.group_routing import Forwarded, forget_moved_groups
-from ingest_api.parsers import Parsers
+from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store

@@ -1,6 +1,6 @@
 """A parser process: JSON produce bodies in on stdin, their records out as Arrow IPC on stdout.
 
-The node starts these (:mod:`ingest_api.parsers`) as ``python -m
+The node starts these (:mod:`ingest_api.parser_pool`) as ``python -m
 ingest_api.parser_process``. This module imports only what parsing needs —
 not the node's web stack or metrics — because every parser process pays for
 its imports in memory. The framed protocol, many requests in flight,

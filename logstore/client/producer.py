@@ -8,7 +8,7 @@ record twice. Delivery callbacks run on the sender thread.
 
 Routing (docs/design.md §8): the sender asks the cluster for its metadata at start,
 every ``metadata_max_age_ms`` and when a topic is unknown to it, splits each
-batch by partition leader (:func:`~logstore.client._cluster.plan_routes`) and
+batch by partition leader (:func:`~logstore.client._routing.plan_routes`) and
 sends a leader its records with ``?forward=false``. A node that is not the
 leader any more answers 421 ``NOT_LEADER_OR_FOLLOWER``: the sender refreshes
 the metadata and resends the same request (same producer id and sequence)
@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from logstore.client._cluster import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
 from logstore.client._http import raise_for
+from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
 from logstore.errors import (
     KafkaStorageError,
     LogstoreError,

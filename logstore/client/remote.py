@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from logstore.client._cluster import Nodes
 from logstore.client._http import assigned_partitions, json_headers
+from logstore.client._routing import Nodes
 from logstore.config import TopicConfig
 from logstore.errors import LogstoreError
 from logstore.groups.group import MemberState

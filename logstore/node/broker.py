@@ -16,7 +16,7 @@ Threads do not grow with topics: every topic's committer runs in turns on the
 node's pool of ``num.io.threads`` threads, and write-ahead log writes, Delta
 checkpoints and fsyncs on the process's pools (:mod:`logstore.common.workers`).
 
-Cluster mode (``zookeeper.connect`` set): the node is a :class:`~logstore.node.membership.ClusterNode`
+Cluster mode (``zookeeper.connect`` set): the node is a :class:`~logstore.node.membership.ClusterMembership`
 too. It opens a pipeline for every topic it leads partitions of and hands
 each pipeline its partitions with their ZooKeeper epochs; a pipeline accepts
 produce only for partitions it leads and has claimed. The routes ask
@@ -54,7 +54,7 @@ from logstore.log.wal import DirectoryLock, WriteAheadLog
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
 from logstore.node.committer import Committer
-from logstore.node.membership import ClusterNode, advertised_url
+from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
 from logstore.store import LogStore
@@ -205,9 +205,11 @@ class Broker:
         see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
-        self.cluster: ClusterNode | None = None
+        self.cluster: ClusterMembership | None = None
         if config.zookeeper_connect:
-            self.cluster = ClusterNode(config, on_change=self._leadership_changed, on_session=self._session_changed)
+            self.cluster = ClusterMembership(
+                config, on_change=self._leadership_changed, on_session=self._session_changed
+            )
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.

@@ -1,7 +1,7 @@
 """This ingest node's membership of a cluster: registration, leadership watch, the acks=1 lease.
 
 Cluster mode is on when ``zookeeper.connect`` is set (docs/design.md §8). A
-:class:`ClusterNode` runs a :class:`~logstore.cluster.ZooKeeperController`
+:class:`ClusterMembership` runs a :class:`~logstore.cluster.ZooKeeperController`
 (registry, controller election, partition states) and one thread of its own
 that
 
@@ -18,7 +18,7 @@ answer before the commit is a promise that the next leader keeps by replaying
 this node's write-ahead log, and the next leader is chosen only once this
 node's session expired — at least a session timeout after the last round trip
 ZooKeeper answered. A node therefore answers an acks=1 promise only while
-:meth:`ClusterNode.lease_valid` (its last successful round trip was sent less
+:meth:`ClusterMembership.lease_valid` (its last successful round trip was sent less
 than two thirds of the session timeout ago, and the session is not suspended);
 otherwise the request waits for its commit, which the Delta fence refuses
 after a takeover (the producer retries at the new leader). Frames logged
@@ -49,7 +49,7 @@ from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ens
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
-__all__ = ["LEASE_FRACTION", "ClusterNode", "advertised_url", "check_node_id_free", "failover_lock"]
+__all__ = ["LEASE_FRACTION", "ClusterMembership", "advertised_url", "check_node_id_free", "failover_lock"]
 
 log = logging.getLogger("logstore.cluster")
 
@@ -116,7 +116,7 @@ def check_node_id_free(config: LogstoreConfig) -> None:
         zk.close()
 
 
-class ClusterNode:
+class ClusterMembership:
     """This node in the cluster (see the module docstring).
 
     Args:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from ingest_api.parsers import MIN_BODY_BYTES, Parsers
+from ingest_api.parser_pool import MIN_BODY_BYTES, Parsers
 from logstore.node.metrics import Metrics
 from logstore.wire.json_produce import ParsedRecords
 from tests.support.server import Server

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route as HttpRoute
 
 from logstore.client import Producer, RecordMetadata, RemoteStore
-from logstore.client._cluster import record_partition
+from logstore.client._routing import record_partition
 from logstore.errors import LogstoreError
 from tests.support.server import Server, free_port
 

@@ -29,7 +29,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.client import Producer, RecordMetadata
-from logstore.client._cluster import record_partition
+from logstore.client._routing import record_partition
 from logstore.config import load_config
 from logstore.errors import LogstoreError
 from logstore.log.catalog import Catalog

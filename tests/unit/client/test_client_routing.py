@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logstore.client._cluster import ClusterView, bootstrap_urls, plan_routes, record_partition
+from logstore.client._routing import ClusterView, bootstrap_urls, plan_routes, record_partition
 from logstore.log.partitioner import Partitioner
 
 ANY = "http://any:1"

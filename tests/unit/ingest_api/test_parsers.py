@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ingest_api.parsers import Parsers
+from ingest_api.parser_pool import Parsers
 from logstore.node.metrics import Metrics
 from logstore.wire.json_produce import parse_produce
 from tests.support.parsers import assert_same_records, plain_body, sample
