@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -222,3 +223,46 @@ def test_raw_bytes_and_repeated_header_keys_reach_the_consumer_as_produced(serve
         (None, b"k", []),
     ]
     cons.close()
+
+
+def test_a_commit_another_thread_makes_while_the_consumer_closes_lands_before_it_leaves(server: StartServer) -> None:
+    """close() lets the committer finish before the member leaves (Kafka's close: commit, then leave the group).
+
+    A worker thread commits in a loop while the application closes the consumer: every commit it got
+    queued lands; none is refused as a departed member's (ILLEGAL_GENERATION), and the last one is the
+    group's committed offset.
+    """
+    srv = server()
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    with Producer(srv.url) as p:
+        for i in range(100):
+            p.produce("t", f"v{i}", partition=0)
+    cons = consumer(srv.url, "g", enable_auto_commit=False)
+    cons.subscribe(["t"])
+    assert cons.poll(5) is not None  # the partition is assigned and applied
+    refused: list[Exception] = []
+    landed: list[int] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        for offset in range(1, 101):
+            try:
+                cons.commit(offsets={TopicPartition("t", 0): offset}, asynchronous=False)
+            except RuntimeError:
+                return  # the committer is shut down: the consumer is closed, nothing was sent
+            except Exception as e:
+                refused.append(e)
+                return
+            landed.append(offset)
+            started.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(10)
+    cons.close()
+    t.join(30)
+    assert refused == []
+    group = c.get("/v1/groups/g").json()
+    assert group["members"] == []
+    assert group["topics"][0]["partitions"][0]["committed_offset"] == landed[-1]
