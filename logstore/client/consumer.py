@@ -236,7 +236,7 @@ class Consumer:
         future.result()
 
     def close(self) -> None:
-        """Commit (with auto commit), let every queued commit finish, then leave the group (the others rebalance at once).
+        """Commit (with auto commit), let queued commits finish, then leave the group (the others rebalance at once).
 
         As Kafka's ``close()``: a commit another thread queued before the committer stops lands before the
         member leaves, never refused as a departed member's. A commit asked for after that raises ``RuntimeError``.
