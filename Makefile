@@ -82,7 +82,7 @@ kafka: $(KAFKA)/.done $(SPARK_KAFKA)/.done
 run: setup
 	$(BIN)/logstore --root $(ROOT) serve
 
-# lint-imports checks the layers of README "Layout" (contracts in pyproject.toml, [tool.importlinter]).
+# lint-imports checks the layers of docs/layout.md (contracts in pyproject.toml, [tool.importlinter]).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
