@@ -20,7 +20,7 @@ once:
   node is restarted (same node id) before the next kill.
 * ``placement``: three nodes, ``--placement-topics`` topics at once, with
   ``leader.placement`` = ``partition`` and = ``topic``: records/s of each
-  (one Delta log per topic is a single serialization point; see README).
+  (one Delta log per topic is a single serialization point; see docs/benchmarks.md).
 
 Without cluster mode in this build (no ``node.id`` config key) it measures the
 embedded one-node case only and says so. Run: ``.venv/bin/python bench/cluster.py``

@@ -19,7 +19,7 @@ rows (``latestOffset``, ``walCommit`` = offset log, ``queryPlanning``,
 ``addBatch`` = the job and ``foreachBatch``, ``commitOffsets`` = commit log,
 ``triggerExecution`` = the whole batch), and the Hadoop file system serving
 ``file:`` paths. ``--hadoop-local-fs`` runs on Hadoop's own local file system
-instead of ``jars/localfs`` (see README "Spark"): its offset and commit logs
+instead of ``jars/localfs`` (see docs/spark.md): its offset and commit logs
 fork the JVM for every file.
 
 Run: ``.venv/bin/python bench/micro_batch.py`` (about 2 minutes).
