@@ -3,7 +3,7 @@
 Topics, partitions, offsets, idempotent producers, fencing and consumer-group
 offsets. The core imports none of its callers: the ingest API, the Spark source
 and sink, and the maintenance jobs build on this package, and the ``logstore``
-CLI (``logstore_cli``) on all of them (README "Layout", checked by ``make lint``).
+CLI (``logstore_cli``) on all of them (docs/layout.md, checked by ``make lint``).
 It serves no HTTP (:mod:`logstore.client` is a client of a server) and starts
 Spark only when :func:`logstore.spark.session` is called.
 

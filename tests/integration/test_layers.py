@@ -1,4 +1,4 @@
-"""The layers of README "Layout": the core imports none of its callers; callers use only public core modules."""
+"""The layers of docs/layout.md: the core imports none of its callers; callers use only public core modules."""
 
 from __future__ import annotations
 
