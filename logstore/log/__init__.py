@@ -7,7 +7,7 @@ Kafka keeps this in ``storage/…/log`` (``UnifiedLog`` and its collaborators); 
 * :mod:`~logstore.log.writer` — :class:`~logstore.log.writer.TopicWriter`, the one committer of a topic,
   given its collaborators: :mod:`~logstore.log.validator` (records checked and stamped before append),
   :mod:`~logstore.log.producer_state` (idempotent producers' sequences),
-  :mod:`~logstore.log.epochs` (leader epochs, claims and fencing), :mod:`~logstore.log.writer_lock`
+  :mod:`~logstore.log.epochs` (leader epochs and the fence), :mod:`~logstore.log.writer_lock`
   (writers of one host take turns) and :mod:`~logstore.log.promises` (a dead node's acks=1 records first).
 * :mod:`~logstore.log.reader` — slices of a partition by offset; :mod:`~logstore.log.files` — the data
   files the Delta log describes; :mod:`~logstore.log.tables` — the Delta conventions for callers above
