@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -114,10 +115,20 @@ def server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
 
     A fixture of the integration and system tiers (their conftest.py imports it).
     """
+
+    def new(root: Path | None = None, **config: object) -> Server:
+        return Server(root or tmp_path / "data", **config)
+
+    yield from started_servers(new)
+
+
+def started_servers(make: Callable[..., Server]) -> Iterator[Callable[..., Server]]:
+    """The body of a fixture that starts servers: yields a function that starts ``make(*args, **config)`` and
+    returns it; after the test, kills those of them still running."""
     started: list[Server] = []
 
-    def start(root: Path | None = None, **config: object) -> Server:
-        s = Server(root or tmp_path / "data", **config).start()
+    def start(*args: Any, **config: object) -> Server:
+        s = make(*args, **config).start()
         started.append(s)
         return s
 

@@ -67,3 +67,25 @@ def offsets_by_partition(df: object) -> dict[int, list[int]]:
 def committed(store: LogStore, group: str, topic: str) -> dict[int, int]:
     """Partition → the offset ``group`` committed of ``topic``."""
     return {p: o for (_, _, p), (o, _, _) in store.offsets.committed(group, topic).items()}
+
+
+def produce_mixed(store: LogStore, topic: str) -> None:
+    """Into a two-partition ``topic``, one batch of three records stamped 1, 2 and 3 s after the epoch.
+
+    Partition 0 gets ``a`` keyed ``k1`` with header ``h=1`` and then ``k1``'s tombstone; partition 1 gets ``b``,
+    without key.
+    """
+    store.append(
+        topic,
+        [
+            ProducerBatch(
+                input_table(
+                    [0, 1, 0],
+                    [b"a", b"b", None],
+                    keys=[b"k1", None, b"k1"],
+                    timestamps_ms=[1000, 2000, 3000],
+                    headers=[[("h", b"1")], [], []],
+                )
+            )
+        ],
+    )

@@ -6,25 +6,13 @@ import multiprocessing
 import threading
 from pathlib import Path
 
-from logstore.errors import GroupSubscribedToTopicError
 from logstore.groups.leases import GroupLease
-
-
-def _race(root: str, topic: str, start: threading.Event | None, now_ms: int) -> GroupLease | None:
-    """Try to take ``topic``'s lease at ``now_ms``; the lease if granted."""
-    lease = GroupLease(root, "g", timeout_ms=5_000, clock_ms=lambda: now_ms)
-    if start is not None:
-        start.wait()
-    try:
-        lease.acquire({topic})
-    except GroupSubscribedToTopicError:
-        return None
-    return lease
+from tests.support.leases import race_for_lease
 
 
 def _race_in_process(root: str, topic: str, barrier: threading.Barrier) -> int:
     barrier.wait()
-    return int(_race(root, topic, None, 10_000) is not None)  # the process ends: no release
+    return int(race_for_lease(root, topic, None, 10_000) is not None)  # the process ends: no release
 
 
 def test_exactly_one_of_many_racing_processes_takes_an_expired_lease(tmp_path: Path) -> None:

@@ -12,30 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-
 from logstore.config import load_config
-from logstore.log.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
+from logstore.log.schema import MAX_TIMESTAMP_MS
 from logstore.log.wal import WriteAheadLog
 from logstore.store import LogStore
 from tests.support.server import Server
-
-YEAR_10000_MS = MAX_TIMESTAMP_MS + 1  # 253402300800000, below the old 2^63/1000 limit
-
-
-def records(values: list[str], timestamp_ms: int | None = None) -> pa.Table:
-    n = len(values)
-    ts = pa.array([None if timestamp_ms is None else timestamp_ms * 1000] * n, pa.int64())
-    return pa.Table.from_arrays(
-        [
-            pa.array([0] * n, pa.int32()),
-            ts.cast(pa.timestamp("us", tz="UTC")),
-            pa.nulls(n, pa.binary()),
-            pa.array([v.encode() for v in values], pa.binary()),
-            pa.nulls(n, INPUT_SCHEMA.field("headers").type),
-        ],
-        schema=INPUT_SCHEMA,
-    )
+from tests.support.timestamps import YEAR_10000_MS, records
 
 
 def test_timestamp_past_year_9999_is_400_and_the_topic_keeps_working(server: Callable[..., Server]) -> None:

@@ -12,33 +12,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logstore.config import LogstoreConfig
-from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from logstore_cli import main
 from maintenance import Scheduler
 from maintenance._files import live_files
+from tests.support.commits import old_commits
 from tests.support.paths import REPO
 
 HOUR_MS = 3600 * 1000
-
-
-def old_commits(store: LogStore, topic: str, n: int, *, keys: bool = False) -> None:
-    w = TopicWriter(store.catalog, topic)
-    for c in range(n):
-        w.append(
-            [
-                ProducerBatch(
-                    input_table(
-                        [0, 0],
-                        [f"{c}a".encode(), f"{c}b".encode()],
-                        keys=[b"k", b"k"] if keys else None,
-                        timestamps_ms=[1_000_000, 1_000_000],
-                    )
-                )
-            ]
-        )
 
 
 @pytest.mark.spark
@@ -50,7 +31,7 @@ def test_scheduler_runs_two_cycles_and_survives_a_failing_topic(
     compacted = make_topic(partitions=1, cleanup_policy="compact")
     old_commits(store, broken, 3)
     old_commits(store, deleting, 4)
-    old_commits(store, compacted, 4, keys=True)
+    old_commits(store, compacted, 4, keys=(b"k", b"k"))
     os.remove(live_files(store.catalog.table(broken))[0][1].path)  # a lost data file: its compaction fails
 
     caplog.set_level("INFO", logger="logstore.maintenance")

@@ -11,36 +11,16 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import run_segment_compaction
 from maintenance._files import live_files
+from tests.support.commits import small_commits
 from tests.support.helpers import assert_gap_free
 
 pytestmark = pytest.mark.spark
 
 COLUMNS = ["partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"]
-
-
-def small_commits(store: LogStore, topic: str, commits: int, partitions: int) -> TopicWriter:
-    w = TopicWriter(store.catalog, topic)
-    for c in range(commits):
-        parts = [p for p in range(partitions) for _ in range(2)]
-        w.append(
-            [
-                ProducerBatch(
-                    input_table(
-                        parts,
-                        [f"v{c}-{i}".encode() if i % 5 else None for i in range(len(parts))],
-                        keys=[f"k{i % 3}".encode() if i % 4 else None for i in range(len(parts))],
-                        timestamps_ms=[1_700_000_000_000 + c] * len(parts),
-                        headers=[[("h", f"{c}".encode())] if i % 2 else [] for i in range(len(parts))],
-                    )
-                )
-            ]
-        )
-    return w
 
 
 def test_compaction_keeps_every_record_and_reduces_files(

@@ -16,6 +16,7 @@ from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from tests.support.helpers import assert_gap_free
+from tests.support.spark_helpers import produce_mixed
 
 pytestmark = pytest.mark.spark
 
@@ -24,20 +25,7 @@ def test_spark_reads_what_the_writer_wrote(
     spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
 ) -> None:
     t = make_topic(partitions=2)
-    store.append(
-        t,
-        [
-            ProducerBatch(
-                input_table(
-                    [0, 1, 0],
-                    [b"a", b"b", None],
-                    keys=[b"k1", None, b"k1"],
-                    timestamps_ms=[1000, 2000, 3000],
-                    headers=[[("h", b"1")], [], []],
-                )
-            )
-        ],
-    )
+    produce_mixed(store, t)
     got = spark.read.format("delta").load(store.catalog.topic_path(t))
     utc = dt.UTC
     expected = spark.createDataFrame(

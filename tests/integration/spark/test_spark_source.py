@@ -23,11 +23,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logstore.log.schema import input_table
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from spark_source import KAFKA_ARROW_SCHEMA
-from tests.support.spark_helpers import batch_sizes, drain, offsets_by_partition, produce, read_batch, read_stream
+from tests.support.spark_helpers import (
+    batch_sizes,
+    drain,
+    offsets_by_partition,
+    produce,
+    produce_mixed,
+    read_batch,
+    read_stream,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -64,20 +70,7 @@ def test_batch_read_returns_records_as_the_kafka_source_does(
     spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
 ) -> None:
     t = make_topic(partitions=2)
-    store.append(
-        t,
-        [
-            ProducerBatch(
-                input_table(
-                    [0, 1, 0],
-                    [b"a", b"b", None],
-                    keys=[b"k1", None, b"k1"],
-                    timestamps_ms=[1000, 2000, 3000],
-                    headers=[[("h", b"1")], [], []],
-                )
-            )
-        ],
-    )
+    produce_mixed(store, t)
     got = read_batch(spark, store, subscribe=t, includeHeaders="true")
     utc = dt.UTC
     expected = spark.createDataFrame(

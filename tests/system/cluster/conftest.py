@@ -11,7 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer
-from tests.support.server import Server, free_port
+from tests.support.server import Server, free_port, started_servers
 from tests.system.cluster.cluster_helpers import SESSION_MS
 
 
@@ -37,10 +37,9 @@ def chroot(zookeeper: str) -> str:
 @pytest.fixture
 def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
     """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
-    started: list[Server] = []
 
-    def start(node_id: int, **config: object) -> Server:
-        s = Server(
+    def node(node_id: int, **config: object) -> Server:
+        return Server(
             tmp_path / "data",
             **{
                 "zookeeper.connect": chroot,
@@ -49,14 +48,9 @@ def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
                 "linger.ms": 2,
                 **config,
             },
-        ).start()
-        started.append(s)
-        return s
+        )
 
-    yield start
-    for s in started:
-        if s.proc is not None and s.proc.poll() is None:
-            s.kill()
+    yield from started_servers(node)
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ import pytest
 from nbclient import NotebookClient
 
 from logstore.config import LogstoreConfig
-from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
+from tests.support.commits import old_commits
 from tests.support.helpers import assert_gap_free
 from tests.support.paths import REPO
 
@@ -33,23 +31,6 @@ def execute(name: str, tmp_path: Path) -> str:
     )
 
 
-def commits(store: LogStore, topic: str, n: int, ts_ms: int, keys: bool = False) -> None:
-    w = TopicWriter(store.catalog, topic)
-    for c in range(n):
-        w.append(
-            [
-                ProducerBatch(
-                    input_table(
-                        [0, 0],
-                        [f"{c}a".encode(), f"{c}b".encode()],
-                        keys=[b"k", b"j"] if keys else None,
-                        timestamps_ms=[ts_ms, ts_ms],
-                    )
-                )
-            ]
-        )
-
-
 def test_retention_notebook(
     store: LogStore,
     config: LogstoreConfig,
@@ -58,7 +39,7 @@ def test_retention_notebook(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     t = make_topic(partitions=1, retention_ms=HOUR_MS)
-    commits(store, t, 4, 1_000_000)
+    old_commits(store, t, 4)
     monkeypatch.setenv("MAINTENANCE_ROOT", config.root)
     monkeypatch.setenv("MAINTENANCE_VACUUM_HOURS", "168")
 
@@ -79,8 +60,8 @@ def test_compaction_notebook(
 ) -> None:
     plain = make_topic(partitions=1)
     keyed = make_topic(partitions=1, cleanup_policy="compact")
-    commits(store, plain, 5, 1_000_000)
-    commits(store, keyed, 3, 1_000_000, keys=True)
+    old_commits(store, plain, 5)
+    old_commits(store, keyed, 3, keys=(b"k", b"j"))
     monkeypatch.setenv("MAINTENANCE_ROOT", config.root)
     monkeypatch.setenv("MAINTENANCE_SPARK_MASTER", "local[1]")
 

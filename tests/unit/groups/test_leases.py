@@ -11,6 +11,7 @@ import pytest
 
 from logstore.errors import GroupSubscribedToTopicError
 from logstore.groups.leases import GroupLease
+from tests.support.leases import race_for_lease
 
 
 def test_lease_of_a_crashed_reader_expires(tmp_path: Path) -> None:
@@ -28,18 +29,6 @@ def test_lease_of_a_crashed_reader_expires(tmp_path: Path) -> None:
         crashed.acquire({"t"})  # what the crashed reader's next commit does first
 
 
-def _race(root: str, topic: str, start: threading.Event | None, now_ms: int) -> GroupLease | None:
-    """Try to take ``topic``'s lease at ``now_ms``; the lease if granted."""
-    lease = GroupLease(root, "g", timeout_ms=5_000, clock_ms=lambda: now_ms)
-    if start is not None:
-        start.wait()
-    try:
-        lease.acquire({topic})
-    except GroupSubscribedToTopicError:
-        return None
-    return lease
-
-
 @pytest.mark.parametrize("previous", ["none", "expired", "released"])
 def test_exactly_one_of_many_racing_threads_takes_a_lease(tmp_path: Path, previous: str) -> None:
     root = str(tmp_path)
@@ -55,7 +44,7 @@ def test_exactly_one_of_many_racing_threads_takes_a_lease(tmp_path: Path, previo
         start = threading.Event()
         granted: list[GroupLease | None] = []
         threads = [
-            threading.Thread(target=lambda t=topic, s=start, g=granted: g.append(_race(root, t, s, 10_000)))
+            threading.Thread(target=lambda t=topic, s=start, g=granted: g.append(race_for_lease(root, t, s, 10_000)))
             for _ in range(8)
         ]
         for th in threads:

@@ -18,90 +18,25 @@ import itertools
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from logstore.errors import OffsetOutOfRangeError
-from logstore.log import tables
 from logstore.log.reader import offset_for_timestamp
-from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from maintenance import _files, run_retention, run_segment_compaction
 from spark_source._slices import plan_slices, read_slice
-
-HOUR_MS = 3600 * 1000
-NOW_MS = 1_800_000_000_000
-FILES = 10
-PER_FILE = 10
-N = FILES * PER_FILE
-MERGED = [0, 2, 5]
-"""The files OPTIMIZE rewrites into one: offsets [0, 9], [20, 29] and [50, 59] (non-adjacent)."""
-
-
-def key_of(offset: int) -> bytes:
-    return f"k{offset % 45}".encode()  # offsets 0..54 are superseded by offset + 45
-
-
-def value_of(offset: int) -> bytes:
-    return f"v{offset}".encode()
-
-
-def write_files(store: LogStore, topic: str, ts_ms: Callable[[int], int]) -> None:
-    """``FILES`` commits of ``PER_FILE`` records on partition 0; record ``o`` is stamped ``ts_ms(o)``."""
-    w = TopicWriter(store.catalog, topic)
-    for f in range(FILES):
-        offsets = range(f * PER_FILE, (f + 1) * PER_FILE)
-        batch = input_table(
-            [0] * PER_FILE,
-            [value_of(o) for o in offsets],
-            keys=[key_of(o) for o in offsets],
-            timestamps_ms=[ts_ms(o) for o in offsets],
-        )
-        w.append([ProducerBatch(batch)])
-
-
-def optimize_like(store: LogStore, topic: str, picks: list[int]) -> None:
-    """Commit what OPTIMIZE commits when it bins the (offset-ordered) files ``picks`` of partition 0 together."""
-    dt = store.catalog.table(topic)
-    files = _files.live_files(dt)[0]
-    chosen = [files[i] for i in picks]
-    data = pa.concat_tables([pq.read_table(f.path, schema=_files.FILE_SCHEMA) for f in chosen])
-    merged = _files.write_segment(tables.table_path(dt), 0, data)
-    _files.commit(dt, chosen, [merged], data_change=False, operation="OPTIMIZE")
-    assert_interleaved(store, topic)
-
-
-def layout(store: LogStore, topic: str) -> list[tuple[int, int]]:
-    """Partition 0's live files as (min, max) offsets, by min offset."""
-    return [(f.min_offset, f.max_offset) for f in _files.live_files(store.catalog.table(topic)).get(0, [])]
-
-
-def overlapping(ranges: list[tuple[int, int]]) -> bool:
-    """Whether some file holds an offset inside another file's [min, max] range."""
-    return any(a_hi >= b_lo for (_, a_hi), (b_lo, _) in itertools.pairwise(sorted(ranges)))
-
-
-def assert_interleaved(store: LogStore, topic: str) -> None:
-    assert overlapping(layout(store, topic)), layout(store, topic)
-
-
-def assert_disjoint(store: LogStore, topic: str) -> None:
-    assert not overlapping(layout(store, topic)), layout(store, topic)
-
-
-def fetch_all(store: LogStore, topic: str, start: int) -> list[int]:
-    """Offsets a consumer reads from ``start`` to the high watermark, fetch by fetch."""
-    got: list[int] = []
-    pos = start
-    while True:
-        recs = store.fetch(topic, 0, pos, max_records=7).records
-        if not len(recs):
-            return got
-        got += recs["offset"].to_pylist()
-        assert recs["value"].to_pylist() == [value_of(o) for o in recs["offset"].to_pylist()]
-        pos = got[-1] + 1
+from tests.support.overlapping import (
+    HOUR_MS,
+    MERGED,
+    NOW_MS,
+    PER_FILE,
+    N,
+    assert_disjoint,
+    fetch_all,
+    optimize_like,
+    value_of,
+    write_files,
+)
 
 
 @pytest.fixture

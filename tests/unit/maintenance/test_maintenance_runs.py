@@ -8,31 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from maintenance import Scheduler, run_retention, run_vacuum
 from maintenance._files import live_files
+from tests.support.commits import old_commits
 
 HOUR_MS = 3600 * 1000
-
-
-def old_commits(store: LogStore, topic: str, n: int, *, keys: bool = False) -> None:
-    w = TopicWriter(store.catalog, topic)
-    for c in range(n):
-        w.append(
-            [
-                ProducerBatch(
-                    input_table(
-                        [0, 0],
-                        [f"{c}a".encode(), f"{c}b".encode()],
-                        keys=[b"k", b"k"] if keys else None,
-                        timestamps_ms=[1_000_000, 1_000_000],
-                    )
-                )
-            ]
-        )
 
 
 def test_vacuum_keeps_removed_files_for_the_retention_window(store: LogStore, make_topic: Callable[..., str]) -> None:

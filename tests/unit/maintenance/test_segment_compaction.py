@@ -5,33 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from logstore.log.schema import input_table
-from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
 from maintenance import plan_segments, run_segment_compaction
 from maintenance._files import live_files
+from tests.support.commits import small_commits
 from tests.support.helpers import assert_gap_free
-
-
-def small_commits(store: LogStore, topic: str, commits: int, partitions: int) -> TopicWriter:
-    w = TopicWriter(store.catalog, topic)
-    for c in range(commits):
-        parts = [p for p in range(partitions) for _ in range(2)]
-        w.append(
-            [
-                ProducerBatch(
-                    input_table(
-                        parts,
-                        [f"v{c}-{i}".encode() if i % 5 else None for i in range(len(parts))],
-                        keys=[f"k{i % 3}".encode() if i % 4 else None for i in range(len(parts))],
-                        timestamps_ms=[1_700_000_000_000 + c] * len(parts),
-                        headers=[[("h", f"{c}".encode())] if i % 2 else [] for i in range(len(parts))],
-                    )
-                )
-            ]
-        )
-    return w
 
 
 def test_plan_merges_runs_of_adjacent_small_files_up_to_the_target(

@@ -14,12 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
-from logstore.log.schema import INPUT_SCHEMA, MAX_TIMESTAMP_MS
 from logstore.log.writer import TopicWriter
 from logstore.node.broker import Broker
 from logstore.node.committer import skip_sequence
@@ -27,23 +25,7 @@ from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wire.json_produce import parse_produce
 from tests.support.helpers import assert_gap_free
-
-YEAR_10000_MS = MAX_TIMESTAMP_MS + 1  # 253402300800000, below the old 2^63/1000 limit
-
-
-def records(values: list[str], timestamp_ms: int | None = None) -> pa.Table:
-    n = len(values)
-    ts = pa.array([None if timestamp_ms is None else timestamp_ms * 1000] * n, pa.int64())
-    return pa.Table.from_arrays(
-        [
-            pa.array([0] * n, pa.int32()),
-            ts.cast(pa.timestamp("us", tz="UTC")),
-            pa.nulls(n, pa.binary()),
-            pa.array([v.encode() for v in values], pa.binary()),
-            pa.nulls(n, INPUT_SCHEMA.field("headers").type),
-        ],
-        schema=INPUT_SCHEMA,
-    )
+from tests.support.timestamps import YEAR_10000_MS, records
 
 
 def test_check_records_refuses_timestamps_a_delta_timestamp_cannot_hold(
