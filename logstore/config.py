@@ -305,7 +305,9 @@ class LogstoreConfig:
         default=18_000,
         metadata=_key(
             "zookeeper.session.timeout.ms",
-            "A node silent this long (ms) is dead and its partitions move; also bounds an acks=1 leader's lease.",
+            "A node silent this long (ms) is dead and its partitions move. The ZooKeeper server bounds it to its "
+            "[minSessionTimeout, maxSessionTimeout] (2 and 20 ticks by default); the timeout it grants is the "
+            "one that counts, acks=1 leases included (two thirds of it).",
             minimum=1_000,
         ),
     )

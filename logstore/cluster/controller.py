@@ -38,6 +38,8 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.connection import ConnectionHandler
+from kazoo.protocol.serialization import Connect
 from kazoo.recipe.cache import TreeCache
 
 from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, place_leaders
@@ -132,6 +134,26 @@ def ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
         plain.close()
 
 
+class _NegotiatingConnection(ConnectionHandler):
+    """kazoo's connection, keeping the session timeout the server granted in each session handshake.
+
+    The server clamps the timeout a client asks for to its
+    ``[minSessionTimeout, maxSessionTimeout]`` (by default 2 and 20 ticks) and
+    expires the session after the timeout it *granted*. kazoo reads that
+    value from the ``ConnectResponse`` (its ``time_out``) but keeps it only in
+    a local variable, so this subclass keeps it from the same reply: every
+    (re)connect replaces it, before kazoo reports the state ``CONNECTED``.
+    """
+
+    negotiated_ms: int | None = None
+
+    def _invoke(self, timeout: float, request: Any, xid: int | None = None) -> Any:
+        result = super()._invoke(timeout, request, xid)
+        if isinstance(request, Connect) and isinstance(result, tuple) and result[0].time_out > 0:
+            self.negotiated_ms = int(result[0].time_out)
+        return result
+
+
 def _state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
@@ -173,6 +195,12 @@ class ZooKeeperController:
         self._on_session = on_session
         self._on_change = on_change
         self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s)
+        # kazoo 2.x builds its connection in KazooClient.__init__ and keeps no negotiated timeout: swap in one that does
+        plain = self._zk._connection
+        self._connection = _NegotiatingConnection(
+            self._zk, plain.retry_sleeper, logger=plain.logger, sasl_options=plain.sasl_options
+        )
+        self._zk._connection = self._connection
         self._cache: TreeCache | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -279,6 +307,16 @@ class ZooKeeperController:
         """Forget a deleted topic and its partition states."""
         with contextlib.suppress(NoNodeError):
             self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+
+    @property
+    def session_timeout_s(self) -> float:
+        """The session timeout ZooKeeper granted at the last (re)connect; before the first, the one asked for.
+
+        The server expires this node's session after this long without a
+        round trip, whatever ``zookeeper.session.timeout.ms`` asked for.
+        """
+        negotiated = self._connection.negotiated_ms
+        return self._timeout_s if negotiated is None else negotiated / 1000
 
     def ping(self) -> None:
         """One round trip to ZooKeeper (a leader's lease: it heard from the ensemble when it sent this).

@@ -210,6 +210,9 @@ class Broker:
             self.cluster = ClusterMembership(
                 config, on_change=self._leadership_changed, on_session=self._session_changed
             )
+            membership = self.cluster
+            self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
+            self.metrics.acks1_lease.set_function(lambda: membership.lease_s)
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.

@@ -10,8 +10,14 @@ that
   handed on, and on a change calls ``on_change`` (the broker
   then opens the topics this node leads and tells each pipeline its
   partitions and their epochs);
-* every ``zookeeper.session.timeout.ms / 6`` makes one ZooKeeper round trip and
+* every sixth of the session timeout makes one ZooKeeper round trip and
   keeps the time it *sent* the last one that succeeded: the node's **lease**.
+
+The session timeout is the one ZooKeeper *negotiated*, re-read at every
+(re)connect: the server clamps ``zookeeper.session.timeout.ms`` to its
+``[minSessionTimeout, maxSessionTimeout]`` (2 and 20 ticks by default) and
+expires the session after the timeout it granted, so a lease reckoned from a
+larger configured value would outlive the session.
 
 The lease closes the window of a paused leader (SIGSTOP, a long GC): an acks=1
 answer before the commit is a promise that the next leader keeps by replaying
@@ -19,7 +25,7 @@ this node's write-ahead log, and the next leader is chosen only once this
 node's session expired — at least a session timeout after the last round trip
 ZooKeeper answered. A node therefore answers an acks=1 promise only while
 :meth:`ClusterMembership.lease_valid` (its last successful round trip was sent less
-than two thirds of the session timeout ago, and the session is not suspended);
+than two thirds of the negotiated session timeout ago, and the session is not suspended);
 otherwise the request waits for its commit, which the Delta fence refuses
 after a takeover (the producer retries at the new leader). Frames logged
 while the lease held are on disk before any new leader reads the log.
@@ -54,7 +60,7 @@ __all__ = ["LEASE_FRACTION", "ClusterMembership", "advertised_url", "check_node_
 log = logging.getLogger("logstore.cluster")
 
 LEASE_FRACTION = 2 / 3
-"""Share of ``zookeeper.session.timeout.ms`` an acks=1 lease lasts after the round trip that renewed it was sent."""
+"""Share of the negotiated session timeout an acks=1 lease lasts after the round trip that renewed it was sent."""
 _WATCH_S = 1.0
 """Longest wait between two looks at the cached view (changes wake the watch at once)."""
 
@@ -140,7 +146,8 @@ class ClusterMembership:
         if config.node_id < 0:
             raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
         self.node = NodeInfo(config.node_id, advertised_url(config))
-        self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
+        self.configured_session_timeout_s = config.zookeeper_session_timeout_ms / 1000
+        self._logged_timeout_s = self.configured_session_timeout_s
         self._changed = threading.Event()
         self.coordinator = ZooKeeperController(
             config.zookeeper_connect,
@@ -171,11 +178,22 @@ class ClusterMembership:
         sent = time.monotonic()
         self.coordinator.start()
         self._lease_from, self._connected = sent, True
+        self._log_negotiated()
         self._thread.start()
+
+    @property
+    def session_timeout_s(self) -> float:
+        """The session timeout ZooKeeper granted at the last (re)connect (before the first: the configured one)."""
+        return self.coordinator.session_timeout_s
+
+    @property
+    def lease_s(self) -> float:
+        """How long an acks=1 lease lasts after the round trip that renewed it was sent."""
+        return self.session_timeout_s * LEASE_FRACTION
 
     def lease_valid(self) -> bool:
         """Whether an acks=1 promise may be answered now (see the module docstring)."""
-        return self._connected and time.monotonic() - self._lease_from < self.session_timeout_s * LEASE_FRACTION
+        return self._connected and time.monotonic() - self._lease_from < self.lease_s
 
     def metadata(self) -> ClusterMetadata:
         """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
@@ -244,4 +262,20 @@ class ClusterMembership:
         if not connected:
             self._lease_from = -math.inf
             log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
+        else:
+            self._log_negotiated()
         self._on_session(connected)
+
+    def _log_negotiated(self) -> None:
+        """Say once (and again on a change) that ZooKeeper granted a session timeout other than the configured one."""
+        granted = self.session_timeout_s
+        if granted != self._logged_timeout_s:
+            self._logged_timeout_s = granted
+            log.warning(
+                "node %d: ZooKeeper negotiated a session timeout of %d ms (zookeeper.session.timeout.ms is %d); "
+                "the acks=1 lease lasts %d ms",
+                self.node_id,
+                round(granted * 1000),
+                round(self.configured_session_timeout_s * 1000),
+                round(granted * LEASE_FRACTION * 1000),
+            )

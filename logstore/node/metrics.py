@@ -82,6 +82,18 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.zookeeper_session_timeout = Gauge(
+            "logstore_zookeeper_session_timeout_seconds",
+            "Cluster mode: the session timeout ZooKeeper negotiated at the last (re)connect (it bounds "
+            "zookeeper.session.timeout.ms to the server's minimum and maximum)",
+            registry=r,
+        )
+        self.acks1_lease = Gauge(
+            "logstore_acks1_lease_seconds",
+            "Cluster mode: how long after a ZooKeeper round trip this node may still promise acks=1 offsets "
+            "(two thirds of the negotiated session timeout)",
+            registry=r,
+        )
         self.leadership_changes = Counter(
             "logstore_leadership_changes",
             "Partitions this node started leading (cluster mode), per topic",

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from logstore.config import load_config
 from logstore.log.catalog import Catalog
 from tests.support.helpers import assert_gap_free, read_topic
+from tests.support.parsers import server_metric
 from tests.support.server import Server
 from tests.system.cluster.cluster_helpers import (
     PARTITIONS,
@@ -232,3 +233,15 @@ def test_a_sigterm_leader_hands_its_partitions_over_within_a_second(
     assert moved_after <= 1.0
     assert max(gaps.values()) <= 2.0
     _check_log(tmp_path / "data", producers)
+
+
+def test_the_acks1_lease_follows_the_session_timeout_zookeeper_negotiated(cluster: Callable[..., Server]) -> None:
+    # the fixture's server has tickTime 500 ms: it grants at most 20 ticks, 10 s, whatever a node asks for
+    asked = cluster(1, **{"zookeeper.session.timeout.ms": 18_000})
+    granted = cluster(2)  # asks for SESSION_MS, within the server's bounds
+    assert server_metric(asked, "logstore_zookeeper_session_timeout_seconds") == 10.0
+    assert server_metric(asked, "logstore_acks1_lease_seconds") == pytest.approx(10.0 * 2 / 3)
+    assert "negotiated a session timeout of 10000 ms (zookeeper.session.timeout.ms is 18000)" in asked.log()
+    assert server_metric(granted, "logstore_zookeeper_session_timeout_seconds") == SESSION_MS / 1000
+    assert server_metric(granted, "logstore_acks1_lease_seconds") == pytest.approx(SESSION_MS / 1000 * 2 / 3)
+    assert "negotiated a session timeout" not in granted.log()
