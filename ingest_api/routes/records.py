@@ -84,7 +84,12 @@ async def produce(
     validate_topic_name(topic)
     body = await _read_body(request, broker)
     if request.headers.get("content-type", "").startswith(ARROW_STREAM):
-        parsed = parse_arrow(body, request.headers.get(PRODUCER_ID_HEADER), request.headers.get(SEQUENCE_HEADER))
+        parsed = parse_arrow(
+            body,
+            request.headers.get(PRODUCER_ID_HEADER),
+            request.headers.get(SEQUENCE_HEADER),
+            max_bytes=broker.config.max_request_size,
+        )
     else:
         parsed = await request.app.state.parsers.parse(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)

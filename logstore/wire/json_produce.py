@@ -167,10 +167,13 @@ def parse_produce(body: bytes) -> ParsedRecords:
     return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, partitions, producer_id, sequence)
 
 
-def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> ParsedRecords:
+def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None, *, max_bytes: int) -> ParsedRecords:
     """Parse an Arrow IPC produce body (:mod:`logstore.wire.arrow_produce`) and its idempotence headers.
 
+    ``max_bytes`` (``max.request.size``) bounds what the body decodes to, compressed buffers included.
+
     Raises:
+        RecordListTooLargeError: the body decodes to more than ``max_bytes``.
         InvalidRequestError: see :func:`~logstore.wire.arrow_produce.decode_produce`; a bad producer id or sequence.
         InvalidTimestampError: a timestamp outside 0..MAX_TIMESTAMP_MS.
     """
@@ -180,7 +183,7 @@ def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None) -> P
             raise InvalidRequestError(f"{SEQUENCE_HEADER} must be an integer in 0..2^63-1, got '{sequence}'")
         seq = int(sequence)
     _check_idempotence(producer_id, seq, PRODUCER_ID_HEADER, SEQUENCE_HEADER)
-    return ParsedRecords.from_table(decode_produce(body), producer_id, seq)
+    return ParsedRecords.from_table(decode_produce(body, max_bytes=max_bytes), producer_id, seq)
 
 
 def _check_idempotence(producer_id: object, sequence: object, id_name: str, sequence_name: str) -> None:

@@ -19,6 +19,8 @@ from logstore.log.schema import HEADERS_TYPE
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 from tests.support.server import Server
 
+MiB = 2**20
+
 StartServer = Callable[..., Server]
 
 
@@ -30,6 +32,23 @@ def post(c: httpx.Client, topic: str, table: pa.Table | bytes, acks: str = "all"
         content=body,
         headers={"content-type": ARROW_STREAM, **headers},
     )
+
+
+def compressed(table: pa.Table, codec: str) -> bytes:
+    """``table`` as an Arrow IPC stream whose buffers are compressed with ``codec``."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def peak_rss(s: Server) -> int:
+    """The server process's peak resident set (VmHWM), in bytes."""
+    assert s.proc is not None
+    with open(f"/proc/{s.proc.pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
 
 
 def error(r: httpx.Response, status: int, code: str) -> str:
@@ -130,3 +149,42 @@ def test_bad_bodies_are_refused_and_take_nothing_with_them(server: StartServer) 
     error(post(c, "t", pa.table({"value": pa.array(["x" * 90] * 300)})), 413, "RECORD_LIST_TOO_LARGE")
     assert sum(high_watermarks(c, "t")) == 1
     assert [r["value"] for p in (0, 1) for r in records(c, "t", p)] == ["kept"]
+
+
+def test_a_compressed_body_is_refused_by_what_it_decodes_to_before_it_is_decompressed(server: StartServer) -> None:
+    """A few KB of ZSTD or LZ4 standing for 200 MiB of records: 413 RECORD_LIST_TOO_LARGE, nothing decompressed."""
+    s = server(**{"max.request.size": MiB})
+    c = s.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    assert post(c, "t", pa.table({"value": pa.array(["kept"])})).status_code == 200
+    zeros = pa.table({"value": pa.array([bytes(200 * MiB)], pa.binary())})
+    bodies = {codec: compressed(zeros, codec) for codec in ("zstd", "lz4")}
+    del zeros
+    small = compressed(pa.table({"value": pa.array(["x" * 1000] * 100)}), "zstd")
+    assert all(len(body) < MiB for body in bodies.values())  # within max.request.size as sent (zstd: ~7 KB)
+    before = peak_rss(s)
+    answers = {codec: post(c, "t", body) for codec, body in bodies.items()}
+    grown = peak_rss(s) - before
+    assert grown < 50 * MiB, f"the node's peak RSS grew by {grown // MiB} MiB"  # the 200 MiB were never allocated
+    for codec, r in answers.items():
+        assert "max.request.size" in error(r, 413, "RECORD_LIST_TOO_LARGE"), codec
+    assert post(c, "t", small).status_code == 200  # compressed bodies within the limit still land
+    assert high_watermarks(c, "t") == [101]
+    assert records(c, "t", 0)[0]["value"] == "kept"
+
+
+def test_records_that_repeat_shared_bytes_are_measured_decoded(server: StartServer) -> None:
+    """A column of nulls, a dictionary or views: what they decode to counts against max.request.size."""
+    c = server(**{"max.request.size": MiB}).client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    nulls = pa.table({"value": pa.nulls(5_000_000)})  # no buffer at all, 5 M records
+    error(post(c, "t", nulls), 413, "RECORD_LIST_TOO_LARGE")
+    repeated = pa.DictionaryArray.from_arrays(pa.array([0] * 10_000, pa.int8()), pa.array(["x" * 10_000]))
+    error(post(c, "t", pa.table({"value": repeated})), 413, "RECORD_LIST_TOO_LARGE")  # 100 MB decoded
+    headers = pa.array([[{"key": "h", "value": "v"}]]).cast(
+        pa.list_(pa.struct([("key", pa.string_view()), ("value", pa.string())]))
+    )
+    error(post(c, "t", pa.table({"value": pa.array(["x"]), "headers": headers})), 400, "INVALID_REQUEST")
+    small = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int8()), pa.array(["a", "b"]))
+    assert post(c, "t", pa.table({"value": small})).status_code == 200
+    assert [r["value"] for r in records(c, "t", 0)] == ["a", "b", "a"]
