@@ -51,8 +51,12 @@ async def list_groups(
     dependencies=[requires(Operation.DESCRIBE, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
 )
 async def describe_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep) -> GroupOut:
-    """Committed offsets with lag per partition on the topics the caller may DESCRIBE (as Kafka's
-    OffsetFetch filters), and the live members (id, generation, assignment)."""
+    """Committed offsets with lag per partition, and the live members (id, generation, assignment).
+
+    Topics the caller may not DESCRIBE are left out everywhere, as Kafka's OffsetFetch
+    leaves them out: their committed offsets and their partitions in members' assignments
+    (every member is listed, its assignment without them), so no answer names such a topic.
+    """
     return await _group_out(group, broker, coordinator, access)
 
 
@@ -72,6 +76,7 @@ async def find_coordinator(group: str, request: Request, broker: BrokerDep) -> N
 
 
 async def _group_out(group: str, broker: Broker, coordinator: Coordinator, access: Access) -> GroupOut:
+    """The group as ``GET /v1/groups/{g}`` shows it: only topics the caller may DESCRIBE, in offsets and members."""
     live = await run_in_threadpool(coordinator.members, group)
     rows: list[GroupOffset] = []
     try:
@@ -95,7 +100,7 @@ async def _group_out(group: str, broker: Broker, coordinator: Coordinator, acces
         {
             "group": group,
             "topics": [{"topic": t, "partitions": ps} for t, ps in sorted(topics.items())],
-            "members": [member_out(m) for m in live],
+            "members": [member_out(m, access) for m in live],
         }
     )
 

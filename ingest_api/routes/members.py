@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.deps import AccessDep, BrokerDep, CoordinatorDep, checks, count_quota, requires
+from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, checks, count_quota, requires
 from ingest_api.group_routing import route_to_coordinator
 from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
 from ingest_api.routes.records import _fetch_body, _json
@@ -32,13 +32,24 @@ router = APIRouter(
 )
 
 
-def member_out(state: MemberState) -> MemberOut:
+def member_out(state: MemberState, access: Access) -> MemberOut:
+    """A member as every answer shows it: its assignment only on topics the caller may DESCRIBE.
+
+    As a group's committed offsets are shown (Kafka's OffsetFetch), so that no answer names
+    a topic hidden from the caller: a principal allowed into the group but not onto one of
+    its topics sees the members, not that topic. A member's own principal needed READ
+    (which implies DESCRIBE) on the topics it joined with, so its own answers lose nothing
+    unless its ACLs change.
+    """
+    visible: dict[str, bool] = {}
+    assignment = []
+    for tp in state.assignment:
+        if tp.topic not in visible:
+            visible[tp.topic] = access.may(Operation.DESCRIBE, Resource.topic(tp.topic))
+        if visible[tp.topic]:
+            assignment.append({"topic": tp.topic, "partition": tp.partition})
     return MemberOut.model_validate(
-        {
-            "member_id": state.member_id,
-            "generation": state.generation,
-            "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in state.assignment],
-        }
+        {"member_id": state.member_id, "generation": state.generation, "assignment": assignment}
     )
 
 
@@ -57,14 +68,16 @@ async def join(group: str, body: JoinGroup, coordinator: CoordinatorDep, access:
             max_poll_interval_ms=body.max_poll_interval_ms,
         )
     )
-    return member_out(state)
+    return member_out(state, access)
 
 
 @router.post("/{member}/heartbeat", response_model=MemberOut)
-async def heartbeat(group: str, member: str, coordinator: CoordinatorDep, body: Heartbeat | None = None) -> MemberOut:
+async def heartbeat(
+    group: str, member: str, coordinator: CoordinatorDep, access: AccessDep, body: Heartbeat | None = None
+) -> MemberOut:
     """Keep the session alive; the response is the member's current generation and assignment."""
     acknowledged = body.generation if body is not None else None
-    return member_out(await run_in_threadpool(coordinator.heartbeat, group, member, acknowledged))
+    return member_out(await run_in_threadpool(coordinator.heartbeat, group, member, acknowledged), access)
 
 
 @router.get(

@@ -405,3 +405,27 @@ def test_auto_creating_a_topic_on_produce_needs_create(tmp_path: Path, server: A
         assert c.post("/v1/topics/fresh/records", json=rec()).status_code == 200
     with srv.client(api_key=keys["writer"]) as c:
         assert c.post("/v1/topics/fresh/records", json=rec()).status_code == 200  # it exists now
+
+
+def test_group_members_show_only_topics_the_principal_may_describe(secured: Secured) -> None:
+    """A member's assignment hides the topics the caller may not DESCRIBE, as the committed offsets do."""
+    with secured.client("admin") as admin:
+        joined = admin.post("/v1/groups/orders-live/members", json={"topics": ["orders-eu", "payments"]})
+        assert joined.status_code == 200, joined.text
+        member = joined.json()["member_id"]
+        assert {tp["topic"] for tp in joined.json()["assignment"]} == {"orders-eu", "payments"}
+        described = admin.get("/v1/groups/orders-live").json()
+        assert {tp["topic"] for tp in described["members"][0]["assignment"]} == {"orders-eu", "payments"}
+    try:
+        with secured.client("alice") as alice:  # READ on orders-* groups and ALL on orders-* topics, not payments
+            r = alice.get("/v1/groups/orders-live")
+            beat = alice.post(f"/v1/groups/orders-live/members/{member}/heartbeat")
+        assert r.status_code == 200 and beat.status_code == 200, (r.text, beat.text)
+        shown = r.json()["members"]
+        assert [m["member_id"] for m in shown] == [member]
+        assert shown[0]["assignment"] == [{"topic": "orders-eu", "partition": 0}]
+        assert beat.json()["assignment"] == [{"topic": "orders-eu", "partition": 0}]
+        assert "payments" not in r.text and "payments" not in beat.text
+    finally:
+        with secured.client("admin") as admin:
+            assert admin.delete(f"/v1/groups/orders-live/members/{member}").is_success
