@@ -31,6 +31,7 @@ from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.group_routing import Forwarded, forget_moved_groups
+from ingest_api.internode import node_client_tls
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
@@ -183,7 +184,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         broker = Broker(config)
         app.state.broker = broker
-        app.state.forwarder = Forwarder()
+        app.state.forwarder = Forwarder(node_client_tls(config))
         await run_in_threadpool(broker.start)
         unwatch_gc = _freeze_and_watch_gc(broker.metrics)
         coordinator = GroupCoordinator(broker.store)

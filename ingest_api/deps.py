@@ -18,6 +18,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ingest_api.internode import ANONYMOUS, FORWARDED_PRINCIPAL, remember_caller
 from ingest_api.tls import client_cert_name
 from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
 from logstore.groups.coordinator import Coordinator
@@ -37,9 +38,6 @@ __all__ = [
     "count_quota",
     "requires",
 ]
-
-ANONYMOUS = "User:ANONYMOUS"
-"""The principal of every request when ``security.enabled`` is false (as Kafka names it)."""
 
 
 # Dependencies are ``async def`` even when they do not await: FastAPI runs a plain ``def`` dependency in its
@@ -95,17 +93,27 @@ async def get_access(
 
     ``Authorization: Bearer <key>`` names the principal when sent; without
     one, a client certificate the TLS handshake verified
-    (``server.ssl.client.auth``) names it through ``ssl.principal.mapping.rules``.
+    (``server.ssl.client.auth``) names it through ``ssl.principal.mapping.rules``
+    — unless that principal is a super user (another node's certificate) and
+    the request names the client it forwards in ``X-Logstore-Forwarded-Principal``
+    (:mod:`ingest_api.internode`): then that client is the caller. The header
+    counts on no other request.
 
     Raises:
         SaslAuthenticationFailedError: neither, an unknown, revoked or wrong key, or a certificate
             no mapping rule matches (401).
     """
     guard: Guard | None = request.app.state.guard
+    remember_caller(None, None)
     if guard is None:
         return Access(ANONYMOUS, None)
     if credentials is None and (dn := client_cert_name(request.scope)) is not None:
         certified = guard.certificate_principal(dn)
+        claimed = request.headers.get(FORWARDED_PRINCIPAL)
+        if claimed and certified in guard.super_users:  # another node, acting for a client it authenticated
+            request.state.principal = claimed
+            return Access(claimed, guard)
+        remember_caller(None, certified)
         request.state.principal = certified
         return Access(certified, guard)
     if credentials is None:
@@ -115,6 +123,7 @@ async def get_access(
     principal = guard.authenticate_cached(key) or await run_in_threadpool(guard.authenticate, key)
     if principal is None:
         raise SaslAuthenticationFailedError("unknown, revoked or malformed API key")
+    remember_caller(request.headers.get("authorization"), None)
     request.state.principal = principal
     return Access(principal, guard)
 

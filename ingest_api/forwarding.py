@@ -22,6 +22,7 @@ forwarding.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import httpx
 import numpy as np
@@ -29,6 +30,7 @@ import orjson
 import pyarrow as pa
 from fastapi.concurrency import run_in_threadpool
 
+from ingest_api.internode import identity_headers
 from logstore.cluster import NodeInfo
 from logstore.errors import (
     ERRORS_BY_NAME,
@@ -54,11 +56,17 @@ Placed = tuple[list[int], list[int | None]]
 
 
 class Forwarder:
-    """HTTP connections to the other nodes (one pool per node, kept warm), on the app's event loop."""
+    """HTTP connections to the other nodes (one pool per node, kept warm), on the app's event loop.
 
-    def __init__(self, timeout_s: float = 30.0) -> None:
+    Args:
+        tls: the node-to-node TLS client context (:func:`ingest_api.internode.node_client_tls`).
+    """
+
+    def __init__(self, tls: ssl.SSLContext | None = None, timeout_s: float = 30.0) -> None:
         self._client = httpx.AsyncClient(
-            timeout=timeout_s, limits=httpx.Limits(max_connections=64, max_keepalive_connections=32)
+            verify=tls if tls is not None else True,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
         )
 
     @property
@@ -69,7 +77,11 @@ class Forwarder:
     async def produce(
         self, leader: NodeInfo, topic: str, parsed: ParsedRecords, acks: Acks, authorization: str | None
     ) -> Placed:
-        """Forward records to their leader and return its answer.
+        """Forward records to their leader and return its answer, acting for the request's client.
+
+        The client is named by its ``Authorization`` header, or for a client
+        authenticated by its certificate by the forwarded-principal header
+        (:mod:`ingest_api.internode`).
 
         Raises:
             LogstoreError: the leader's error (a leader that moved: NOT_LEADER_OR_FOLLOWER, retriable).
@@ -78,8 +90,7 @@ class Forwarder:
         if parsed.producer_id is not None:
             headers[PRODUCER_ID_HEADER] = parsed.producer_id
             headers[SEQUENCE_HEADER] = str(parsed.sequence)
-        if authorization:
-            headers["authorization"] = authorization
+        headers.update(identity_headers() or ({"authorization": authorization} if authorization else {}))
         try:
             r = await self._client.post(
                 f"{leader.url}/v1/topics/{topic}/records",

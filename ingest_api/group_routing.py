@@ -3,7 +3,8 @@
 The coordinator of a group is the live node :func:`logstore.cluster.group_coordinator`
 picks by rendezvous hashing of the group name (embedded mode: this node). A member
 route reaching another node is forwarded there unchanged (method, path, query,
-body, ``Authorization`` and ``Accept`` headers) with ``?forward=false``, so a
+body, ``Accept`` and ``Content-Type`` headers, and the client's identity as
+:mod:`ingest_api.internode` carries it) with ``?forward=false``, so a
 forward never loops, and its answer (status, body, content type) is returned as is.
 With ``?forward=false`` such a node answers ``NOT_COORDINATOR`` (HTTP 421) naming
 the coordinator instead.
@@ -25,6 +26,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.deps import BrokerDep, CoordinatorDep
+from ingest_api.internode import identity_headers
 from logstore.cluster import NodeInfo, group_coordinator
 from logstore.errors import NotCoordinatorError
 from logstore.groups.coordinator import Coordinator
@@ -88,7 +90,7 @@ async def route_to_coordinator(
     client: httpx.AsyncClient = request.app.state.forwarder.client
     params = httpx.QueryParams([(k, v) for k, v in request.query_params.multi_items() if k != "forward"])
     params = params.add("forward", "false")
-    headers = {k: v for k, v in request.headers.items() if k in ("authorization", "accept", "content-type")}
+    headers = {k: v for k, v in request.headers.items() if k in ("accept", "content-type")} | identity_headers()
     try:
         r = await client.request(
             request.method,
@@ -109,7 +111,7 @@ async def groups_with_members(
 ) -> set[str]:
     """Names of the groups with live members: this node's, and with ``everywhere`` in cluster mode every live node's.
 
-    The other nodes are asked at once, with the caller's ``Authorization``, for
+    The other nodes are asked at once, acting for the caller (:mod:`ingest_api.internode`), for
     ``GET /v1/groups?forward=false`` (what they coordinate, and the groups with
     committed offsets, which every node reads from the same table). A node that
     does not answer within 5 s is left out and logged: its groups are moving to
@@ -120,7 +122,7 @@ async def groups_with_members(
         return names
     metadata = await run_in_threadpool(broker.cluster_metadata, str(request.base_url).rstrip("/"))
     client: httpx.AsyncClient = request.app.state.forwarder.client
-    headers = {k: v for k, v in request.headers.items() if k == "authorization"}
+    headers = identity_headers()
 
     async def ask(node: NodeInfo) -> list[str]:
         try:

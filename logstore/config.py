@@ -187,6 +187,30 @@ class LogstoreConfig:
             choices=("none", "requested", "required"),
         ),
     )
+    inter_node_ssl_ca_location: str = field(
+        default="",
+        metadata=_key(
+            "inter.node.ssl.ca.location",
+            "PEM CA bundle a node verifies another node's HTTPS certificate with when it forwards a request "
+            "(cluster mode); empty = server.ssl.cafile when set, else the system's CAs.",
+        ),
+    )
+    inter_node_ssl_certificate_location: str = field(
+        default="",
+        metadata=_key(
+            "inter.node.ssl.certificate.location",
+            "PEM client certificate a node presents to the node it forwards a request to; empty = "
+            "server.ssl.certfile (which then needs the clientAuth usage too). Its principal, in super.users, lets "
+            "the other node act for a client this node authenticated by its certificate.",
+        ),
+    )
+    inter_node_ssl_key_location: str = field(
+        default="",
+        metadata=_key(
+            "inter.node.ssl.key.location",
+            "PEM private key of inter.node.ssl.certificate.location; empty = server.ssl.keyfile.",
+        ),
+    )
     ssl_principal_mapping_rules: str = field(
         default="DEFAULT",
         metadata=_key(

@@ -25,33 +25,10 @@ from logstore.security import (
     ResourceType,
     new_key,
 )
+from tests.support.pki import make_ca, make_cert
 from tests.support.server import LOGSTORE, Server
 
 StartServer = Callable[..., Server]
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def make_ca(d: Path) -> tuple[Path, Path]:
-    key, cert = d / "ca.key", d / "ca.pem"
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-            "-days", "1", "-subj", "/CN=logstore test CA")  # fmt: skip
-    return key, cert
-
-
-def make_cert(d: Path, ca: tuple[Path, Path], name: str, subject: str, *, server: bool) -> tuple[Path, Path]:
-    key, csr, cert, ext = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem", d / f"{name}.ext"
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", subject)
-    ext.write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
-        if server
-        else "extendedKeyUsage=clientAuth\n"
-    )
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[1]), "-CAkey", str(ca[0]), "-CAcreateserial",
-            "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture
