@@ -2,8 +2,9 @@
 
 Kafka's group coordinator hands each partition to one member of a group. A
 logstore group has no broker, so a reader that wants a topic for its group
-takes a lease: a file under ``<root>/_groups/<group>/`` holding the owner's
-id, host, pid and an expiry time. The owner renews it (a heartbeat thread)
+takes a lease: a file under ``<root>/_groups/<group>/`` (the name escaped, so
+any group name is one folder there) holding the owner's id, host, pid and an
+expiry time. The owner renews it (a heartbeat thread)
 well before it expires and marks it released when it stops; a crashed owner
 stops renewing, and after ``timeout_ms`` anyone may take the lease over — at
 once when the owner ran on the same host and its process is gone.
@@ -26,6 +27,7 @@ offsets back.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -35,7 +37,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from logstore.errors import GroupSubscribedToTopicError, KafkaStorageError
+from logstore.errors import GroupSubscribedToTopicError, InvalidGroupIdError, KafkaStorageError
+from logstore.log.catalog import validate_topic_name
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT_MS", "GroupLease"]
 
@@ -57,6 +60,12 @@ class GroupLease:
             renews it every third of that.
         clock_ms: wall clock in ms (expiry times are compared across processes).
 
+    The group's folder is ``<root>/_groups/<name>`` with the name escaped so that it
+    stays one folder under ``_groups`` whatever the group is called (:func:`_safe`).
+
+    Raises:
+        InvalidGroupIdError: an empty group name.
+
     Thread-safe: the heartbeat thread and the caller share it.
     """
 
@@ -68,6 +77,8 @@ class GroupLease:
         timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        if not isinstance(group, str) or not group:
+            raise InvalidGroupIdError("consumer group name must be a non-empty string")
         self.group = group
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.dir = os.path.join(os.path.abspath(root), "_groups", _safe(group))
@@ -124,7 +135,8 @@ class GroupLease:
     # -- internals --------------------------------------------------------------
 
     def _path(self, topic: str, gen: int) -> str:
-        return os.path.join(self.dir, f"{topic}{_LEASE}.{gen}" if gen else f"{topic}{_LEASE}")
+        stem = _topic_stem(topic)
+        return os.path.join(self.dir, f"{stem}{_LEASE}.{gen}" if gen else f"{stem}{_LEASE}")
 
     def _generations(self, topic: str) -> list[int]:
         """The generations of ``topic``'s lease on disk, ascending (a pre-generation ``<topic>.lease`` is 0)."""
@@ -132,7 +144,7 @@ class GroupLease:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return []
-        prefix = f"{topic}{_LEASE}"
+        prefix = f"{_topic_stem(topic)}{_LEASE}"
         gens = []
         for name in names:
             if name == prefix:
@@ -166,7 +178,7 @@ class GroupLease:
         ).encode()
 
     def _tmp(self, topic: str) -> str:
-        return os.path.join(self.dir, f".{topic}.{uuid.uuid4().hex}.tmp")
+        return os.path.join(self.dir, f".{_topic_stem(topic)}.{uuid.uuid4().hex}.tmp")
 
     def _write(self, topic: str, gen: int, *, expires_ms: int) -> None:
         """Replace the content of generation ``gen`` (this reader's own) atomically."""
@@ -287,6 +299,43 @@ def _owner_alive(owner: object) -> bool:
     return True
 
 
+_NAME_MAX = 255
+"""Bytes in one file name (ext4, xfs, APFS and NTFS alike)."""
+_TMP_ROOM = len("..") + 32 + len(".tmp")
+"""What a temporary file adds to a topic's name (``.<topic>.<uuid hex>.tmp``)."""
+
+
 def _safe(group: str) -> str:
-    """A group name as one path component (group names are free text)."""
-    return "".join(c if c.isalnum() or c in "._-" else f"%{ord(c):02x}" for c in group)
+    """A group name as one path component: never ``.`` or ``..``, never a separator, different for every group.
+
+    Group names are free text (Kafka allows any string, ``..`` included). Letters,
+    digits, ``.``, ``_`` and ``-`` stay as they are, so an ordinary name is its own
+    folder, as it has always been. Any other character is percent-encoded: ``%xx``
+    up to U+00FF, ``%u`` and six hex digits above (``u`` is no hex digit, so the
+    two forms never read as one another); a name of dots alone (``.``, ``..``) has
+    its dots encoded too. A name whose encoded form exceeds a file name's 255 bytes
+    becomes its first 128 bytes, ``~`` and 32 hex digits of its SHA-256 (``~`` is
+    encoded in every other form, so no short name ends up there).
+    """
+    if group in (".", ".."):
+        return "%2e" * len(group)
+    safe = "".join(c if c.isalnum() or c in "._-" else _escape(c) for c in group)
+    return _bounded(safe, _NAME_MAX, group)
+
+
+def _escape(c: str) -> str:
+    return f"%{ord(c):02x}" if ord(c) <= 0xFF else f"%u{ord(c):06x}"
+
+
+def _bounded(name: str, limit: int, original: str) -> str:
+    """``name`` when it fits in ``limit`` bytes, else a prefix of it with a hash of ``original``."""
+    if len(name.encode("utf-8", "surrogatepass")) <= limit:
+        return name
+    prefix = name.encode("utf-8", "surrogatepass")[:128].decode("utf-8", "ignore")
+    digest = hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{prefix}~{digest}"
+
+
+def _topic_stem(topic: str) -> str:
+    """A topic's name in its lease files: itself (Kafka's legal characters), hashed when too long for a file name."""
+    return _bounded(validate_topic_name(topic), _NAME_MAX - _TMP_ROOM, topic)

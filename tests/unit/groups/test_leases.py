@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logstore.errors import GroupSubscribedToTopicError
+from logstore.errors import GroupSubscribedToTopicError, InvalidGroupIdError
 from logstore.groups.leases import GroupLease
 from tests.support.leases import race_for_lease
 
@@ -108,3 +108,71 @@ def _wait_for(condition: object, timeout_s: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)
+
+
+def _lease_files(root: Path) -> dict[Path, list[str]]:
+    """Every folder under ``root`` holding lease files, with their names."""
+    found: dict[Path, list[str]] = {}
+    for folder, _, files in os.walk(root):
+        leases = sorted(f for f in files if ".lease" in f)
+        if leases:
+            found[Path(folder)] = leases
+    return found
+
+
+@pytest.mark.parametrize("group", [".", "..", "../..", "a/../..", "/", "x/y", "\x00", "..\x00", "%2e", "~"])
+def test_any_group_name_is_one_folder_under_groups(tmp_path: Path, group: str) -> None:
+    root = tmp_path / "root"
+    lease = GroupLease(str(root), group, timeout_ms=60_000)
+    lease.acquire({"t"})
+    try:
+        folder = Path(lease.dir)
+        assert folder.parent == root / "_groups" and folder.name not in ("", ".", ".."), lease.dir
+        assert _lease_files(tmp_path) == {folder: ["t.lease.1"]}
+        with pytest.raises(GroupSubscribedToTopicError):  # the same name finds the same lease
+            GroupLease(str(root), group, timeout_ms=60_000).acquire({"t"})
+    finally:
+        lease.release()
+
+
+def test_ordinary_group_names_keep_their_folders(tmp_path: Path) -> None:
+    """Lease folders written by earlier versions stay where they are: only what needs it is encoded."""
+    expected = {
+        "g": "g",
+        "orders-eu.v2_x": "orders-eu.v2_x",
+        "...": "...",
+        ".hidden": ".hidden",
+        "Grüße": "Grüße",
+        "a b/c": "a%20b%2fc",
+        "100%": "100%25",
+        "ü\u00d7": "ü%d7",  # a multiplication sign: not a letter
+    }
+    for group, folder in expected.items():
+        assert GroupLease(str(tmp_path), group).dir == str(tmp_path / "_groups" / folder)
+
+
+def test_different_group_names_never_share_a_folder(tmp_path: Path) -> None:
+    long = "g" * 300  # more than a file name's 255 bytes
+    names = [".", "..", "%2e", "%2e%2e", "\u2603", "&03", "%u002603", long, long + "x", "é" * 200, "é" * 201]
+    folders = [GroupLease(str(tmp_path), g).dir for g in names]
+    assert len(set(folders)) == len(names)
+    assert all(len(os.path.basename(f).encode()) <= 255 for f in folders)
+    lease = GroupLease(str(tmp_path), long, timeout_ms=60_000)
+    lease.acquire({"t"})  # a long name is a folder that can be created
+    lease.release()
+
+
+def test_the_longest_topic_name_has_a_lease(tmp_path: Path) -> None:
+    topic = "t" * 249  # Kafka's limit: its lease file's name would exceed 255 bytes as is
+    lease = GroupLease(str(tmp_path), "g", timeout_ms=60_000)
+    lease.acquire({topic})
+    try:
+        with pytest.raises(GroupSubscribedToTopicError):
+            GroupLease(str(tmp_path), "g", timeout_ms=60_000).acquire({topic})
+    finally:
+        lease.release()
+
+
+def test_an_empty_group_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidGroupIdError):
+        GroupLease(str(tmp_path), "")
