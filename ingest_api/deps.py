@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ingest_api.internode import ANONYMOUS, FORWARDED_PRINCIPAL, remember_caller
 from ingest_api.tls import client_cert_name
 from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
-from logstore.groups.coordinator import Coordinator
+from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Guard, Operation, QuotaKind, Resource, ResourceType, audit
 
@@ -52,12 +52,12 @@ async def get_broker(request: Request) -> Broker:
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 
 
-async def get_coordinator(request: Request) -> Coordinator:
-    coordinator: Coordinator = request.app.state.coordinator
+async def get_coordinator(request: Request) -> GroupCoordinator:
+    coordinator: GroupCoordinator = request.app.state.coordinator
     return coordinator
 
 
-CoordinatorDep = Annotated[Coordinator, Depends(get_coordinator)]
+CoordinatorDep = Annotated[GroupCoordinator, Depends(get_coordinator)]
 
 _bearer = HTTPBearer(
     auto_error=False,

@@ -29,7 +29,7 @@ from ingest_api.deps import BrokerDep, CoordinatorDep
 from ingest_api.internode import identity_headers
 from logstore.cluster import NodeInfo, group_coordinator
 from logstore.errors import NotCoordinatorError
-from logstore.groups.coordinator import Coordinator
+from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 
 __all__ = ["Forwarded", "coordinator_of", "forget_moved_groups", "groups_with_members", "route_to_coordinator"]
@@ -107,7 +107,7 @@ async def route_to_coordinator(
 
 
 async def groups_with_members(
-    request: Request, broker: Broker, coordinator: Coordinator, *, everywhere: bool
+    request: Request, broker: Broker, coordinator: GroupCoordinator, *, everywhere: bool
 ) -> set[str]:
     """Names of the groups with live members: this node's, and with ``everywhere`` in cluster mode every live node's.
 
@@ -143,7 +143,7 @@ async def groups_with_members(
     return names
 
 
-def forget_moved_groups(coordinator: Coordinator, broker: Broker) -> None:
+def forget_moved_groups(coordinator: GroupCoordinator, broker: Broker) -> None:
     """Drop the in-memory state of every group another live node now coordinates (cluster mode)."""
     if broker.cluster is None:
         return

@@ -17,7 +17,7 @@ from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
 from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
-from logstore.groups.coordinator import Coordinator
+from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import GroupOffset
@@ -75,7 +75,7 @@ async def find_coordinator(group: str, request: Request, broker: BrokerDep) -> N
     return NodeOut(node_id=node.node_id, url=node.url)
 
 
-async def _group_out(group: str, broker: Broker, coordinator: Coordinator, access: Access) -> GroupOut:
+async def _group_out(group: str, broker: Broker, coordinator: GroupCoordinator, access: Access) -> GroupOut:
     """The group as ``GET /v1/groups/{g}`` shows it: only topics the caller may DESCRIBE, in offsets and members."""
     live = await run_in_threadpool(coordinator.members, group)
     rows: list[GroupOffset] = []
@@ -141,7 +141,7 @@ async def reset_offsets(
     return await _group_out(group, broker, coordinator, access)
 
 
-async def _refuse_with_live_members(group: str, coordinator: Coordinator) -> None:
+async def _refuse_with_live_members(group: str, coordinator: GroupCoordinator) -> None:
     """Offsets of a group with live members move only through its members' commits (as in Kafka).
 
     Raises:

@@ -2,10 +2,9 @@
 
 Kafka's consumer-group protocol with server-side assignment (KIP-848): a
 member joins with its topics and gets an id, a generation and its partitions
-at once; the others learn of the change by heartbeat. In embedded mode the
-coordinator lives in the node (``logstore serve``); :class:`Coordinator` is
-the interface the HTTP tier uses, so a coordinator chosen through ZooKeeper
-can take its place.
+at once; the others learn of the change by heartbeat. The coordinator lives
+in the node (``logstore serve``); in cluster mode each group has one
+coordinator node, and the others forward its members' calls there.
 
 Each group's members, generations and assignment are a
 :class:`~logstore.groups.group.ConsumerGroup` (one live owner per partition,
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_MAX_POLL_INTERVAL_MS",
     "DEFAULT_SESSION_TIMEOUT_MS",
-    "Coordinator",
     "FetchFn",
     "GroupCoordinator",
     "GroupStore",
@@ -88,43 +86,6 @@ class GroupStore(Protocol):
     def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]: ...
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
-
-
-class Coordinator(Protocol):
-    """The group coordinator as the HTTP tier uses it (embedded now; chosen through ZooKeeper later)."""
-
-    def join(
-        self,
-        group: str,
-        topics: Iterable[str],
-        *,
-        assignor: str = "range",
-        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-        auto_offset_reset: OffsetReset = "latest",
-        max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
-    ) -> MemberState: ...
-
-    def heartbeat(self, group: str, member_id: str, acknowledged: int | None = None) -> MemberState: ...
-
-    def leave(self, group: str, member_id: str) -> None: ...
-
-    def commit(self, group: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, int]) -> None: ...
-
-    def fetch(
-        self, group: str, member_id: str, fetch: FetchFn, *, max_records: int, max_bytes: int
-    ) -> list[tuple[str, FetchResult]]: ...
-
-    def groups(self) -> list[str]: ...
-
-    def member(self, group: str, member_id: str) -> MemberState: ...
-
-    def members(self, group: str) -> list[MemberState]: ...
-
-    def expire(self) -> None: ...
-
-    def drop(self, group: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class GroupCoordinator:
