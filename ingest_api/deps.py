@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ingest_api.internode import ANONYMOUS, FORWARDED_PRINCIPAL, remember_caller
+from ingest_api.internode import ANONYMOUS, FORWARDED_PRINCIPAL, forwarded_principal, remember_caller
 from ingest_api.tls import client_cert_name
 from logstore.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
 from logstore.groups.coordinator import GroupCoordinator
@@ -109,7 +109,7 @@ async def get_access(
         return Access(ANONYMOUS, None)
     if credentials is None and (dn := client_cert_name(request.scope)) is not None:
         certified = guard.certificate_principal(dn)
-        claimed = request.headers.get(FORWARDED_PRINCIPAL)
+        claimed = forwarded_principal(request.headers.get(FORWARDED_PRINCIPAL))
         if claimed and certified in guard.super_users:  # another node, acting for a client it authenticated
             request.state.principal = claimed
             return Access(claimed, guard)

@@ -31,16 +31,25 @@ from __future__ import annotations
 
 import ssl
 from contextvars import ContextVar
+from urllib.parse import quote, unquote
 
 from logstore.config import LogstoreConfig
 
-__all__ = ["ANONYMOUS", "FORWARDED_PRINCIPAL", "identity_headers", "node_client_tls", "remember_caller"]
+__all__ = [
+    "ANONYMOUS",
+    "FORWARDED_PRINCIPAL",
+    "forwarded_principal",
+    "identity_headers",
+    "node_client_tls",
+    "remember_caller",
+]
 
 ANONYMOUS = "User:ANONYMOUS"
 """The principal of every request when ``security.enabled`` is false (as Kafka names it)."""
 
 FORWARDED_PRINCIPAL = "x-logstore-forwarded-principal"
-"""Header naming the principal a node forwards a certificate-authenticated client's request for."""
+"""Header naming the principal a node forwards a certificate-authenticated client's request for,
+percent-encoded (UTF-8): a certificate's subject may hold any character, a header only ASCII."""
 
 _caller: ContextVar[tuple[str | None, str | None]] = ContextVar("logstore_forwarded_caller", default=(None, None))
 """(Authorization header, certificate principal) of the request being served: what a forward of it carries."""
@@ -78,4 +87,9 @@ def identity_headers() -> dict[str, str]:
     authorization, certified = _caller.get()
     if authorization:
         return {"authorization": authorization}
-    return {FORWARDED_PRINCIPAL: certified or ANONYMOUS}
+    return {FORWARDED_PRINCIPAL: quote(certified or ANONYMOUS, safe="")}
+
+
+def forwarded_principal(value: str | None) -> str | None:
+    """The principal a :data:`FORWARDED_PRINCIPAL` header names (None or empty: none)."""
+    return unquote(value) if value else None
