@@ -144,6 +144,9 @@ class ResetOffsets(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topic: str
     to: Literal["earliest", "latest"] | dict[Literal["timestamp"], TimestampMs] | dict[Literal["offset"], Offset]
+    force: bool = Field(
+        False, description="wait for a reader's lease of the topic to be gone instead of refusing at once"
+    )
 
 
 # -- consumer groups with members (docs/design.md §9) ------------------------------------

@@ -10,17 +10,20 @@ writer lock and never fence it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     InvalidRequestError,
     LogstoreError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from logstore.groups.leases import DEFAULT_LEASE_TIMEOUT_MS, GroupLease
 from logstore.groups.offsets import OffsetsStore
 from logstore.log.catalog import Catalog
 from logstore.log.reader import TopicReader, offset_for_timestamp
@@ -158,16 +161,49 @@ class LogStore:
                 )
         self.offsets.commit(group, topic, offsets, metadata=metadata)
 
-    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
+    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False) -> dict[int, int]:
         """Move ``group``'s committed offsets on every partition of ``topic``; returns them.
 
         ``to`` is ``"earliest"`` (log start), ``"latest"`` (high watermark),
         ``{"timestamp": ms}`` (first record at or after it) or ``{"offset": n}``
         (clamped into [log start, HW], as Kafka's reset tool does).
 
+        As Kafka resets only an inactive group, the reset holds the group's lease
+        of ``topic`` (:class:`~logstore.groups.leases.GroupLease`) while the
+        offsets move: a group that a Spark query or the node's members are reading
+        the topic for is refused, and none can start reading it meanwhile and
+        commit over the reset. ``force`` waits for that reader's lease to be gone
+        (the query stopped, or crashed and its lease expired: at most twice the
+        lease timeout) instead of refusing at once.
+
         Raises:
             InvalidRequestError: ``to`` is none of these.
+            GroupSubscribedToTopicError: a live reader of the group holds ``topic``.
         """
+        lease = self._reset_lease(group, topic, wait_s=2 * DEFAULT_LEASE_TIMEOUT_MS / 1000 if force else 0.0)
+        try:
+            return self._reset_offsets(group, topic, to)
+        finally:
+            lease.release()
+
+    def _reset_lease(self, group: str, topic: str, *, wait_s: float) -> GroupLease:
+        """The group's lease of ``topic``, taken within ``wait_s`` seconds."""
+        lease = GroupLease(self.config.root, group)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                lease.acquire([topic])
+                return lease
+            except GroupSubscribedToTopicError as e:
+                if time.monotonic() >= deadline:
+                    raise GroupSubscribedToTopicError(
+                        f"consumer group '{group}' is reading topic '{topic}' (a Spark query or members hold "
+                        f"its lease): stop them first, as Kafka resets only an inactive group; with --force the "
+                        f"reset waits for the lease to be gone"
+                    ) from e
+                time.sleep(0.2)  # a lease is a file: nothing tells us when it is let go
+
+    def _reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
         reader = self.reader(topic)
         reader.refresh()
         count, _ = self.catalog.topic_config(topic)

@@ -28,6 +28,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("group")
     p.add_argument("--topic", required=True)
     p.add_argument("--to", required=True, help="earliest | latest | OFFSET | DATETIME (ISO 8601, UTC if no zone)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="wait for the group's reader of the topic (a Spark query, members) to be gone instead of refusing",
+    )
     p.set_defaults(func=_reset)
 
 
@@ -84,6 +89,6 @@ def _reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.UTC)
         to = {"timestamp": int(when.timestamp() * 1000)}
-    new = backend(args, config).reset_offsets(args.group, args.topic, to)
+    new = backend(args, config).reset_offsets(args.group, args.topic, to, force=args.force)
     for p, o in sorted(new.items()):
         print(f"{args.group} {args.topic} {p} {o}")

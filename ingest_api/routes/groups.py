@@ -137,7 +137,9 @@ async def reset_offsets(
     access.require(Operation.READ, Resource.topic(body.topic))
     to = body.to if isinstance(body.to, str) else dict(body.to)
     await _refuse_with_live_members(group, coordinator)
-    await run_in_threadpool(broker.store.reset_offsets, group, body.topic, to)  # type: ignore[arg-type]
+    await run_in_threadpool(
+        lambda: broker.store.reset_offsets(group, body.topic, to, force=body.force)  # type: ignore[arg-type]
+    )
     return await _group_out(group, broker, coordinator, access)
 
 

@@ -153,8 +153,8 @@ class RemoteStore:
             for m in body.get("members", [])
         ]
 
-    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int]) -> dict[int, int]:
-        body = self._call("POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to})
+    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False) -> dict[int, int]:
+        body = self._call("POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to, "force": force})
         return {
             p["partition"]: p["committed_offset"]
             for t in body["topics"]
