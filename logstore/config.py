@@ -398,6 +398,15 @@ class LogstoreConfig:
     )
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
+    def __post_init__(self) -> None:
+        # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
+        scheme, sep, _ = self.root.partition("://")
+        if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
+            raise InvalidConfigError(
+                f"logstore.root '{self.root}': this build keeps the store on a local (or mounted) file system "
+                f"and has no '{scheme}://' support; give a directory path (object storage: docs/design.md §13)"
+            )
+
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:
         """Every dotted key the service accepts (its own and the topic defaults)."""

@@ -15,7 +15,7 @@ from logstore.errors import InvalidConfigError
 from logstore.protocols import Store
 from logstore.store import LogStore
 
-__all__ = ["Subparsers", "backend", "client_options", "config_of", "parse_kv"]
+__all__ = ["Subparsers", "backend", "client_options", "config_of", "parse_kv", "require_store"]
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What ``add_subparsers()`` returns: a command group's ``register`` adds its commands to it."""
@@ -29,10 +29,32 @@ def config_of(args: argparse.Namespace) -> LogstoreConfig:
     return load_config(getattr(args, "config_file", None), overrides=overrides)
 
 
-def backend(args: argparse.Namespace, config: LogstoreConfig) -> Store:
-    """The store itself (``--root``, embedded) or a running server (``--server URL``)."""
+def backend(args: argparse.Namespace, config: LogstoreConfig, *, creates: bool = False) -> Store:
+    """The store itself (``--root``, embedded) or a running server (``--server URL``).
+
+    Raises:
+        InvalidConfigError: embedded, the command reads a store (not ``creates``), and there is none at the root.
+    """
     server = getattr(args, "server", None)
-    return RemoteStore(server, **client_options(args)) if server else LogStore(config)
+    if server:
+        return RemoteStore(server, **client_options(args))
+    if not creates:
+        require_store(config)
+    return LogStore(config)
+
+
+def require_store(config: LogstoreConfig) -> None:
+    """A command that reads a store needs one: ``logstore.root`` must be an existing directory.
+
+    Raises:
+        InvalidConfigError: it is not, naming the root and where it came from.
+    """
+    if not os.path.isdir(config.root):
+        raise InvalidConfigError(
+            f"logstore.root '{config.root}' is not a directory: there is no store there. Give the store's "
+            f"directory with --root, LOGSTORE_ROOT or the config file's logstore.root "
+            f"(`logstore topics create` makes a new one)"
+        )
 
 
 def client_options(args: argparse.Namespace) -> dict[str, Any]:

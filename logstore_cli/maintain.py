@@ -7,7 +7,7 @@ import argparse
 
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidRequestError
-from logstore_cli._common import Subparsers
+from logstore_cli._common import Subparsers, require_store
 
 __all__ = ["register"]
 
@@ -37,6 +37,7 @@ def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
     from maintenance.job import SPARK_JOBS, run_job
     from maintenance.scheduler import Scheduler, parse_duration
 
+    require_store(config)
     catalog = Catalog(config)
     spark = None
     if not args.no_spark and (args.job == "run" or args.job in SPARK_JOBS):

@@ -18,7 +18,7 @@ from logstore.log.partitioner import Partitioner
 from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import GroupTopicPartition, ProducerBatch
-from logstore_cli._common import Subparsers, backend, client_options
+from logstore_cli._common import Subparsers, backend, client_options, require_store
 
 __all__ = ["register"]
 
@@ -76,6 +76,7 @@ def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
             raise failures[0]
         return
 
+    require_store(config)
     store = LogStore(config)
     count, _ = store.catalog.topic_config(args.topic)
     partitioner = Partitioner()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from logstore.cluster.security_store import open_security_store
 from logstore.config import LogstoreConfig
-from logstore.errors import InvalidRequestError
+from logstore.errors import InvalidConfigError, InvalidRequestError
 from logstore.security import (
     AclBinding,
     Operation,
@@ -105,7 +105,16 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _security_store(args: argparse.Namespace, config: LogstoreConfig) -> Iterator[SecurityStore]:
-    """The store the servers read, closed after the command (``--zookeeper`` wins over ``zookeeper.connect``)."""
+    """The store the servers read, closed after the command (``--zookeeper`` wins over ``zookeeper.connect``).
+
+    Raises:
+        InvalidConfigError: ``--server`` was given: these commands work on the store, and would read another.
+    """
+    if getattr(args, "server", None):
+        raise InvalidConfigError(
+            "keys, ACLs and quotas are managed on the store itself (its root, or ZooKeeper in cluster mode), "
+            "not through a server: run this without --server, with --root or --zookeeper"
+        )
     log_audit_to_stderr()
     if getattr(args, "zookeeper", None):
         config = dataclasses.replace(config, zookeeper_connect=args.zookeeper)

@@ -37,7 +37,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _create(args: argparse.Namespace, config: LogstoreConfig) -> None:
-    info = backend(args, config).create_topic(args.name, args.partitions, parse_kv(args.config_kv))
+    info = backend(args, config, creates=True).create_topic(args.name, args.partitions, parse_kv(args.config_kv))
     print(f"Created topic {info.name} with {len(info.partitions)} partitions.")
 
 

@@ -78,5 +78,7 @@ def test_root_may_be_given_before_or_after_the_command(tmp_path: Path, capsys: p
     assert capsys.readouterr().out.split() == ["only-in-a"]
     assert main(["topics", "list", "--root", str(first)]) == 0
     assert capsys.readouterr().out.split() == ["only-in-a"]
+    assert main(["--root", str(second), "topics", "create", "only-in-b", "--partitions", "1"]) == 0
+    capsys.readouterr()
     assert main(["--root", str(first), "topics", "list", "--root", str(second)]) == 0  # the later one wins
-    assert capsys.readouterr().out.split() == []
+    assert capsys.readouterr().out.split() == ["only-in-b"]
