@@ -12,16 +12,25 @@ LOCALFS := .cache/localfs
 ROOT   ?= ./data
 CONSOLE_VENDOR := ingest_api/console/static/vendor
 
-.PHONY: setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean
+.PHONY: runtime setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean compat
 
-setup: $(VENV)/.installed $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(ZK)/.done $(CONSOLE_VENDOR)/.done
+# What `make run` needs (the package and its runtime dependencies, Delta's jars, the console's library), and
+# what the tests add to it (the dev extras, ZooKeeper).
+runtime: $(VENV)/.runtime $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(CONSOLE_VENDOR)/.done
+setup: runtime $(VENV)/.installed $(ZK)/.done
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# pyproject.toml states the versions logstore supports (Spark 4.0-4.2, Python 3.11-3.12); constraints.txt pins
+# the set the tests run on, so every checkout installs the same one.
+$(VENV)/.runtime: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 # Delta's Spark jars from Maven Central, into a project-local cache (no ~/.m2 needed).
@@ -34,7 +43,7 @@ jars: $(JARS)/.done
 
 # Hadoop's local file system without a child process per file created or renamed (jars/localfs),
 # compiled against this pyspark's own jars; logstore.spark.session() puts it on a local driver's classpath.
-$(LOCALFS)/logstore-localfs.jar: $(wildcard jars/localfs/logstore/hadoop/*.java) $(VENV)/.installed
+$(LOCALFS)/logstore-localfs.jar: $(wildcard jars/localfs/logstore/hadoop/*.java) $(VENV)/.runtime
 	rm -rf $(LOCALFS)/classes && mkdir -p $(LOCALFS)/classes
 	javac -Xlint:all,-path -Werror --release 17 -d $(LOCALFS)/classes \
 	    -cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
@@ -79,7 +88,7 @@ $(SPARK_KAFKA)/.done: jars/spark-kafka/pom.xml jars/spark-kafka/settings.xml
 kafka: $(KAFKA)/.done $(SPARK_KAFKA)/.done
 
 # The HTTP API on the embedded default: ./data, 127.0.0.1:8080, no ZooKeeper.
-run: setup
+run: runtime
 	$(BIN)/logstore --root $(ROOT) serve
 
 # lint-imports checks the layers of docs/layout.md (contracts in pyproject.toml, [tool.importlinter]).

@@ -32,6 +32,7 @@ from ingest_api.deps import AccessDep
 from ingest_api.forwarding import Forwarder
 from ingest_api.group_routing import Forwarded, forget_moved_groups
 from ingest_api.internode import node_client_tls
+from ingest_api.openapi import markdown_openapi
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
 from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
@@ -231,6 +232,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
     for module in (topics, topic_log, records, groups, members, ops, stats, metadata):
         app.include_router(module.router)
     mount_console(app)
+    app.openapi = markdown_openapi(app)  # type: ignore[method-assign]
     if guard is not None:
         app.add_middleware(QuotaMiddleware, guard=guard)
 

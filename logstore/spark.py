@@ -51,8 +51,17 @@ def _spark_minor() -> str:
     return ".".join(metadata.version("pyspark").split(".")[:2])
 
 
-DELTA_ARTIFACT = f"io.delta:delta-spark_{_spark_minor()}_{SCALA_VERSION}"
-"""Maven coordinates (without version) of Delta for this pyspark."""
+def _delta_artifact() -> str:
+    # Delta 4.1 began publishing one artifact per Spark minor (delta-spark_4.1_2.13); Delta 4.0 has only
+    # delta-spark_2.13, built for Spark 4.0.
+    major, minor = (int(x) for x in _delta_version().split(".")[:2])
+    if (major, minor) < (4, 1):
+        return f"io.delta:delta-spark_{SCALA_VERSION}"
+    return f"io.delta:delta-spark_{_spark_minor()}_{SCALA_VERSION}"
+
+
+DELTA_ARTIFACT = _delta_artifact()
+"""Maven coordinates (without version) of Delta for this pyspark and delta-spark."""
 
 
 def _project_jars_dir() -> Path:
@@ -60,14 +69,17 @@ def _project_jars_dir() -> Path:
 
 
 def delta_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Delta's jars in ``jars_dir`` that Spark does not already ship.
+    """Delta's jars in ``jars_dir`` that Spark does not already ship; empty unless it holds this delta-spark's jar.
 
     Jars whose artifact (name without version) pyspark already bundles —
     Scala, Jackson, Hadoop, Parquet, log4j — are left out so Spark's own
     versions are the only ones on the classpath.
     """
     folder = Path(jars_dir) if jars_dir else _project_jars_dir()
-    if not folder.is_dir():
+    # The cache must hold this delta-spark's jar (same Spark, same Delta minor: patch releases of the Python
+    # package and the jar may differ); else it was made for another Spark and Maven resolves the right one.
+    minor = ".".join(_delta_version().split(".")[:2])
+    if not any(folder.glob(f"{DELTA_ARTIFACT.split(':')[1]}-{minor}.*.jar")):
         return []
     import pyspark
 
