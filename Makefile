@@ -1,7 +1,8 @@
 # Two commands on a fresh machine: `make run` and `make test`.
 # Everything they need (the venv, Delta's jars) is set up on first use and cached.
 
-PYTHON ?= python3.11
+# The first of these that is a supported Python (3.11 or 3.12); `make PYTHON=...` picks another.
+PYTHON ?= $(shell for p in python3.11 python3.12 python3; do $$p -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 12)' 2>/dev/null && echo $$p && break; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
 JARS   := .cache/jars
