@@ -18,7 +18,6 @@ from logstore.errors import LogstoreError, UnknownServerError
 from logstore.log import promises
 from logstore.log.wal import Frame, WriteAheadLog, read_frames
 from logstore.log.writer import TopicWriter
-from logstore.node.committer import skip_sequence
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
 
@@ -90,7 +89,6 @@ def _replay_one(writer: TopicWriter, batch: ProducerBatch, metrics: Metrics) -> 
             result,
         )
         metrics.wal_frames_skipped.labels(writer.topic).inc()
-        skip_sequence(writer, batch)
     return result
 
 

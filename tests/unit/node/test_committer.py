@@ -11,16 +11,14 @@ side and the replay of a poisoned WAL frame are in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
 
 from logstore.config import LogstoreConfig
-from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
+from logstore.errors import InvalidTimestampError, UnknownServerError
 from logstore.log.writer import TopicWriter
 from logstore.node.broker import Broker
-from logstore.node.committer import skip_sequence
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore.wire.json_produce import parse_produce
@@ -65,27 +63,3 @@ def test_committer_survives_a_batch_that_makes_the_writer_raise(config: Logstore
     finally:
         broker.close()
     assert assert_gap_free(store.catalog, "t") == {0: [b"good", b"good", b"good"]}
-
-
-def test_a_sequence_that_cannot_be_skipped_is_logged_and_the_producer_is_refused_its_next_one(
-    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
-) -> None:
-    # skip_sequence runs after a batch failed and its producer was answered; when the skip fails too, the
-    # committer must go on to answer the other batches: the failure is logged, and the producer meets it
-    # as OUT_OF_ORDER_SEQUENCE_NUMBER on its next sequence (its retry of the failed one still fits).
-    class FailingSkip(TopicWriter):
-        def append_held(self, batches: Any) -> Any:
-            if all(len(b.records) == 0 for b in batches):
-                raise OSError("the disk went away")
-            return super().append_held(batches)
-
-    topic = make_topic(partitions=1)
-    writer = FailingSkip(store.catalog, topic)
-    one = records(["a"], 0)
-    with writer.hold():
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 0)])[0], AppendResult)
-        skip_sequence(writer, ProducerBatch(one, 7, 1))  # batch 1 failed; its skip fails now
-        assert "cannot skip sequence 1 of 7" in caplog.text
-        refused = writer.append_held([ProducerBatch(one, 7, 2)])[0]
-        assert isinstance(refused, OutOfOrderSequenceNumberError)
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 1)])[0], AppendResult)
