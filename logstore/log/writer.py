@@ -62,7 +62,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -318,8 +318,36 @@ class TopicWriter:
         self._log.catch_up()
 
     def producer_sequence(self, producer_id: str) -> int | None:
-        """The last sequence committed by ``producer_id`` on this topic, or None."""
+        """The highest sequence ``producer_id`` committed on this topic (on any partition), or None."""
         return self._producers.last_sequence(producer_id)
+
+    def landed(self, batch: ProducerBatch) -> bool:
+        """Whether an idempotent batch is committed: its sequence is at or below the last one on each of its partitions.
+
+        For a write-ahead log frame replayed after a crash or a leader change: one
+        node commits a producer's batches of a partition in order, so a sequence at
+        or below the partition's last was committed there. False for a batch with no producer id.
+        """
+        if batch.producer_id is None or batch.sequence is None:
+            return False
+        partitions = pc.unique(validator.as_input(batch.records)["partition"]).to_pylist()
+        return self._landed_on(batch.producer_id, batch.sequence, partitions)
+
+    def landed_everywhere(self, producer_id: str | None, sequence: int | None) -> bool:
+        """:meth:`landed` for a batch on every partition of the topic: true of any batch of that sequence.
+
+        For skipping a logged frame by its header alone, without decoding its records.
+        """
+        if producer_id is None or sequence is None:
+            return False
+        return self._landed_on(producer_id, sequence, range(self._log.num_partitions))
+
+    def _landed_on(self, producer_id: str, sequence: int, partitions: Iterable[int]) -> bool:
+        for p in partitions:
+            last = self._producers.partition_sequence(producer_id, p)
+            if last is None or sequence > last:
+                return False
+        return True
 
     def refresh(self) -> None:
         """Re-read the table (new partitions, config, other committers' commits).

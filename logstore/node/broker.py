@@ -113,7 +113,7 @@ class TopicPipeline:
         self._committer.acquire()
         try:
             if not cluster:
-                replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
+                replay(self.writer, self.wal, broker.metrics)
         except BaseException:
             self._committer.release()
             raise

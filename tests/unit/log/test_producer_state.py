@@ -159,3 +159,19 @@ def test_a_table_written_before_per_partition_state_is_the_floor(
         raise w.append([batch("p", 6, (1,))])[0]  # type: ignore[misc]
     assert not ok(w.append([batch("p", 8, (0, 1))])[0]).duplicate
     assert w.producer_sequence("p") == 8
+
+
+def test_a_logged_batch_has_landed_only_where_its_partitions_hold_its_sequence(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # A write-ahead log frame replayed after a crash is skipped only if each of its partitions holds its
+    # sequence: the producer's higher sequence on another partition says nothing of this one.
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    ok(w.append([batch("p", 7, (0,))])[0])
+    assert w.landed(batch("p", 5, (0,)))
+    assert not w.landed(batch("p", 5, (1,))) and not w.landed(batch("p", 5, (0, 1)))
+    assert not w.landed_everywhere("p", 5)
+    ok(w.append([batch("p", 8, (1,))])[0])
+    assert w.landed(batch("p", 5, (0, 1))) and w.landed_everywhere("p", 7)
+    assert not w.landed_everywhere("p", 8) and not w.landed(batch("q", 0, (0,)))
