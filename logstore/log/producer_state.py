@@ -46,7 +46,7 @@ topic's :class:`~logstore.log.writer.TopicWriter` from the writer's one thread.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,6 +144,19 @@ class ProducerStateManager:
     def partition_sequence(self, producer_id: str, partition: int) -> int | None:
         """The last sequence ``producer_id`` committed on ``partition`` (or its legacy floor), or None."""
         return self._partition(producer_id, partition).last
+
+    def landed(self, producer_id: str, seq: int, partitions: Iterable[int]) -> bool:
+        """Whether batch ``seq`` of ``producer_id`` is committed on each of ``partitions``.
+
+        For a write-ahead log frame replayed after a crash or at a new leader: one
+        node commits a producer's batches of a partition in order, so a sequence
+        at or below the partition's last was committed there.
+        """
+        for p in partitions:
+            last = self.partition_sequence(producer_id, p)
+            if last is None or seq > last:
+                return False
+        return True
 
     def check(
         self, producer_id: str, seq: object, counts: Mapping[int, int], pending: dict[tuple[str, int], int]
@@ -264,8 +277,8 @@ class ProducerStateManager:
         # After a restart (or another writer's commit) the window lives only in the commit history.
         _delta.refresh(self._dt)
         found: list[tuple[int, int, int]] = []
-        for commit in self._dt.history(_HISTORY_LIMIT):
-            for entry in commit.get(_delta.PRODUCERS_METADATA) or []:
+        for commit in self._dt.history(_HISTORY_LIMIT):  # newest first; a commit's batches are in commit order
+            for entry in reversed(commit.get(_delta.PRODUCERS_METADATA) or []):
                 at = entry.get("first", {}).get(str(partition)) if entry.get("id") == producer_id else None
                 if at is not None:
                     found.append((int(entry["seq"]), int(at[0]), int(at[1])))

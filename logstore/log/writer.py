@@ -62,7 +62,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -322,32 +322,20 @@ class TopicWriter:
         return self._producers.last_sequence(producer_id)
 
     def landed(self, batch: ProducerBatch) -> bool:
-        """Whether an idempotent batch is committed: its sequence is at or below the last one on each of its partitions.
+        """Whether an idempotent batch (a replayed write-ahead log frame) is committed on each of its partitions.
 
-        For a write-ahead log frame replayed after a crash or a leader change: one
-        node commits a producer's batches of a partition in order, so a sequence at
-        or below the partition's last was committed there. False for a batch with no producer id.
+        See :meth:`~logstore.log.producer_state.ProducerStateManager.landed`; False without a producer id.
         """
         if batch.producer_id is None or batch.sequence is None:
             return False
         partitions = pc.unique(validator.as_input(batch.records)["partition"]).to_pylist()
-        return self._landed_on(batch.producer_id, batch.sequence, partitions)
+        return self._producers.landed(batch.producer_id, batch.sequence, partitions)
 
     def landed_everywhere(self, producer_id: str | None, sequence: int | None) -> bool:
-        """:meth:`landed` for a batch on every partition of the topic: true of any batch of that sequence.
-
-        For skipping a logged frame by its header alone, without decoding its records.
-        """
+        """:meth:`landed` on every partition of the topic: for skipping a logged frame by its header alone."""
         if producer_id is None or sequence is None:
             return False
-        return self._landed_on(producer_id, sequence, range(self._log.num_partitions))
-
-    def _landed_on(self, producer_id: str, sequence: int, partitions: Iterable[int]) -> bool:
-        for p in partitions:
-            last = self._producers.partition_sequence(producer_id, p)
-            if last is None or sequence > last:
-                return False
-        return True
+        return self._producers.landed(producer_id, sequence, range(self._log.num_partitions))
 
     def refresh(self) -> None:
         """Re-read the table (new partitions, config, other committers' commits).
@@ -456,28 +444,13 @@ class TopicWriter:
                     self._epochs.check_leading(records)
                 if not batch.validated:
                     self.check_records(records)
-                parts = records["partition"].combine_chunks()
-                if batch.producer_id is None:
-                    if len(records):
-                        planned.append(_Planned(i, records, parts))
-                    else:
-                        results[i] = AppendResult(pa.array([], pa.int64()), parts, log.version)
-                    continue
-                part_numbers = parts.to_numpy(zero_copy_only=False)
-                checked = self._producers.check(batch.producer_id, batch.sequence, counts_of(part_numbers), pending)
-                if checked.waiting:
+                item = _plan_one(self._producers, i, batch, records, pending)
+                if item is None:
                     waiting.append(i)
-                    continue
-                assert batch.sequence is not None
-                for p in checked.new:
-                    pending[(batch.producer_id, p)] = batch.sequence
-                item = _Planned(i, records, parts, batch.producer_id, batch.sequence, checked.retried)
-                if not checked.new:  # a retry on every partition it touches: nothing to write
+                elif len(item.records):
+                    planned.append(item)
+                else:  # nothing to write: a retry on every partition it touches, or an empty batch
                     results[i] = item.result(pa.array([], pa.int64()), log.version)
-                    continue
-                if checked.retried:
-                    item.records = records.filter(pa.array(np.isin(part_numbers, checked.new)))
-                planned.append(item)
             except LogstoreError as e:
                 results[i] = e
         return results, planned, waiting
@@ -538,6 +511,37 @@ class TopicWriter:
         """Claim this writer's table-wide epoch under the writer lock (a holder first commits what it promised)."""
         with self._lock.exclusive():
             self._log.claim_epoch(chosen=chosen, max_attempts=self._max_attempts)
+
+
+def _plan_one(
+    producers: ProducerStateManager,
+    index: int,
+    batch: ProducerBatch,
+    records: pa.Table,
+    pending: dict[tuple[str, int], int],
+) -> _Planned | None:
+    """What of a checked batch to write: all of it, or for an idempotent one the partitions where it is new.
+
+    None: the batch waits for an earlier one of the same commit (see :class:`~logstore.log.producer_state.Checked`).
+    ``pending`` gains the partitions where it is new.
+
+    Raises:
+        LogstoreError: its sequence is refused (out of order, or a retry with different records).
+    """
+    parts = records["partition"].combine_chunks()
+    if batch.producer_id is None:
+        return _Planned(index, records, parts)
+    part_numbers = parts.to_numpy(zero_copy_only=False)
+    checked = producers.check(batch.producer_id, batch.sequence, counts_of(part_numbers), pending)
+    if checked.waiting:
+        return None
+    assert batch.sequence is not None
+    for p in checked.new:
+        pending[(batch.producer_id, p)] = batch.sequence
+    item = _Planned(index, records, parts, batch.producer_id, batch.sequence, checked.retried)
+    if checked.retried:
+        item.records = records.filter(pa.array(np.isin(part_numbers, checked.new)))
+    return item
 
 
 class _InDoubt(Exception):
