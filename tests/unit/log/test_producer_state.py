@@ -175,3 +175,18 @@ def test_a_logged_batch_has_landed_only_where_its_partitions_hold_its_sequence(
     ok(w.append([batch("p", 8, (1,))])[0])
     assert w.landed(batch("p", 5, (0, 1))) and w.landed_everywhere("p", 7)
     assert not w.landed_everywhere("p", 8) and not w.landed(batch("q", 0, (0,)))
+
+
+def test_a_sequence_repeated_in_one_call_is_decided_after_the_first_commits(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    # Two attempts of one request meet in one group commit: the first share, then the whole request
+    # (leadership moved between them). The second waits for the first, then writes only what is new.
+    t = make_topic(partitions=2)
+    w = TopicWriter(store.catalog, t)
+    share = ProducerBatch(input_table([0], [b"s-0"]), "p", 3)
+    whole = ProducerBatch(input_table([0, 1], [b"s-0", b"s-1"]), "p", 3)
+    first, second, third = (ok(r) for r in w.append([share, whole, whole]))
+    assert not second.duplicate and second.offsets.to_pylist() == [first.offsets[0].as_py(), 0]
+    assert third.duplicate and third.offsets.equals(second.offsets)
+    assert assert_gap_free(store.catalog, t) == {0: [b"s-0"], 1: [b"s-1"]}
