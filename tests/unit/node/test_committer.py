@@ -21,7 +21,7 @@ from logstore.log.writer import TopicWriter
 from logstore.node.broker import Broker
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wire.json_produce import parse_produce
+from logstore.wire.json_produce import ParsedRecords, parse_produce
 from tests.support.helpers import assert_gap_free
 from tests.support.timestamps import YEAR_10000_MS, records
 
@@ -63,3 +63,34 @@ def test_committer_survives_a_batch_that_makes_the_writer_raise(config: Logstore
     finally:
         broker.close()
     assert assert_gap_free(store.catalog, "t") == {0: [b"good", b"good", b"good"]}
+
+
+def test_an_idempotent_producer_may_skip_sequences_at_a_node_and_is_still_promised_offsets(
+    config: LogstoreConfig,
+) -> None:
+    # One sequence per request, increasing per topic: the ones a node does not see went to other partitions
+    # or other leaders. The node takes the gap; a retry waits for the writer, which answers the original offsets.
+    store = LogStore(config)
+    store.create_topic("t", 2)
+    broker = Broker(config)
+
+    def request(seq: int) -> ParsedRecords:
+        return parse_produce(
+            b'{"records": [{"key": "k", "value": "v%d"}], "producer_id": "p", "sequence": %d}' % (seq, seq)
+        )
+
+    try:
+        pipeline = broker.pipeline("t")
+        first = pipeline.submit(request(0), "1")
+        assert first.promised is None  # new to this node on its partition: the writer decides
+        at = first.committed.result(timeout=30).offsets.to_pylist()
+        skipped = pipeline.submit(request(3), "1")
+        assert skipped.promised is not None and skipped.promised.tolist() == [at[0] + 1]
+        assert skipped.committed.result(timeout=30).offsets.to_pylist() == [at[0] + 1]
+        retry = pipeline.submit(request(0), "1")
+        assert retry.promised is None
+        again = retry.committed.result(timeout=30)
+        assert again.duplicate and again.offsets.to_pylist() == at
+    finally:
+        broker.close()
+    assert sum(len(v) for v in assert_gap_free(store.catalog, "t").values()) == 2
