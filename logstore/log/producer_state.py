@@ -17,9 +17,12 @@ a restart or as a partition's new leader — reads it back:
 
 * the last committed sequence of producer ``id`` on partition ``p``: the
   ``logstore.seq.<p>.<id>`` app transaction (:func:`~logstore.log._delta.app_sequence`);
-* the highest sequence ``id`` committed on the topic, whatever the partition:
+* a sequence ``id`` committed on the topic, whatever the partition:
   ``logstore.pid.<id>`` (:func:`~logstore.log._delta.app_producer_max`), so a
-  producer the topic never saw costs one look-up, not one per partition;
+  producer the topic never saw costs two look-ups (this and the legacy one
+  below), not one per partition. Each commit writes its own highest sequence
+  there; of two leaders' commits racing, the later may hold the lower one, so
+  :meth:`ProducerStateManager.last_sequence` reads every partition's;
 * the offsets each batch got: the ``logstore.producers`` entry of its
   commit's ``commitInfo`` (``{id, seq, first: {p: [first offset, count]}}``);
   each partition remembers the newest :data:`PRODUCER_WINDOW` batches of each
