@@ -133,14 +133,35 @@ async def commit_offsets(
 async def reset_offsets(
     group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
 ) -> GroupOut:
-    """Kafka's AlterConsumerGroupOffsets: READ on the group and on the topic."""
+    """Kafka's AlterConsumerGroupOffsets: READ on the group and on the topic.
+
+    With ``dry_run`` nothing is committed, and the answer is the group as the reset would leave it on ``topic``
+    (its partitions with the new offsets, their high watermarks and lag), as ``kafka-consumer-groups
+    --reset-offsets`` without ``--execute`` shows it.
+    """
     access.require(Operation.READ, Resource.topic(body.topic))
     to = body.to if isinstance(body.to, str) else dict(body.to)
     await _refuse_with_live_members(group, coordinator)
-    await run_in_threadpool(
-        lambda: broker.store.reset_offsets(group, body.topic, to, force=body.force)  # type: ignore[arg-type]
+    new = await run_in_threadpool(
+        lambda: broker.store.reset_offsets(
+            group,
+            body.topic,
+            to,  # type: ignore[arg-type]
+            force=body.force,
+            dry_run=body.dry_run,
+        )
     )
-    return await _group_out(group, broker, coordinator, access)
+    if not body.dry_run:
+        return await _group_out(group, broker, coordinator, access)
+    info = await run_in_threadpool(broker.store.describe_topic, body.topic)
+    hw = {p.partition: p.high_watermark for p in info.partitions}
+    partitions = [
+        {"partition": p, "committed_offset": o, "high_watermark": hw[p], "lag": hw[p] - o}
+        for p, o in sorted(new.items())
+    ]
+    return GroupOut.model_validate(
+        {"group": group, "topics": [{"topic": body.topic, "partitions": partitions}], "members": []}
+    )
 
 
 async def _refuse_with_live_members(group: str, coordinator: GroupCoordinator) -> None:
