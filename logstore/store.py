@@ -20,6 +20,7 @@ from logstore.errors import (
     GroupSubscribedToTopicError,
     InvalidRequestError,
     LogstoreError,
+    NonEmptyGroupError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
@@ -242,6 +243,34 @@ class LogStore:
                 f"got {to!r}"
             )
         return new
+
+    def delete_group(self, group: str) -> None:
+        """Delete ``group``: every offset it committed (Kafka's DeleteGroups); it then lists nowhere.
+
+        As Kafka deletes only an empty group, the deletion holds the group's lease
+        of every topic it committed on (:class:`~logstore.groups.leases.GroupLease`):
+        a group that a Spark query or the node's members read a topic for is refused,
+        and none can start reading meanwhile and commit into the deletion.
+
+        Raises:
+            GroupIdNotFoundError: the group has no committed offsets.
+            NonEmptyGroupError: a live reader of the group holds one of its topics.
+        """
+        topics = sorted({k.topic for k in self.offsets.committed(group)})
+        if not topics:
+            raise GroupIdNotFoundError(f"consumer group '{group}' has no committed offsets")
+        lease = GroupLease(self.config.root, group)
+        try:
+            try:
+                lease.acquire(topics)
+            except GroupSubscribedToTopicError as e:
+                raise NonEmptyGroupError(
+                    f"consumer group '{group}' is not empty: a Spark query or members read its topics "
+                    f"({e.message}); stop them first, as Kafka deletes only an empty group"
+                ) from e
+            self.offsets.delete_group(group)
+        finally:
+            lease.release()  # also the topics taken before one was refused
 
     def list_groups(self) -> list[str]:
         return self.offsets.groups()

@@ -1,5 +1,6 @@
-"""``logstore groups list | describe | reset``: consumer groups' committed offsets, lag and (through ``--server``)
-live members; a reset is a dry run unless ``--execute``, as with ``kafka-consumer-groups --reset-offsets``."""
+"""``logstore groups list | describe | reset | delete``: consumer groups' committed offsets, lag and (through
+``--server``) live members; a reset is a dry run unless ``--execute``, as with ``kafka-consumer-groups
+--reset-offsets``."""
 
 from __future__ import annotations
 
@@ -71,6 +72,14 @@ def register(sub: Subparsers, parents: Parents) -> None:
     )
     p.set_defaults(func=_reset)
 
+    p = gsub.add_parser(
+        "delete",
+        parents=common,
+        help="delete groups' committed offsets; refused (NON_EMPTY_GROUP) while a group has live readers",
+    )
+    p.add_argument("group", nargs="+", help="the group ids")
+    p.set_defaults(func=_delete)
+
 
 def _list(args: argparse.Namespace, config: LogstoreConfig) -> None:
     print_table(["GROUP"], [[g] for g in backend(args, config).list_groups()])
@@ -114,6 +123,14 @@ def _reset(args: argparse.Namespace, config: LogstoreConfig) -> None:
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"], rows)
     if not args.execute:
         print("Dry run: no offset changed. Add --execute to apply these.", file=sys.stderr)
+
+
+def _delete(args: argparse.Namespace, config: LogstoreConfig) -> None:
+    """Delete each group in turn, as ``kafka-consumer-groups --delete``; the first refusal stops the command."""
+    store = backend(args, config)
+    for group in args.group:
+        store.delete_group(group)
+        print(f"Deleted consumer group '{group}'.")
 
 
 def _target(args: argparse.Namespace) -> str | dict[str, int]:

@@ -1,6 +1,6 @@
-"""/v1/groups: list, describe with lag and members, commit, reset.
+"""/v1/groups: list, describe with lag and members, commit, reset, delete.
 
-In cluster mode describe, commit and reset run on the group's coordinator
+In cluster mode describe, commit, reset and delete run on the group's coordinator
 (other nodes forward them), which knows the group's live members.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
@@ -16,7 +16,7 @@ from ingest_api.group_routing import coordinator_of, groups_with_members, route_
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
-from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
+from logstore.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError, UnknownMemberIdError
 from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Operation, Resource, ResourceType
@@ -58,6 +58,27 @@ async def describe_group(group: str, broker: BrokerDep, coordinator: Coordinator
     (every member is listed, its assignment without them), so no answer names such a topic.
     """
     return await _group_out(group, broker, coordinator, access)
+
+
+@router.delete(
+    "/{group}",
+    status_code=204,
+    dependencies=[requires(Operation.DELETE, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
+)
+async def delete_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep) -> Response:
+    """Kafka's DeleteGroups: DELETE on the group. Its committed offsets go; it then lists nowhere.
+
+    Refused with 409 ``NON_EMPTY_GROUP`` while the group has live members (asked of its coordinator) or a
+    Spark query or members hold its lease of a topic, as Kafka deletes only an empty group.
+    """
+    live = await run_in_threadpool(coordinator.members, group)
+    if live:
+        raise NonEmptyGroupError(
+            f"consumer group '{group}' has {len(live)} live member(s): stop them (or let their sessions expire) "
+            "before deleting it"
+        )
+    await run_in_threadpool(broker.store.delete_group, group)
+    return Response(status_code=204)
 
 
 @router.get(

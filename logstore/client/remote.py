@@ -137,6 +137,10 @@ class RemoteStore:
             json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}, "metadata": metadata},
         )
 
+    def delete_group(self, group: str) -> None:
+        """Kafka's DeleteGroups: the group's committed offsets; refused (``NON_EMPTY_GROUP``) while it has readers."""
+        self._call("DELETE", f"/v1/groups/{group}")
+
     def list_groups(self) -> list[str]:
         return list(self._call("GET", "/v1/groups")["groups"])
 
