@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.cli import cli
+from tests.support.pki import make_ca, make_cert
 from tests.support.server import LOGSTORE, Server, free_port
 
 StartServer = Callable[..., Server]
@@ -41,6 +42,20 @@ def test_a_server_without_a_scheme_is_http(tmp_path: Path, server: StartServer) 
     r = cli(tmp_path, "topics", "create", "t", "--partitions", "1", "--server", address)
     assert r.returncode == 0, r.stderr
     assert cli(tmp_path, "topics", "list", "--bootstrap-server", address).stdout.split() == ["TOPIC", "t"]
+
+
+def test_a_server_without_a_scheme_is_https_when_tls_files_are_given(tmp_path: Path, server: StartServer) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    ca = make_ca(pki)
+    cert, key = make_cert(pki, ca, "server", "/CN=127.0.0.1", server=True)
+    tls = {"server.ssl.certfile": str(cert), "server.ssl.keyfile": str(key)}
+    node = server(tmp_path / "data", ca_file=str(ca[1]), **tls)
+    address = node.url.removeprefix("https://")
+    r = cli(tmp_path, "topics", "create", "t", "--partitions", "1", "--server", address, "--ca-file", str(ca[1]))
+    assert r.returncode == 0, r.stderr
+    r = cli(tmp_path, "topics", "list", "--server", address)  # no TLS file: plain http to a TLS port
+    assert r.returncode == 1 and r.stderr.startswith(f"NETWORK_EXCEPTION: cannot reach any server (http://{address}")
 
 
 def test_a_refused_connection_is_a_network_exception_naming_the_url(tmp_path: Path) -> None:
