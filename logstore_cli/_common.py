@@ -28,6 +28,7 @@ __all__ = [
     "config_of",
     "parse_kv",
     "print_table",
+    "reachable",
     "remote",
     "require_store",
     "server_urls",
@@ -135,6 +136,20 @@ def require_store(config: LogstoreConfig) -> None:
 def remote(args: argparse.Namespace, server: str | None = None) -> RemoteStore:
     """A client of ``--server`` (or of ``server``, scheme added as :func:`server_urls` does) with its options."""
     return RemoteStore(server_urls(args, server), **client_options(args))
+
+
+def reachable(args: argparse.Namespace) -> str:
+    """``--server`` as URLs (:func:`server_urls`), once one of them answered ``GET /healthz``.
+
+    For the commands that hand the servers to a client that retries (a producer keeps retrying until
+    ``delivery.timeout.ms``): a server nobody can reach is named at once instead.
+
+    Raises:
+        NetworkExceptionError: no server answered, each URL with the reason.
+    """
+    urls = server_urls(args)
+    remote(args, urls).request("GET", "/healthz")
+    return urls
 
 
 def server_urls(args: argparse.Namespace, server: str | None = None) -> str:

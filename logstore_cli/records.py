@@ -28,8 +28,8 @@ from logstore_cli._common import (
     backend,
     client_options,
     parse_kv,
+    reachable,
     require_store,
-    server_urls,
 )
 
 __all__ = ["register"]
@@ -114,7 +114,7 @@ def _produce(args: argparse.Namespace, config: LogstoreConfig) -> None:
             if error is not None:
                 failures.append(error)
 
-        with Producer(server_urls(args), acks=args.acks, **client_options(args)) as producer:
+        with Producer(reachable(args), acks=args.acks, **client_options(args)) as producer:
             for key, value in lines():
                 producer.produce(args.topic, value, key=key, partition=args.partition, on_delivery=delivered)
         if failures:
@@ -225,7 +225,7 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
     With ``--group`` the offsets of what was printed are committed after printing (none is lost; after a crash
     some may print twice), on Ctrl-C too. "Processed a total of N messages" goes to stderr at the end, as Kafka's
-    tool says it.
+    tool says it (not after an error: the error is the last line).
     """
     printer = _Printer(args)
     if args.timeout_ms is not None and args.timeout_ms < 0:
@@ -238,7 +238,7 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
     finally:
         with contextlib.suppress(BrokenPipeError):
             printer.out.flush()
-        print(f"Processed a total of {printer.count} messages", file=sys.stderr)
+    print(f"Processed a total of {printer.count} messages", file=sys.stderr)  # on an error, the error alone
 
 
 def _idle_deadline(args: argparse.Namespace) -> float | None:
@@ -306,7 +306,7 @@ def _consume_as_member(args: argparse.Namespace, printer: _Printer) -> None:
     cert, key = client["client_cert"] or (None, None)
     consumer = Consumer(
         {
-            "bootstrap.servers": server_urls(args),
+            "bootstrap.servers": reachable(args),
             "group.id": args.group,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
             "enable.auto.commit": False,

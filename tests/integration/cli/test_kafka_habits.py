@@ -60,7 +60,13 @@ def test_a_server_without_a_scheme_is_https_when_tls_files_are_given(tmp_path: P
 
 def test_a_refused_connection_is_a_network_exception_naming_the_url(tmp_path: Path) -> None:
     port = free_port()
-    for command in (("topics", "list"), ("groups", "describe", "g"), ("acls", "list")):
+    for command in (
+        ("topics", "list"),
+        ("groups", "describe", "g"),
+        ("acls", "list"),
+        ("produce", "t"),  # not after the producer's delivery timeout: at once
+        ("consume", "t", "--group", "g"),
+    ):
         r = cli(tmp_path, *command, "--server", f"127.0.0.1:{port}")
         assert r.returncode == 1, r.stdout
         assert r.stderr.startswith(f"NETWORK_EXCEPTION: cannot reach any server (http://127.0.0.1:{port}: "), r.stderr
