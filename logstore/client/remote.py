@@ -181,7 +181,9 @@ class RemoteStore:
 
 def _topic(body: dict[str, Any]) -> TopicInfo:
     parts = tuple(
-        PartitionInfo(p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"], p["num_files"])
+        PartitionInfo(
+            p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"], p.get("num_files", 0)
+        )
         for p in body["partitions"]
     )
     config = TopicConfig.from_overrides(body.get("config", {}))
