@@ -67,8 +67,7 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="with --execute: wait for the group's reader of the topic (a Spark query, members) to be gone "
-        "instead of refusing",
+        help="wait for the group's reader of the topic (a Spark query, members) to be gone instead of refusing",
     )
     p.set_defaults(func=_reset)
 

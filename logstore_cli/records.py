@@ -42,8 +42,10 @@ def register(sub: Subparsers, parents: Parents) -> None:
     common = [parents.server]
     p = sub.add_parser("produce", help="produce lines from stdin to a topic", parents=common)
     p.add_argument("topic", help="the topic to produce to")
-    p.add_argument("--key-separator", help="split each line into key and value at the first separator")
-    p.add_argument("--partition", type=int, help="produce every record to this partition (default: by key)")
+    p.add_argument("--key-separator", metavar="SEP", help="split each line into key and value at the first separator")
+    p.add_argument(
+        "--partition", type=int, metavar="P", help="produce every record to this partition (default: by key)"
+    )
     p.add_argument(
         "--acks", choices=["0", "1", "all"], default="all", help="with --server; embedded writes are acks=all"
     )
@@ -74,7 +76,7 @@ def register(sub: Subparsers, parents: Parents) -> None:
         metavar="N",
         help="exit after printing N records (default: follow until interrupted)",
     )
-    p.add_argument("--partition", type=int, help="read only this partition (without group membership)")
+    p.add_argument("--partition", type=int, metavar="P", help="read only this partition (without group membership)")
     p.add_argument(
         "--timeout-ms",
         type=int,
@@ -89,7 +91,7 @@ def register(sub: Subparsers, parents: Parents) -> None:
         "key.separator, line.separator (repeatable)",
     )
     p.add_argument("--print-key", action="store_true", help="print each record's key (print.key=true)")
-    p.add_argument("--key-separator", help="between the printed fields (key.separator; default: a tab)")
+    p.add_argument("--key-separator", metavar="SEP", help="between the printed fields (key.separator; default: a tab)")
     p.set_defaults(func=_consume)
 
 
