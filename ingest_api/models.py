@@ -205,6 +205,11 @@ class MemberCommit(BaseModel):
     offsets: list[MemberOffset] = Field(description="next offset to read, per partition the member owns")
 
 
+class MemberSeek(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    positions: list[MemberOffset] = Field(description="the next offset to fetch, per partition the member owns")
+
+
 class MemberRecord(FetchedRecord):
     topic: str
 

@@ -24,7 +24,13 @@ from typing import Any
 import httpx
 
 from logstore.client._http import assigned_partitions, http_client, raise_for
-from logstore.errors import KafkaStorageError, LogstoreError, UnknownMemberIdError, UnknownServerError
+from logstore.errors import (
+    IllegalGenerationError,
+    KafkaStorageError,
+    LogstoreError,
+    UnknownMemberIdError,
+    UnknownServerError,
+)
 from logstore.structs import TopicPartition
 
 __all__ = ["GroupMembership"]
@@ -184,6 +190,41 @@ class GroupMembership:
         with self.lock:
             exceeded, self._poll_exceeded = self._poll_exceeded, None
         return exceeded
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` as this member (on the committer's client); retried once after a rebalance."""
+        for attempt in range(2):
+            with self.lock:
+                member, generation = self.member_id, self.latest[0]
+            try:
+                self.call(
+                    self.commit_client,
+                    "POST",
+                    f"/v1/groups/{self.group}/members/{member}/offsets",
+                    json={
+                        "generation": generation,
+                        "offsets": [
+                            {"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in offsets.items()
+                        ],
+                    },
+                )
+                return
+            except IllegalGenerationError:
+                if attempt:
+                    raise
+                # The group moved on since our last heartbeat: learn the new generation (the partitions may
+                # still be ours, revoked but not yet acknowledged) and try once more.
+                self.heartbeat()
+
+    def seek(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Move the group's fetch positions of this member's partitions (the coordinator keeps them)."""
+        entries = [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in positions.items()]
+        self.call(
+            self.client,
+            "POST",
+            f"/v1/groups/{self.group}/members/{self.member_id}/positions",
+            json={"positions": entries},
+        )
 
     def close(self) -> None:
         """Stop the heartbeat thread, leave the group (the others rebalance at once), close the clients."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from logstore.client import Producer, RecordMetadata, RemoteStore
+from logstore.client import Message, Producer, RemoteStore
 from logstore.errors import LogstoreError, OffsetOutOfRangeError
 from tests.support.server import Server
 
@@ -34,10 +34,10 @@ def test_the_node_drops_old_files_by_itself_while_producing_goes_on(server: Call
             while not stop.is_set():
                 value = f"young-{i}"
 
-                def done(e: LogstoreError | None, m: RecordMetadata | None, value: str = value) -> None:
-                    assert e is None and m is not None, e
+                def done(e: LogstoreError | None, m: Message, value: str = value) -> None:
+                    assert e is None, e
                     with lock:
-                        acked[m.offset] = value
+                        acked[m.offset()] = value
 
                 p.produce("t", value, on_delivery=done)
                 p.flush(10)
