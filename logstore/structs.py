@@ -90,6 +90,9 @@ class PartitionInfo:
     """Bytes of the partition's data files."""
     num_files: int = 0
     """Data files holding the partition (segments, in Kafka's words)."""
+    num_records: int = 0
+    """Records stored: the ``numRecords`` statistics of the live data files. Below
+    ``high_watermark - log_start_offset`` when key compaction left gaps in the offsets."""
 
 
 @dataclass(frozen=True)

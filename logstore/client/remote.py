@@ -186,7 +186,14 @@ class RemoteStore:
 
 def _topic(body: dict[str, Any]) -> TopicInfo:
     parts = tuple(
-        PartitionInfo(p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"])
+        PartitionInfo(
+            p["partition"],
+            p["log_start_offset"],
+            p["high_watermark"],
+            p["size_bytes"],
+            p.get("num_files", 0),
+            p.get("num_records", 0),
+        )
         for p in body["partitions"]
     )
     config = TopicConfig.from_overrides(body.get("config", {}))
