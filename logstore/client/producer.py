@@ -132,8 +132,8 @@ class Producer:
       (also ``client_cert=(cert, key)``): a client certificate, which names the principal without an API key.
     * ``on_delivery``: the delivery callback of records produced without one.
 
-    Delivery callbacks run in the application's thread inside :meth:`poll`,
-    :meth:`flush` and :meth:`close`, as confluent-kafka's; an exception a callback raises comes out of that call.
+    Delivery callbacks run in the caller's thread inside :meth:`poll`, :meth:`flush` and :meth:`close`
+    (an exception a callback raises comes out of that call).
 
     Raises:
         InvalidConfigError: an unknown key (named, with the known ones), a value of the wrong type,
@@ -279,13 +279,15 @@ class Producer:
         self.close()
 
     def _serve(self) -> int:
-        """Run the queued delivery callbacks in this (the application's) thread, in delivery order."""
-        with self._cond:
-            reports = list(self._reports)
-            self._reports.clear()
-        for cb, err, msg in reports:
+        """Run the queued delivery callbacks in this thread, in order; one that raises leaves the rest queued."""
+        served = 0
+        while True:
+            with self._cond:
+                if not self._reports:
+                    return served
+                cb, err, msg = self._reports.popleft()
             cb(err, msg)
-        return len(reports)
+            served += 1
 
     def _pending(self) -> int:
         return sum(len(b.records) for b in self._buffers.values()) + self._in_flight

@@ -91,3 +91,24 @@ def test_flush_returns_how_many_are_still_queued(server: StartServer) -> None:
     srv.restart()
     assert p.flush(60) == 0
     p.close()
+
+
+def test_a_callback_that_raises_leaves_the_other_reports_queued(server: StartServer) -> None:
+    srv = server()
+    RemoteStore(srv.url).create_topic("t", 1)
+    seen: list[bytes | None] = []
+
+    def report(err: LogstoreError | None, msg: Message) -> None:
+        seen.append(msg.value())
+        if msg.value() == b"first":
+            raise RuntimeError("the application's bug")
+
+    p = Producer({"bootstrap.servers": srv.url, "linger.ms": 50, "on_delivery": report})
+    p.produce("t", "first")
+    p.produce("t", "second")
+    with pytest.raises(RuntimeError, match="application's bug"):
+        p.flush(30)  # the exception comes out in the caller's thread ...
+    assert seen == [b"first"]
+    assert p.flush(30) == 0  # ... and the next call runs the report it left queued
+    assert seen == [b"first", b"second"]
+    p.close()
