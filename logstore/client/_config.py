@@ -15,7 +15,34 @@ from typing import Any
 
 from logstore.errors import InvalidConfigError
 
-__all__ = ["as_bool", "as_int", "bootstrap_servers", "client_config"]
+__all__ = ["as_bool", "as_int", "bootstrap_servers", "client_config", "producer_config"]
+
+_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "bootstrap.servers": None,
+    "security.protocol": "PLAINTEXT",
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.num.messages": 1000,
+    "enable.idempotence": True,
+    "delivery.timeout.ms": 120_000,
+    "metadata.max.age.ms": 300_000,
+    "retry.backoff.max.ms": 1000,
+    "api.key": None,
+    "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
+    "on_delivery": None,
+}
+_PRODUCER_ALIASES = {
+    "url": "bootstrap.servers",
+    "batch.records": "batch.num.messages",
+    "ca.file": "ssl.ca.location",
+    "on.delivery": "on_delivery",
+    "message.timeout.ms": "delivery.timeout.ms",
+    "queue.buffering.max.ms": "linger.ms",
+    "request.required.acks": "acks",
+}
+_ACKS = {"all": "all", "-1": "all", "0": "0", "1": "1"}
 
 
 def client_config(
@@ -95,3 +122,29 @@ def as_int(kind: str, key: str, value: Any, minimum: int = 0) -> int:
     if number < minimum:
         raise InvalidConfigError(f"{kind} config '{key}' must be at least {minimum}, got {number}")
     return number
+
+
+def producer_config(config: Mapping[str, Any] | str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`~logstore.client.Producer`'s settings, typed: confluent-kafka's dict (or a bootstrap URL), ``kwargs``
+    over it (``client_cert=(cert, key)`` for the two ``ssl.*.location`` keys).
+
+    Raises:
+        InvalidConfigError: an unknown key, a value of the wrong type, or no ``bootstrap.servers``.
+    """
+    cert = kwargs.pop("client_cert", None)
+    if isinstance(config, str):
+        config = {"bootstrap.servers": config}
+    conf = client_config("producer", _PRODUCER_DEFAULTS, config, kwargs, _PRODUCER_ALIASES)
+    if cert is not None:
+        conf["ssl.certificate.location"], conf["ssl.key.location"] = cert
+    acks = _ACKS.get(str(conf["acks"]).strip().lower())
+    if acks is None:
+        raise InvalidConfigError(f"producer config 'acks' must be all, -1, 1 or 0, got {conf['acks']!r}")
+    conf["acks"] = acks
+    if conf["on_delivery"] is not None and not callable(conf["on_delivery"]):
+        raise InvalidConfigError(f"producer config 'on_delivery' must be a callable, got {conf['on_delivery']!r}")
+    for key in ("linger.ms", "delivery.timeout.ms", "metadata.max.age.ms", "retry.backoff.max.ms"):
+        conf[key] = as_int("producer", key, conf[key])
+    conf["batch.num.messages"] = as_int("producer", "batch.num.messages", conf["batch.num.messages"], minimum=1)
+    conf["enable.idempotence"] = as_bool("producer", "enable.idempotence", conf["enable.idempotence"])
+    return conf

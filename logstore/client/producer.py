@@ -34,14 +34,14 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from logstore.client._config import as_bool, as_int, client_config
+from logstore.client._config import producer_config
 from logstore.client._http import raise_for
 from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
 from logstore.client.message import Message
 from logstore.errors import (
-    InvalidConfigError,
     KafkaStorageError,
     LogstoreError,
+    UnknownServerError,
 )
 from logstore.log.schema import HEADERS_TYPE
 from logstore.structs import OFFSET_INVALID
@@ -61,33 +61,6 @@ DeliveryCallback = Callable[[LogstoreError | None, Message], None]
 
 Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 """A dict, or (key, value) pairs in order (a key may repeat), as confluent-kafka takes them."""
-
-_PRODUCER_DEFAULTS: dict[str, Any] = {
-    "bootstrap.servers": None,
-    "security.protocol": "PLAINTEXT",
-    "acks": "all",
-    "linger.ms": 5,
-    "batch.num.messages": 1000,
-    "enable.idempotence": True,
-    "delivery.timeout.ms": 120_000,
-    "metadata.max.age.ms": 300_000,
-    "retry.backoff.max.ms": 1000,
-    "api.key": None,
-    "ssl.ca.location": None,
-    "ssl.certificate.location": None,
-    "ssl.key.location": None,
-    "on_delivery": None,
-}
-_PRODUCER_ALIASES = {
-    "url": "bootstrap.servers",
-    "batch.records": "batch.num.messages",
-    "ca.file": "ssl.ca.location",
-    "on.delivery": "on_delivery",
-    "message.timeout.ms": "delivery.timeout.ms",
-    "queue.buffering.max.ms": "linger.ms",
-    "request.required.acks": "acks",
-}
-_ACKS = {"all": "all", "-1": "all", "0": "0", "1": "1"}
 
 
 @dataclass(frozen=True)
@@ -141,7 +114,7 @@ class Producer:
     """
 
     def __init__(self, config: Mapping[str, Any] | str | None = None, /, **kwargs: Any) -> None:
-        conf = _producer_config(config, kwargs)
+        conf = producer_config(config, kwargs)
         cert_file = conf["ssl.certificate.location"]
         self._nodes = Nodes(
             conf["bootstrap.servers"],
@@ -197,6 +170,7 @@ class Producer:
 
         Raises:
             ValueError: a partition or timestamp out of range.
+            TypeError: a value, key or header that is not bytes, str or None (a header key: str).
             RuntimeError: the producer is closed.
         """
         if partition == -1:
@@ -207,13 +181,7 @@ class Producer:
             timestamp_ms = timestamp
         if timestamp_ms is not None and not -(2**63) <= timestamp_ms < 2**63:
             raise ValueError(f"timestamp must be an int64 (ms since the epoch), got {timestamp_ms}")
-        raw_key = key.encode() if isinstance(key, str) else key
-        pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
-        record = _Record(
-            _raw(value),
-            [{"key": k, "value": _raw(v)} for k, v in pairs] if pairs else None,
-            timestamp_ms,
-        )
+        record, raw_key = _record_of(value, key, headers, timestamp_ms)
         with self._cond:
             if self._closed:
                 raise RuntimeError("producer is closed")
@@ -319,6 +287,12 @@ class Producer:
                 self._in_flight += n
             try:
                 self._send(ready, records, keys, parts, callbacks)
+            except Exception as e:  # a bug must fail these records, never end the sender (flush would wait forever)
+                log.exception("producer: sending %d records of topic '%s' failed", len(records), ready)
+                failed: list[LogstoreError | None] = [UnknownServerError(f"could not send: {e!r}")] * len(records)
+                reports = _delivery_reports(ready, records, keys, parts, callbacks, [None] * len(records), failed)
+                with self._cond:
+                    self._reports.extend(reports)
             finally:
                 with self._cond:
                     self._in_flight -= len(records)
@@ -507,29 +481,22 @@ class Producer:
         return any_url, True
 
 
-def _producer_config(config: Mapping[str, Any] | str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The producer's settings, typed: confluent-kafka's dict (or a bootstrap URL) with ``kwargs`` over it.
+def _record_of(
+    value: bytes | str | None, key: bytes | str | None, headers: Headers | None, timestamp_ms: int | None
+) -> tuple[_Record, bytes | None]:
+    """A record as the sender keeps it, and its key as bytes.
 
     Raises:
-        InvalidConfigError: an unknown key, a value of the wrong type, or no ``bootstrap.servers``.
+        TypeError: a value, key or header value that is not bytes, str or None, or a header key that is not a str.
     """
-    cert = kwargs.pop("client_cert", None)
-    if isinstance(config, str):
-        config = {"bootstrap.servers": config}
-    conf = client_config("producer", _PRODUCER_DEFAULTS, config, kwargs, _PRODUCER_ALIASES)
-    if cert is not None:
-        conf["ssl.certificate.location"], conf["ssl.key.location"] = cert
-    acks = _ACKS.get(str(conf["acks"]).strip().lower())
-    if acks is None:
-        raise InvalidConfigError(f"producer config 'acks' must be all, -1, 1 or 0, got {conf['acks']!r}")
-    conf["acks"] = acks
-    if conf["on_delivery"] is not None and not callable(conf["on_delivery"]):
-        raise InvalidConfigError(f"producer config 'on_delivery' must be a callable, got {conf['on_delivery']!r}")
-    for key in ("linger.ms", "delivery.timeout.ms", "metadata.max.age.ms", "retry.backoff.max.ms"):
-        conf[key] = as_int("producer", key, conf[key])
-    conf["batch.num.messages"] = as_int("producer", "batch.num.messages", conf["batch.num.messages"], minimum=1)
-    conf["enable.idempotence"] = as_bool("producer", "enable.idempotence", conf["enable.idempotence"])
-    return conf
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    for what, v in [("value", value), ("key", key), *((f"header '{k}'", hv) for k, hv in pairs)]:
+        if v is not None and not isinstance(v, bytes | str):
+            raise TypeError(f"a record's {what} must be bytes, str or None, got {type(v).__name__}")
+    if any(not isinstance(k, str) for k, _ in pairs):
+        raise TypeError("header keys must be str")
+    hs = [{"key": k, "value": _raw(v)} for k, v in pairs] if pairs else None
+    return _Record(_raw(value), hs, timestamp_ms), _raw(key)
 
 
 def _delivery_reports(

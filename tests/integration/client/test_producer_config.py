@@ -112,3 +112,16 @@ def test_a_callback_that_raises_leaves_the_other_reports_queued(server: StartSer
     assert p.flush(30) == 0  # ... and the next call runs the report it left queued
     assert seen == [b"first", b"second"]
     p.close()
+
+
+def test_a_header_of_the_wrong_type_is_refused_by_produce_and_the_producer_goes_on(server: StartServer) -> None:
+    srv = server()
+    RemoteStore(srv.url).create_topic("t", 1)
+    with Producer(srv.url, linger_ms=0) as p:
+        with pytest.raises(TypeError, match="header 'n'"):
+            p.produce("t", "v", headers={"n": 5})  # type: ignore[dict-item]
+        with pytest.raises(TypeError, match="value"):
+            p.produce("t", 5)  # type: ignore[arg-type]
+        p.produce("t", "after")
+        assert p.flush(30) == 0  # the sender was not taken down by the bad record
+    assert RemoteStore(srv.url).fetch("t", 0, 0).records["value"].to_pylist() == [b"after"]
