@@ -43,10 +43,10 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 from logstore.config import load_config
 from logstore.errors import InvalidRequestError, LogstoreError
 from logstore.log.catalog import Catalog
+from logstore.log.retention import run_retention
 from maintenance.cleaner import run_key_compaction
 from maintenance.offsets import OFFSETS_TABLE, run_offsets_compaction
 from maintenance.report import PartitionReport, Progress, RunReport, print_progress
-from maintenance.retention import run_retention
 from maintenance.segments import run_segment_compaction
 from maintenance.vacuum import DEFAULT_RETENTION_HOURS, run_vacuum
 
