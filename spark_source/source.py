@@ -103,7 +103,7 @@ class LogstoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_sink import LogstoreBatchWriter
 
-        return LogstoreBatchWriter(dict(self.options), schema)
+        return LogstoreBatchWriter(dict(self.options), schema, overwrite=overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_sink import LogstoreStreamWriter
