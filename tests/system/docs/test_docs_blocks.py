@@ -1,15 +1,16 @@
-"""Every Python and shell block of README.md and docs/*.md runs as written, page by page, in order.
+"""Every Python, shell and SQL block of README.md and docs/*.md runs as written, page by page, in order.
 
 Each page gets a fresh working directory whose ``./data`` is a fresh store, and — when one of its blocks talks
 to ``127.0.0.1:8080`` or ``localhost:8080`` — a real ``logstore serve`` on that store (on a free port: the
 blocks' ``8080`` is rewritten to it). Python blocks of a page share one namespace, as cells of a notebook do,
-and run in this process with the run's one SparkSession (``session()`` in a block returns it). Spark's JVM
-and its Python workers keep the working directory they started in, so a Python block's string literals that
-start with ``./`` are rewritten to the page's directory. A streaming query a block leaves running is run to
-the end of its input (``processAllAvailable``: a query that failed raises) and stopped. Shell blocks run in
-``bash -e -o pipefail`` in the page's directory, with ``logstore`` the command of this checkout and ``curl``
-failing on an HTTP error status. A block that cannot run here (a long-running ``make run``, a cluster of
-nodes, an endless poll loop) is preceded by ``<!-- not-run: reason -->``; the marker needs a reason.
+and run in this process with the run's one SparkSession (``session()`` in a block returns it); a SQL block's
+statements run on that session. Spark's JVM and its Python workers keep the working directory they started
+in, so a Python or SQL block's quoted paths that start with ``./`` are rewritten to the page's directory. A
+streaming query a block leaves running is run to the end of its input (``processAllAvailable``: a query that
+failed raises) and stopped. Shell blocks run in ``bash -e -o pipefail`` in the page's directory, with
+``logstore`` the command of this checkout and ``curl`` failing on an HTTP error status. A block that cannot
+run here (a long-running ``make run``, a cluster of nodes, an endless poll loop) is preceded by
+``<!-- not-run: reason -->``; the marker needs a reason.
 
 A failure names the page and the line of the block's opening fence.
 """
@@ -31,8 +32,8 @@ from tests.support.paths import REPO
 from tests.support.server import Server
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-LANGUAGES = {"python", "sh", "bash"}
-"""Fences that run; ``sql``, ``toml``, ``json`` and plain fences are shown, not run."""
+LANGUAGES = {"python", "sh", "bash", "sql"}
+"""Fences that run; ``toml``, ``json`` and plain fences are shown, not run."""
 BLOCK_TIMEOUT_S = 300
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```|~~~)(?P<lang>[\w-]*)\s*$")
@@ -116,8 +117,21 @@ def run_shell(block: Block, code: str, cwd: Path, bin_dir: Path) -> None:
         pytest.fail(f"{block.where()}: the {block.lang} block exited {done.returncode}:\n{done.stdout}{done.stderr}")
 
 
+def local_paths(code: str, cwd: Path) -> str:
+    """``code`` with its quoted ``./`` paths under ``cwd`` (Spark's processes keep their own working directory)."""
+    return re.sub(r"""(["'`])\./""", lambda m: f"{m[1]}{cwd}/", code)
+
+
+def run_sql(block: Block, code: str, cwd: Path, spark: SparkSession) -> None:
+    for statement in filter(str.strip, local_paths(code, cwd).split(";")):
+        try:
+            spark.sql(statement).collect()
+        except Exception as e:
+            pytest.fail(f"{block.where()}: the sql block raised {type(e).__name__}: {e}")
+
+
 def run_python(block: Block, code: str, cwd: Path, namespace: dict[str, object], spark: SparkSession) -> None:
-    code = re.sub(r"""(["'])\./""", lambda m: f"{m[1]}{cwd}/", code)
+    code = local_paths(code, cwd)
     try:
         exec(compile(code, f"{block.where()}", "exec"), namespace)
         for query in spark.streams.active:
@@ -161,6 +175,8 @@ def test_every_block_runs(
             code = _SERVER.sub(f"127.0.0.1:{server.port}", block.code) if server else block.code
             if block.lang == "python":
                 run_python(block, code, cwd, namespace, spark)
+            elif block.lang == "sql":
+                run_sql(block, code, cwd, spark)
             else:
                 run_shell(block, code, cwd, logstore_command)
     finally:
