@@ -168,6 +168,7 @@ def test_every_block_runs(
     for var in [v for v in os.environ if v.startswith("LOGSTORE_")]:
         monkeypatch.delenv(var)
     monkeypatch.chdir(cwd)
+    elsewhere = set((REPO / "data" / "topics").glob("*"))  # a store Spark's workers would find by default
     server = Server(cwd / "data").start() if any(_SERVER.search(b.code) for b in todo) else None
     namespace: dict[str, object] = {"__name__": "__docs__"}
     try:
@@ -182,3 +183,7 @@ def test_every_block_runs(
     finally:
         if server is not None:
             server.stop()
+    made = set((REPO / "data" / "topics").glob("*")) - elsewhere
+    assert not made, (
+        f"{page.name}: a block wrote {sorted(map(str, made))}: Spark's workers do not run in the page's directory"
+    )
