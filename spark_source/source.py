@@ -76,10 +76,11 @@ _PLANS_KEPT = 8
 class LogstoreDataSource(DataSource):
     """The ``logstore`` data source: Kafka-source-compatible reads, exactly-once writes.
 
-    Options (reads): ``subscribe`` / ``subscribePattern`` / ``topic``, ``group``,
+    Options (reads): ``subscribe`` / ``subscribePattern`` / ``assign`` / ``topic``, ``group``,
     ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
     ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``maxRecordsReadOnDriver``,
-    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
+    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``; a Kafka job's ``kafka.*`` and consumer
+    options are ignored (logged). Writes: see :mod:`spark_sink`.
     """
 
     @classmethod
