@@ -124,7 +124,8 @@ class LogstoreBatchReader(DataSourceReader):
         return planner.tasks(planner.starting_offsets(views), planner.ending_offsets(views), views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
+        if not isinstance(partition, ReadTask):  # nothing to read: Spark plans one InputPartition(None) for no tasks
+            return iter(())
         return read_task(partition)
 
 

@@ -85,3 +85,11 @@ def test_a_kafka_job_runs_after_swapping_the_format(
     assigned = read_batch(spark, store, assign=f'{{"{src}": [0, 2]}}', **kafka)
     assert sorted(r.partition for r in assigned.select("partition").distinct().collect()) == [0, 2]
     assert assigned.count() == 8
+
+
+@pytest.mark.spark
+def test_a_batch_read_of_an_empty_topic_is_empty(
+    spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2)  # no records: Spark plans one partition without a task for a read of nothing
+    assert read_batch(spark, store, subscribe=t).count() == 0
