@@ -8,7 +8,7 @@ job over topics, with a summary), :class:`Scheduler` (``maintain run``), and
 
 from logstore.log.retention import plan_retention, run_retention
 from maintenance.cleaner import run_key_compaction
-from maintenance.job import JOBS, run_job
+from maintenance.job import JOBS, run_job, store_config
 from maintenance.offsets import run_offsets_compaction
 from maintenance.report import PartitionReport, RunReport
 from maintenance.scheduler import Scheduler, jobs_for_policy
@@ -30,4 +30,5 @@ __all__ = [
     "run_retention",
     "run_segment_compaction",
     "run_vacuum",
+    "store_config",
 ]
