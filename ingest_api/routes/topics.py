@@ -17,6 +17,7 @@ def topic_out(info: TopicInfo) -> TopicOut:
     return TopicOut.model_validate(
         {
             "name": info.name,
+            "topic_id": info.topic_id,
             "partitions": [
                 {
                     "partition": p.partition,
@@ -69,5 +70,5 @@ async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicO
 @router.delete("/{topic}", status_code=204, dependencies=[requires(Operation.DELETE, ResourceType.TOPIC, "topic")])
 async def delete_topic(topic: str, broker: BrokerDep) -> Response:
     await run_in_threadpool(broker.forget, topic)
-    await run_in_threadpool(broker.store.catalog.delete_topic, topic)
+    await run_in_threadpool(broker.store.delete_topic, topic)  # its group offsets too
     return Response(status_code=204)
