@@ -214,6 +214,8 @@ class ZooKeeperController:
         self._epoch: int | None = None
         self._epoch_version = -1
         self._states: dict[TopicPartitionKey, PartitionState] = {}
+        self._topic_ids: dict[str, str | None] = {}
+        """Topic → its ID as the last round read it, whose partitions ``_states`` holds."""
         self._reregister = False
         self._resigning = False
         self._controller: tuple[int | None, int] = (None, 0)
@@ -410,15 +412,21 @@ class ZooKeeperController:
         if self._resigning:
             live = [n for n in live if n != self.node.node_id]
         wanted: list[TopicPartitionKey] = []
+        ids: dict[str, str | None] = {}
         for topic in self._zk.get_children(TOPICS):
             try:
                 data, _ = self._zk.get(f"{TOPICS}/{topic}")
             except NoNodeError:
                 continue
-            count = int(json.loads(data).get("partitions", 0)) if data else 0
+            doc = json.loads(data) if data else {}
+            count = int(doc.get("partitions", 0))
+            ids[topic] = doc.get("topic_id")
             wanted += [(topic, p) for p in range(count)]
-        known = set(wanted)
-        self._states = {tp: s for tp, s in self._states.items() if tp[0] in {t for t, _ in known}}
+        # A topic deleted and created again between two rounds has a new ID: the states cached for the
+        # old one (their znodes went with it) must not stand for the new one's.
+        same = {t for t, i in ids.items() if self._topic_ids.get(t, i) == i}
+        self._topic_ids = ids
+        self._states = {tp: s for tp, s in self._states.items() if tp[0] in same}
         changes = place_leaders(wanted, self._states, live, self._placement)
         if changes:
             self._write_states(changes)
