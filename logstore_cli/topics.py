@@ -50,7 +50,7 @@ def describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
     """``topics describe NAME``: one line for the topic and its config overrides, then one per partition."""
     info = backend(args, config).describe_topic(args.name)
     overrides = ",".join(f"{k}={v}" for k, v in sorted(info.overrides.items()))
-    print(f"Topic: {info.name}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
+    print(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
     for p in info.partitions:
         print(
             f"\tTopic: {info.name}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
