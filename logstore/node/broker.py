@@ -328,7 +328,9 @@ class Broker:
 
     def retire_in_background(self, pipeline: TopicPipeline) -> None:
         """:meth:`retire` on a thread of its own (from the pipeline's committer, which the close waits for)."""
-        retire_on_thread(self, pipeline)
+        retire_on_thread(
+            pipeline.topic, lambda: self.retire(pipeline), self.cluster.recheck if self.cluster is not None else None
+        )
 
     def reconfigure(self, topic: str) -> None:
         """Pick up a created topic or a changed partition count (cluster mode: tell the controller)."""

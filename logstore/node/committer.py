@@ -112,8 +112,7 @@ class Committer:
     ) -> None:
         self.topic = accumulator.topic
         self._on_stale = on_stale
-        """Called (from a committer turn; it must not wait for the committer) once the writer finds its
-        topic deleted or created again: the pipeline belongs to the old topic and must be retired."""
+        """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
         self._replay_departed = replay_departed
         self._want_lock = threading.Lock()

@@ -28,7 +28,6 @@ from logstore.log.topic_id import read_id_file
 
 if TYPE_CHECKING:
     from logstore.log.writer import TopicWriter
-    from logstore.node.broker import Broker, TopicPipeline
 
 __all__ = ["RETIRE_WAIT_S", "Retirements", "is_current", "retire_on_thread"]
 
@@ -78,8 +77,9 @@ class Retirements:
             log.warning("topic %s: the old pipeline is still closing after %.0f s", topic, RETIRE_WAIT_S)
 
 
-def retire_on_thread(broker: Broker, pipeline: TopicPipeline) -> None:
-    """Retire ``pipeline`` on a new thread, then (cluster mode) have the node apply the leaders again.
+def retire_on_thread(topic: str, retire: Callable[[], None], then: Callable[[], None] | None) -> None:
+    """``retire()`` a pipeline of ``topic`` on a new thread, then call ``then`` (cluster mode: apply the leaders
+    again, so the new topic's pipeline opens with its partitions).
 
     For the pipeline's own committer: the close waits for the committer to stop,
     so it cannot run on the committer's turn.
@@ -87,11 +87,11 @@ def retire_on_thread(broker: Broker, pipeline: TopicPipeline) -> None:
 
     def run() -> None:
         try:
-            broker.retire(pipeline)
+            retire()
         except Exception:  # a failed close leaves the old pipeline out of the node: log it, nothing waits on it
-            log.exception("topic %s: closing the pipeline of the old topic failed", pipeline.topic)
+            log.exception("topic %s: closing the pipeline of the old topic failed", topic)
         finally:
-            if broker.cluster is not None:
-                broker.cluster.recheck()
+            if then is not None:
+                then()
 
-    threading.Thread(target=run, name=f"retire-{pipeline.topic}", daemon=True).start()
+    threading.Thread(target=run, name=f"retire-{topic}", daemon=True).start()
