@@ -160,6 +160,7 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
         assert cells[5] == str(p["num_files"])
         assert cells[6:] == [f"node 0 ({big.url.split('://')[1]})", "0"]  # the embedded node leads, epoch 0
     expect(page.get_by_test_id("config")).to_contain_text("retention.ms")
+    expect(page.get_by_test_id("topic-id")).to_have_text(info["topic_id"])
     expect(page.get_by_test_id("snippet")).to_contain_text('.option("subscribe", "t000")')
     # partition 0 holds JSON values, then one binary value: JSON pretty-printed, binary as hex
     browse = page.locator("#browse")
