@@ -93,7 +93,7 @@ class LogStore:
         """Delete topic ``name``, its data, and every group's committed offsets on it (as Kafka does).
 
         The table goes first, so no reader or commit check sees the topic any more,
-        then the offsets (tombstones in ``_offsets``, :meth:`OffsetsStore.delete_topic`).
+        then the offsets' rows (:meth:`OffsetsStore.delete_topic`).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.

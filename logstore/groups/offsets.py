@@ -16,22 +16,18 @@ ordered among themselves by ``commit_time``. Commits of different groups
 never conflict.
 
 Deleting a topic deletes every group's offsets on it, as Kafka does
-(:meth:`OffsetsStore.delete_topic`): each group that had committed on it gets
-a *tombstone* commit, ``offset`` = -1 (:data:`DELETED`) for each of its
-partitions, ordered like any commit of the group. A key whose latest row is a
-tombstone has no committed offset: it is listed nowhere, and a group reading
-the topic created again under the same name starts from its
-``auto.offset.reset`` / ``startingOffsets``, as in a new group.
+(:meth:`OffsetsStore.delete_topic`, one Delta commit that removes the rows, as
+:meth:`OffsetsStore.delete_group` removes a group's): a group reading the topic
+created again under the same name starts from its ``auto.offset.reset`` /
+``startingOffsets``, as a new group does.
 
 The latest committed offsets, in Spark SQL (:data:`LATEST_OFFSETS_SQL`)::
 
-    SELECT * FROM (
-      SELECT `group`, topic, `partition`,
-             max_by(`offset`, struct(coalesce(commit_seq, -1), commit_time))     AS committed_offset,
-             max_by(commit_time, struct(coalesce(commit_seq, -1), commit_time))  AS commit_time
-      FROM delta.`<root>/_offsets`
-      GROUP BY `group`, topic, `partition`)
-    WHERE committed_offset >= 0
+    SELECT `group`, topic, `partition`,
+           max_by(`offset`, struct(coalesce(commit_seq, -1), commit_time))     AS committed_offset,
+           max_by(commit_time, struct(coalesce(commit_seq, -1), commit_time))  AS commit_time
+    FROM delta.`<root>/_offsets`
+    GROUP BY `group`, topic, `partition`
 
 The table grows a file per commit; the ``offsets`` maintenance job compacts it
 to the latest rows plus a bounded history (:mod:`maintenance.offsets`).
@@ -58,7 +54,7 @@ from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
-__all__ = ["DELETED", "LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
+__all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
 
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -73,21 +69,17 @@ OFFSETS_SCHEMA = pa.schema(
 )
 """Columns of ``_offsets``. ``commit_seq`` (the group's commit number) is null in rows older than it."""
 
-DELETED = -1
-"""The ``offset`` of a tombstone row: the group's offset of that partition was deleted with its topic."""
 _COMMIT_ATTEMPTS = 20
 _CHECKPOINT_INTERVAL = 100
 """Commits between checkpoints of ``_offsets`` (as ``checkpoint.interval``'s default for topics)."""
 _COMMIT_INFO = {"operationParameters": {"mode": "Append", "partitionBy": "[]"}}
 
 LATEST_OFFSETS_SQL = """\
-SELECT * FROM (
-  SELECT `group`, topic, `partition`,
-         max_by(`offset`, struct(coalesce(commit_seq, -1), commit_time))     AS committed_offset,
-         max_by(commit_time, struct(coalesce(commit_seq, -1), commit_time))  AS commit_time
-  FROM delta.`{path}`
-  GROUP BY `group`, topic, `partition`)
-WHERE committed_offset >= 0"""
+SELECT `group`, topic, `partition`,
+       max_by(`offset`, struct(coalesce(commit_seq, -1), commit_time))     AS committed_offset,
+       max_by(commit_time, struct(coalesce(commit_seq, -1), commit_time))  AS commit_time
+FROM delta.`{path}`
+GROUP BY `group`, topic, `partition`"""
 """The one SQL statement that shows the latest committed offsets (format with ``path``)."""
 
 
@@ -145,23 +137,6 @@ class OffsetsStore:
         for p, o in offsets.items():
             if o < 0:
                 raise InvalidRequestError(f"committed offset for partition {p} must be >= 0, got {o}")
-        self._write(group, topic, offsets, metadata)
-
-    def delete_topic(self, topic: str) -> list[str]:
-        """Delete every group's offsets on ``topic`` (the topic is being deleted); the groups that had some.
-
-        One tombstone commit per such group (see the module docstring), durable
-        when it returns. A group that commits on the topic after this — a reader
-        of the topic created again — starts a fresh history.
-        """
-        by_group: dict[str, dict[int, int]] = {}
-        for g, _t, p in self.committed(topic=topic):
-            by_group.setdefault(g, {})[p] = DELETED
-        for group, offsets in sorted(by_group.items()):
-            self._write(group, topic, offsets, None)
-        return sorted(by_group)
-
-    def _write(self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
         dt = self._table()
         if dt is None or "commit_seq" not in dt.schema().to_arrow().names:
             self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
@@ -306,10 +281,23 @@ class OffsetsStore:
         Raises:
             KafkaStorageError: the table could not be read or changed.
         """
+        return self._delete_where('"group" = ' + _sql_text(group), f"the offsets of group '{group}'")
+
+    def delete_topic(self, topic: str) -> int:
+        """Remove every group's committed offsets on ``topic`` (Kafka deletes them with it); returns how many rows went.
+
+        As :meth:`delete_group`, one Delta commit, durable when it returns: a group that commits on a
+        topic created again under that name starts a fresh history.
+
+        Raises:
+            KafkaStorageError: the table could not be read or changed.
+        """
+        return self._delete_where("topic = " + _sql_text(topic), f"the offsets of topic '{topic}'")
+
+    def _delete_where(self, predicate: str, what: str) -> int:
         dt = self._table()
         if dt is None:
             return 0
-        predicate = '"group" = \'' + group.replace("'", "''") + "'"
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
                 tables.refresh(dt)
@@ -317,10 +305,10 @@ class OffsetsStore:
                 tables.sync_commits(self.path, dt.version())
             except CommitFailedError as e:
                 if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise tables.translate(e, f"deletion of group '{group}'") from e
+                    raise tables.translate(e, f"deletion of {what}") from e
                 continue
             except (DeltaError, OSError) as e:
-                raise KafkaStorageError(f"cannot delete the offsets of group '{group}': {e}") from e
+                raise KafkaStorageError(f"cannot delete {what}: {e}") from e
             return int(metrics.get("num_deleted_rows", 0))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -356,8 +344,6 @@ class OffsetsStore:
         latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
             for row in latest_rows(pa.concat_tables(list(self._files.values()))).to_pylist():
-                if row["offset"] < 0:
-                    continue  # a tombstone: deleted with its topic
                 key = GroupTopicPartition(row["group"], row["topic"], row["partition"])
                 latest[key] = OffsetCommit(row["offset"], row["commit_time"] // 1000, row["metadata"])
         self._cache, self._cache_version = latest, dt.version()
@@ -433,3 +419,8 @@ def _run_starts(t: pa.Table) -> np.ndarray:
         c = t[col].combine_chunks()
         starts[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     return starts
+
+
+def _sql_text(value: str) -> str:
+    """``value`` as a SQL string literal (quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
