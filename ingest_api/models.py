@@ -87,6 +87,11 @@ class PartitionOut(BaseModel):
 
 class TopicOut(BaseModel):
     name: str
+    topic_id: str | None = Field(
+        default=None,
+        description="the topic's ID (Kafka's, 22 characters of URL-safe base64): a topic deleted and created "
+        "again has a new one; null for a topic created before IDs existed",
+    )
     partitions: list[PartitionOut]
     config: dict[str, Any]
     root: str | None = None

@@ -105,6 +105,8 @@ class TopicInfo:
     overrides: dict[str, str] = field(default_factory=dict)
     """The config keys set on the topic itself (the rest come from the defaults)."""
     table_version: int = 0
+    topic_id: str | None = None
+    """The topic's ID (:mod:`logstore.log.topic_id`); None for a topic created before IDs existed."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ def topic_out(info: TopicInfo, root: str) -> TopicOut:
         {
             "name": info.name,
             "root": os.path.abspath(root),
+            "topic_id": info.topic_id,
             "partitions": [
                 {
                     "partition": p.partition,
@@ -74,5 +75,5 @@ async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicO
 @router.delete("/{topic}", status_code=204, dependencies=[requires(Operation.DELETE, ResourceType.TOPIC, "topic")])
 async def delete_topic(topic: str, broker: BrokerDep) -> Response:
     await run_in_threadpool(broker.forget, topic)
-    await run_in_threadpool(broker.store.catalog.delete_topic, topic)
+    await run_in_threadpool(broker.store.delete_topic, topic)  # its group offsets too
     return Response(status_code=204)

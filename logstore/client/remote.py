@@ -215,4 +215,4 @@ def _topic(body: dict[str, Any]) -> TopicInfo:
     config = TopicConfig.from_overrides(body.get("config", {}))
     defaults = TopicConfig().to_dict()
     overrides = {k: str(v) for k, v in config.to_dict().items() if v != defaults[k]}
-    return TopicInfo(body["name"], parts, config, overrides)
+    return TopicInfo(body["name"], parts, config, overrides, topic_id=body.get("topic_id"))

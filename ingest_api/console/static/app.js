@@ -341,6 +341,7 @@ function throughput(el, s) {
 async function topicPage(topic) {
   const enc = encodeURIComponent(topic);
   view.innerHTML = `<h1>Topic <code>${esc(topic)}</code></h1>
+    <p class="muted">Topic ID <code data-testid="topic-id"></code></p>
     ${section(
       "Partitions",
       `<table data-testid="partitions"><thead><tr><th class="num">Partition</th><th class="num">Log start offset</th>
@@ -433,6 +434,7 @@ async function topicPage(topic) {
       metadata(topic),
     ]);
     info = described;
+    document.querySelector("[data-testid=topic-id]").textContent = info.topic_id || "none (created before topic IDs)";
     const leaders = new Map(((md && md.topics.find((t) => t.name === topic)) || { partitions: [] }).partitions.map((p) => [p.partition, p]));
     const live = new Set(md ? md.nodes.map((n) => n.node_id) : []);
     const leaderCells = (partition) => {

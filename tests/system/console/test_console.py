@@ -166,6 +166,7 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
         assert cells[5] == str(p["num_files"])
         assert cells[6:] == [f"node 0 ({big.url.split('://')[1]})", "0"]  # the embedded node leads, epoch 0
     expect(page.get_by_test_id("config")).to_contain_text("retention.ms")
+    expect(page.get_by_test_id("topic-id")).to_have_text(info["topic_id"])
     expect(page.get_by_test_id("snippet")).to_contain_text('.option("subscribe", "t000")')
     root = str(big.root.resolve())
     expect(page.get_by_test_id("snippet")).to_contain_text(f'.option("logstore.root", "{root}")')
