@@ -12,7 +12,8 @@ the nemesis can cut, ``bench/_proxy.py``), then for N minutes runs at once:
   record's value is unique in the run. Member consumers of one group
   (cooperative-sticky) join, fetch, commit what they read, heartbeat, and now
   and then leave and join again; an observer reads the group's committed
-  offsets.
+  offsets. With ``--spark``, a Spark ``availableNow`` reader of its own group
+  every 15 s (``bench/_nemesis_spark.py``).
 * **the nemesis** — a fault at a time, chosen by ``random.Random(seed)``:
   kill -9 of a node and its restart; SIGSTOP then SIGCONT of a node (a zombie
   leader); kill -9 of a ZooKeeper server and its restart; kill -9 of the whole
@@ -243,6 +244,7 @@ def run(
     producers: int = 3,
     members: int = 2,
     faults: tuple[str, ...] = Nemesis.FAULTS,
+    spark: bool = False,
 ) -> dict[str, Any]:
     """Start the cluster, run workload and nemesis for ``minutes``, check; the checker's result."""
     out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +259,7 @@ def run(
     cluster = NemesisCluster(out, **config)
     t0 = history.now()
     setup = {"seed": seed, "minutes": minutes, "root": str(cluster.root), "session_timeout_ms": SESSION_MS}
-    setup |= {"faults": list(faults), "producers": producers, "members": members}
+    setup |= {"faults": list(faults), "producers": producers, "members": members, "spark": spark}
     try:
         cluster.start()
         history.write("setup", "nemesis", None, t0, setup, ok=True)
@@ -267,11 +269,19 @@ def run(
         for topic, n in workload.partitions.items():
             httpx.post(f"{admin}/v1/topics", json={"name": topic, "partitions": n}, timeout=30).raise_for_status()
         workload.start()
+        reader = None
+        if spark:
+            from _nemesis_spark import SparkReader
+
+            reader = SparkReader(history, cluster.root)
+            reader.start()
         nemesis.run(minutes * 60, faults)
         nemesis.heal()
         nemesis.create_topic()  # exists again if the last delete was not followed by a create
         time.sleep(3)  # the workload runs on a healed cluster for a moment
         workload.join()
+        if reader is not None:
+            reader.join()
         barrier(cluster, history, workload.partitions, seed)
         cluster.shutdown()
         for topic in workload.partitions:
@@ -295,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="directory for history.jsonl, logs and data (default: a temporary one, removed)")
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--members", type=int, default=2)
+    parser.add_argument("--spark", action="store_true", help="also an availableNow Spark reader every 15 s")
     parser.add_argument(
         "--faults",
         default=",".join(Nemesis.FAULTS),
@@ -306,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--faults: choose among {', '.join(Nemesis.FAULTS)}")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nemesis-"))
     try:
-        result = run(args.minutes, args.seed, out, args.producers, args.members, faults)
+        result = run(args.minutes, args.seed, out, args.producers, args.members, faults, args.spark)
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)

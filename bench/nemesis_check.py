@@ -58,7 +58,7 @@ incarnation are checked against the final table.
 failed acks=1/all attempt on it (a request naming the partition explicitly)
 to the next acknowledged write to it, minus the time the whole cluster was
 down on purpose. ``worst_unavailability_s`` is the largest, ``None`` when no
-attempt failed.
+attempt failed; ``worst_unavailability_at`` = ``[topic, partition, start, end]`` (history seconds).
 
 Run: ``python bench/nemesis_check.py HISTORY.jsonl`` prints one JSON line.
 """
@@ -301,7 +301,7 @@ def _unavailability(
     for start, stop, key in windows:
         length = stop - start - sum(max(0.0, min(stop, d1) - max(start, d0)) for d0, d1 in down)
         if worst is None or length > worst[0]:
-            worst = (length, [key[0], key[1]])
+            worst = (length, [key[0], key[1], round(start, 3), round(stop, 3)])
     return (None, None) if worst is None else worst
 
 

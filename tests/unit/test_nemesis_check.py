@@ -161,7 +161,7 @@ def test_unavailability_runs_from_a_failed_attempt_to_the_next_acknowledged_writ
     ]
     ops[-1] = final([(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (0, 3, "d")])
     result = check(ops)
-    assert result["worst_unavailability_s"] == pytest.approx(5.0) and result["worst_unavailability_at"] == ["t", 0]
+    assert result["worst_unavailability_s"] == pytest.approx(5.0) and result["worst_unavailability_at"] == ["t", 0, 10, 15.0]
     ops.insert(-1, op("fault", 11, 13, {"kind": "cluster_down"}))  # the nemesis's own downtime is not counted
     assert check(ops)["worst_unavailability_s"] == pytest.approx(3.0)
 
