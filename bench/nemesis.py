@@ -279,9 +279,11 @@ def run(
         nemesis.heal()
         nemesis.create_topic()  # exists again if the last delete was not followed by a create
         time.sleep(3)  # the workload runs on a healed cluster for a moment
+        idle = history.now()
         workload.join()
         if reader is not None:
             reader.join()
+        history.write("idle", "nemesis", None, idle, {"why": "no client writes until the barrier"}, ok=True)
         barrier(cluster, history, workload.partitions, seed)
         cluster.shutdown()
         for topic in workload.partitions:

@@ -20,6 +20,8 @@ The operations it reads:
 - ``fault``: what the nemesis did, ``req = {"kind", …}``; kind
   ``cluster_down`` spans the time the whole cluster was killed (from the kill
   to every node serving again), which unavailability does not count.
+- ``idle``: a time no client wrote (the workload stopped, the final writes not
+  begun yet), which unavailability does not count either.
 - ``final``: the topic's table read directly after the run (delta-rs):
   ``req = {"topic"}``, ``ans = {"records": [[partition, offset, value], …]}``.
 
@@ -57,8 +59,11 @@ incarnation are checked against the final table.
 **Unavailability**, per partition and incarnation: the longest time from a
 failed acks=1/all attempt on it (a request naming the partition explicitly)
 to the next acknowledged write to it, minus the time the whole cluster was
-down on purpose. ``worst_unavailability_s`` is the largest, ``None`` when no
-attempt failed; ``worst_unavailability_at`` = ``[topic, partition, start, end]`` (history seconds).
+down on purpose and ``idle`` time. Answers 404 (no such topic or partition,
+yet or any more) and refusals (counted as ``refused``) are not failed
+attempts. ``worst_unavailability_s`` is the largest, ``None`` when no attempt
+failed; ``worst_unavailability_at`` = ``[topic, partition, start, end]``
+(history seconds).
 
 Run: ``python bench/nemesis_check.py HISTORY.jsonl`` prints one JSON line.
 """
@@ -274,7 +279,11 @@ def _unavailability(
     produces: Sequence[Op], ops: Sequence[Op], inc: Incarnations
 ) -> tuple[float | None, list[Any] | None]:
     """The longest failed-attempt-to-next-acknowledged-write window of any partition, and where."""
-    down = [(o["t0"], o["t1"]) for o in ops if o["op"] == "fault" and o["req"]["kind"] == "cluster_down"]
+    down = [
+        (o["t0"], o["t1"])
+        for o in ops
+        if o["op"] == "idle" or (o["op"] == "fault" and o["req"]["kind"] == "cluster_down")
+    ]
     events: list[tuple[float, int, tuple[str, int, int]]] = []  # (time, 0 = ok | 1 = failed attempt, key)
     for op in produces:
         topic = op["req"]["topic"]
@@ -284,7 +293,7 @@ def _unavailability(
         if op["ok"]:
             for acked in op["ans"]["offsets"]:
                 events.append((op["t1"], 0, (topic, acked["partition"], k)))
-        elif op.get("status") != 404:  # the topic or partition does not exist (yet, or any more): not an outage
+        elif op.get("status") not in (404, *REFUSED_STATUSES):  # missing topic or partition; refused (counted apart)
             for p in {r["partition"] for r in op["req"]["records"] if r.get("partition") is not None}:
                 events.append((op["t0"], 1, (topic, p, k)))
     events.sort()

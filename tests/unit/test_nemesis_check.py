@@ -157,13 +157,22 @@ def test_unavailability_runs_from_a_failed_attempt_to_the_next_acknowledged_writ
         produce(10, ["f1"], [], ok=False, status=503),
         produce(11, ["f2"], [], ok=False, status=None),
         produce(12, ["gone"], [], ok=False, status=404),  # the partition did not exist: not an outage
+        produce(12, ["no"], [], ok=False, status=409),  # a refusal is counted as such, not as an outage
         produce(14.9, ["d"], [3]),
     ]
     ops[-1] = final([(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (0, 3, "d")])
     result = check(ops)
-    assert result["worst_unavailability_s"] == pytest.approx(5.0) and result["worst_unavailability_at"] == ["t", 0, 10, 15.0]
+    assert result["refused"] == 1
+    assert result["worst_unavailability_s"] == pytest.approx(5.0) and result["worst_unavailability_at"] == [
+        "t",
+        0,
+        10,
+        15.0,
+    ]
     ops.insert(-1, op("fault", 11, 13, {"kind": "cluster_down"}))  # the nemesis's own downtime is not counted
     assert check(ops)["worst_unavailability_s"] == pytest.approx(3.0)
+    ops.insert(-1, op("idle", 13.5, 14.5, {}))  # nor a time no client wrote
+    assert check(ops)["worst_unavailability_s"] == pytest.approx(2.0)
 
 
 def test_a_partition_that_never_recovers_is_unavailable_until_the_end() -> None:
