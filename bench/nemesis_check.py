@@ -27,8 +27,9 @@ The operations it reads:
 
 **Incarnations.** A topic deleted and created again is a new log: its offsets
 start at 0 and the old records are gone, as they should be. Each
-``delete_topic`` opens a window that the end of the next successful
-``create_topic`` of that topic closes; an operation lies in incarnation *k*
+``delete_topic`` (also one that failed: it may have happened) opens a window
+that the end of the next ``create_topic`` of that topic that succeeded or
+found it existing (409) closes; an operation lies in incarnation *k*
 when *k* windows closed before it started, and is *ambiguous* when it overlaps
 a window (then no rule judges it). Only operations in a topic's last
 incarnation are checked against the final table.
@@ -136,7 +137,7 @@ class Incarnations:
                 if wins and wins[-1][1] == math.inf:
                     continue  # still open: one window until the topic exists again
                 wins.append((op["t0"], math.inf))
-            elif op["ok"] and wins and wins[-1][1] == math.inf:
+            elif (op["ok"] or op.get("status") == 409) and wins and wins[-1][1] == math.inf:  # 409: it exists
                 wins[-1] = (wins[-1][0], op["t1"])
 
     def of(self, topic: str, t0: float, t1: float) -> int | None:

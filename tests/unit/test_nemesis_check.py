@@ -200,3 +200,14 @@ def test_a_final_table_that_cannot_be_read_is_unreadable() -> None:
     ops = clean()
     ops[-1] = op("final", 1000, 1000, {"topic": "t"}, ok=False, status=None)
     assert counts(ops) == {"unreadable": 1}
+
+
+def test_a_failed_delete_opens_a_window_that_a_create_finding_the_topic_closes() -> None:
+    ops = clean()[:3]
+    ops += [
+        op("delete_topic", 10, 10.5, {"topic": "t"}, ok=False, status=500),
+        op("create_topic", 11, 11.5, {"topic": "t"}, ok=False, status=409),
+        produce(12, ["new"], [3]),
+        final([(0, 0, "a"), (0, 1, "b"), (0, 2, "c")]),
+    ]
+    assert counts(ops) == {"lost": 1}  # after the window, in the last incarnation: judged
