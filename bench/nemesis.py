@@ -33,6 +33,7 @@ security store is not among the faults (it needs a secured cluster).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
@@ -232,7 +233,7 @@ def barrier(cluster: NemesisCluster, history: History, partitions: dict[str, int
                     )
                     if line["ok"]:
                         break
-                    if time.monotonic() > deadline:
+                    if time.monotonic() > deadline or not any(node.alive for node in cluster.nodes.values()):
                         break  # the checker counts it: unavailable until the end
                     time.sleep(0.2)
 
@@ -277,7 +278,8 @@ def run(
             reader.start()
         nemesis.run(minutes * 60, faults)
         nemesis.heal()
-        nemesis.create_topic()  # exists again if the last delete was not followed by a create
+        with contextlib.suppress(RuntimeError):  # every try is in the history; the final read says what is left
+            nemesis.create_topic()  # exists again if the last delete was not followed by a create
         time.sleep(3)  # the workload runs on a healed cluster for a moment
         idle = history.now()
         workload.join()
