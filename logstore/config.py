@@ -303,8 +303,9 @@ class LogstoreConfig:
         default=10_000,
         metadata=_key(
             "producer.state.max.entries",
-            "Idempotent producers per topic whose sequence state a node keeps in memory; the least recently "
-            "used beyond this are dropped and re-read from the topic's Delta log when they send again.",
+            "Idempotent producers per topic whose sequence state a node keeps in memory (their sequences per "
+            "partition and recent batches); the least recently used beyond this are dropped and re-read from the "
+            "topic's Delta log when they send again.",
             minimum=1,
         ),
     )
@@ -390,6 +391,16 @@ class LogstoreConfig:
             "How often the ingest node samples topic sizes and group lag for /v1/stats and the console's charts "
             "(15 minutes of samples are kept in memory).",
             minimum=100,
+        ),
+    )
+    log_retention_check_interval_ms: int = field(
+        default=300_000,
+        metadata=_key(
+            "log.retention.check.interval.ms",
+            "How often the ingest node applies retention by itself (Kafka's key): it drops whole data files past "
+            "retention.ms or over retention.bytes in the partitions it leads of every topic whose cleanup.policy "
+            "contains delete, without Spark.",
+            minimum=1,
         ),
     )
     spark_jars_dir: str = field(

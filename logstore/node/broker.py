@@ -43,7 +43,6 @@ from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
-    InvalidRequestError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
@@ -57,6 +56,7 @@ from logstore.node.committer import Committer
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
+from logstore.node.retention import RetentionThread
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -114,7 +114,7 @@ class TopicPipeline:
         self._committer.acquire()
         try:
             if not cluster:
-                replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
+                replay(self.writer, self.wal, broker.metrics)
         except BaseException:
             self._committer.release()
             raise
@@ -213,6 +213,10 @@ class Broker:
             membership = self.cluster
             self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
             self.metrics.acks1_lease.set_function(lambda: membership.lease_s)
+        self.retention = RetentionThread(
+            self.store.catalog, self._retention_partitions, self.metrics, config.log_retention_check_interval_ms
+        )
+        """Retention of the partitions this node leads, every ``log.retention.check.interval.ms``."""
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
@@ -228,6 +232,7 @@ class Broker:
             self.cluster.start()
             for topic in self.store.list_topics():
                 self.cluster.register_topic(topic, self.partition_count(topic))
+            self.retention.start()
             self.ready = True
             return
         for name in sorted(os.listdir(self.wal_dir)):
@@ -235,6 +240,7 @@ class Broker:
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
             if has_frames and self.store.catalog.exists(name):
                 self.pipeline(name)
+        self.retention.start()
         self.ready = True
 
     def pipeline(self, topic: str) -> TopicPipeline:
@@ -373,11 +379,14 @@ class Broker:
         from ``(producer_id, sequence)`` so that a retry at any node lands on the
         same partition.
 
+        An idempotent request whose partitions have different leaders is split
+        like any other: each share carries the request's ``(producer_id,
+        sequence)``, and each leader checks it per partition, so a retry of the
+        whole request writes only the shares that did not land.
+
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
             NotLeaderOrFollowerError: a partition has no live leader yet (retriable).
-            InvalidRequestError: an idempotent request whose records span partitions of
-                different leaders (its sequence belongs to one commit; split it by leader).
         """
         assert self.cluster is not None
         meta = self.cluster.metadata()
@@ -401,11 +410,6 @@ class Broker:
             if state is None or state.leader < 0 or (state.leader != me and meta.node(state.leader) is None):
                 raise NotLeaderOrFollowerError(f"partition {p} of topic '{topic}' has no live leader yet; retry")
             by_leader.setdefault(state.leader, []).append(p)
-        if parsed.producer_id is not None and len(by_leader) > 1:
-            raise InvalidRequestError(
-                f"producer '{parsed.producer_id}' sent one sequence for partitions of topic '{topic}' led by "
-                f"nodes {sorted(by_leader)}; an idempotent request must go to one leader: split it by leader"
-            )
         shares = []
         for leader, leader_parts in sorted(by_leader.items()):
             index = np.flatnonzero(np.isin(parts, leader_parts))
@@ -436,6 +440,14 @@ class Broker:
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
+
+    def _retention_partitions(self, topic: str) -> frozenset[int] | None:
+        """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""
+        if self.cluster is None:
+            return None
+        me = self.cluster.node_id
+        meta = self.cluster.metadata()
+        return frozenset(p for (t, p), state in meta.partitions.items() if t == topic and state.leader == me)
 
     def _session_changed(self, connected: bool) -> None:
         self.available = connected
@@ -469,6 +481,7 @@ class Broker:
         to expire) and the node leaves.
         """
         self.ready = False
+        self.retention.stop()
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:
