@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from logstore.config import TopicConfig
+from logstore.config import CompressionType, TopicConfig
 
 __all__ = [
     "AppendResult",
@@ -90,6 +90,11 @@ class ProducerBatch:
     sequence: int | None = None
     validated: bool = False
     """The records passed :meth:`TopicWriter.check_records` already (sizes, timestamps)."""
+    compression: CompressionType | None = None
+    """The codec the records came in from a Kafka client (its record batch's); None for HTTP bodies.
+
+    Kept in the data files when the topic's ``compression.type`` is ``producer`` and every batch
+    of a commit came in the same codec (:func:`logstore.log.compression.parquet_codec`)."""
 
 
 @dataclass(frozen=True)

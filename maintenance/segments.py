@@ -70,12 +70,15 @@ def plan_segments(files: Sequence[DataFile], segment_bytes: int) -> list[list[Da
     return [b for b in bins if len(b) >= 2]
 
 
-def _rewrite_bin(task: tuple[str, int, list[str], int]) -> list[_files.NewFile]:
-    """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process)."""
-    root, partition, paths, pieces = task
+def _rewrite_bin(task: tuple[str, int, list[str], int, str]) -> list[_files.NewFile]:
+    """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process).
+
+    The files take the topic's current codec (``compression``), whatever codecs the merged ones had.
+    """
+    root, partition, paths, pieces, compression = task
     data = pa.concat_tables([pq.read_table(p, schema=_files.FILE_SCHEMA) for p in paths]).sort_by("offset")
     step = max(1, math.ceil(len(data) / max(1, pieces)))
-    return [_files.write_segment(root, partition, data.slice(i, step)) for i in range(0, len(data), step)]
+    return [_files.write_segment(root, partition, data.slice(i, step), compression) for i in range(0, len(data), step)]
 
 
 def run_segment_compaction(
@@ -98,8 +101,9 @@ def run_segment_compaction(
     by_part = _files.live_files(dt)
     root = tables.table_path(dt)
     plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
+    codec = _files.topic_codec(catalog, config)
     tasks = [
-        (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)))
+        (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)), codec)
         for p in range(count)
         for b in plans[p]
     ]
