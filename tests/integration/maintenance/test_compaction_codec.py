@@ -41,8 +41,8 @@ def test_key_compaction_writes_the_topic_codec(
         codecs |= {meta.row_group(0).column(c).compression for c in range(meta.num_columns)}
     assert codecs == {"ZSTD"}
     records = store.fetch(t, 0, 0).records
-    assert list(zip(records["offset"].to_pylist(), records["key"].to_pylist(), records["value"].to_pylist())) == [
-        (2, b"a", b"3"),
-        (3, b"b", b"4"),
-        (4, b"c", b"5"),
+    assert records.select(["offset", "key", "value"]).to_pylist() == [
+        {"offset": 2, "key": b"a", "value": b"3"},
+        {"offset": 3, "key": b"b", "value": b"4"},
+        {"offset": 4, "key": b"c", "value": b"5"},
     ]
