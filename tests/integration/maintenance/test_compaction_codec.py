@@ -1,4 +1,4 @@
-"""Key compaction rewrites a topic's files in its current ``compression.type``, whatever codec they had."""
+"""Key compaction (Spark reads the files, LZ4_RAW too) rewrites them in the topic's current ``compression.type``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ NOW_MS = 1_800_000_000_000
 def test_key_compaction_writes_the_topic_codec(
     spark: SparkSession, store: LogStore, make_topic: Callable[..., str]
 ) -> None:
-    t = make_topic(partitions=1, cleanup_policy="compact", compression_type="gzip")
+    t = make_topic(partitions=1, cleanup_policy="compact", compression_type="lz4")  # LZ4_RAW, which Spark reads too
     old = [NOW_MS - 2 * HOUR_MS] * 3
     store.append(
         t, [ProducerBatch(input_table([0] * 3, [b"1", b"2", b"3"], keys=[b"a", b"b", b"a"], timestamps_ms=old))]
