@@ -96,9 +96,9 @@ class _Planned:
     producer_id: str | None = None
     sequence: int | None = None
     retried: dict[int, int] = field(default_factory=dict)
+    """Partitions where the batch is a retry of a committed one → that batch's first offset there."""
     compression: CompressionType | None = None
     """The codec the batch came in from a Kafka client (:attr:`~logstore.structs.ProducerBatch.compression`)."""
-    """Partitions where the batch is a retry of a committed one → that batch's first offset there."""
 
     def result(self, written: pa.Array, version: int) -> AppendResult:
         """The batch's answer, given the offsets of the records written (in order); ``duplicate`` if none were."""
