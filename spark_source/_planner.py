@@ -63,7 +63,7 @@ class Planner:
                 if self.options.pattern is not None:
                     continue  # as if listed a moment later
                 raise
-            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions())}
+            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions()) if self.options.reads(t, p)}
         return out
 
     def starting_offsets(self, views: Views, spec: OffsetSpec | None = None) -> Offsets:

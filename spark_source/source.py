@@ -76,10 +76,11 @@ _PLANS_KEPT = 8
 class LogstoreDataSource(DataSource):
     """The ``logstore`` data source: Kafka-source-compatible reads, exactly-once writes.
 
-    Options (reads): ``subscribe`` / ``subscribePattern`` / ``topic``, ``group``,
+    Options (reads): ``subscribe`` / ``subscribePattern`` / ``assign`` / ``topic``, ``group``,
     ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
     ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``maxRecordsReadOnDriver``,
-    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
+    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``; a Kafka job's ``kafka.*`` and consumer
+    options are ignored (logged). Writes: see :mod:`spark_sink`.
     """
 
     @classmethod
@@ -103,7 +104,7 @@ class LogstoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_sink import LogstoreBatchWriter
 
-        return LogstoreBatchWriter(dict(self.options), schema)
+        return LogstoreBatchWriter(dict(self.options), schema, overwrite=overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_sink import LogstoreStreamWriter
@@ -123,7 +124,8 @@ class LogstoreBatchReader(DataSourceReader):
         return planner.tasks(planner.starting_offsets(views), planner.ending_offsets(views), views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
+        if not isinstance(partition, ReadTask):  # nothing to read: Spark plans one InputPartition(None) for no tasks
+            return iter(())
         return read_task(partition)
 
 

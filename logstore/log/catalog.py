@@ -161,7 +161,8 @@ class Catalog:
         for p in range(count):
             mine = [f for f in files if f.partition == p]
             hw = high_watermark(dt, p, mine)
-            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, sum(f.size_bytes for f in mine), len(mine)))
+            size, records = sum(f.size_bytes for f in mine), sum(f.num_records for f in mine)
+            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, size, len(mine), records))
         return TopicInfo(name, tuple(parts), config, overrides, version)
 
     def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:

@@ -56,6 +56,7 @@ from logstore.node.committer import Committer
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
+from logstore.node.retention import RetentionThread
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -212,6 +213,10 @@ class Broker:
             membership = self.cluster
             self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
             self.metrics.acks1_lease.set_function(lambda: membership.lease_s)
+        self.retention = RetentionThread(
+            self.store.catalog, self._retention_partitions, self.metrics, config.log_retention_check_interval_ms
+        )
+        """Retention of the partitions this node leads, every ``log.retention.check.interval.ms``."""
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
@@ -227,6 +232,7 @@ class Broker:
             self.cluster.start()
             for topic in self.store.list_topics():
                 self.cluster.register_topic(topic, self.partition_count(topic))
+            self.retention.start()
             self.ready = True
             return
         for name in sorted(os.listdir(self.wal_dir)):
@@ -234,6 +240,7 @@ class Broker:
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
             if has_frames and self.store.catalog.exists(name):
                 self.pipeline(name)
+        self.retention.start()
         self.ready = True
 
     def pipeline(self, topic: str) -> TopicPipeline:
@@ -434,6 +441,14 @@ class Broker:
             if topic not in mine:
                 pipeline.set_leadership({})
 
+    def _retention_partitions(self, topic: str) -> frozenset[int] | None:
+        """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""
+        if self.cluster is None:
+            return None
+        me = self.cluster.node_id
+        meta = self.cluster.metadata()
+        return frozenset(p for (t, p), state in meta.partitions.items() if t == topic and state.leader == me)
+
     def _session_changed(self, connected: bool) -> None:
         self.available = connected
         for pipeline in list(self._pipelines.values()):
@@ -466,6 +481,7 @@ class Broker:
         to expire) and the node leaves.
         """
         self.ready = False
+        self.retention.stop()
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:
