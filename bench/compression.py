@@ -11,6 +11,9 @@ decompression is spent). Per codec, the medians over ``--runs`` runs of:
 * ``bytes_per_record``: the topic's data files on disk / records;
 * ``produce_records_per_s`` and ``produce_cpu_us_per_record`` (this process's CPU, fsyncs not included);
 * ``consume_records_per_s`` and ``consume_cpu_us_per_record``;
+* ``encode_us_per_record`` and ``decode_us_per_record``: the codec alone — this thread's CPU to write the
+  commits' records as Parquet in memory and to read them back, the fastest of ``--repeats`` passes (the
+  figure least disturbed by other load on the machine);
 
 and ``vs_uncompressed``: each figure over ``uncompressed``'s (bytes < 1 is smaller files; records/s < 1 slower).
 
@@ -26,14 +29,17 @@ Run: ``.venv/bin/python bench/compression.py`` (``--quick`` for a smoke run).
 from __future__ import annotations
 
 import argparse
+import io
 import tempfile
 import time
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 from harness import emit, load_average, machine, median_of, open_store, records, storage, timed_appends
 
+from logstore.log.compression import parquet_codec
 from logstore.log.schema import input_table
 from logstore.store import LogStore
 
@@ -107,6 +113,27 @@ def run(store: LogStore, codec: str, commits: list[pa.Table], fetch_records: int
     }
 
 
+def codec_alone(codec: str, commits: list[pa.Table], repeats: int) -> dict[str, float]:
+    """CPU (this thread) per record to encode ``commits`` as Parquet files in memory and decode them: the best pass."""
+    compression = parquet_codec(codec, "producer")  # type: ignore[arg-type]
+    tables = [c.drop_columns(["partition"]) for c in commits]
+    total = sum(len(t) for t in tables)
+    encode, decode = [], []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        files = []
+        for t in tables:
+            buf = io.BytesIO()
+            pq.write_table(t, buf, compression=compression)
+            files.append(buf.getvalue())
+        t1 = time.thread_time()
+        for f in files:
+            pq.read_table(pa.BufferReader(f), use_threads=False)
+        encode.append(t1 - t0)
+        decode.append(time.thread_time() - t1)
+    return {"encode_us_per_record": min(encode) / total * 1e6, "decode_us_per_record": min(decode) / total * 1e6}
+
+
 def ratios(figures: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Each codec's figures over ``uncompressed``'s."""
     base = figures["uncompressed"]
@@ -122,6 +149,7 @@ def main() -> None:
     ap.add_argument("--values", choices=["json", "random"], default="json")
     ap.add_argument("--codecs", default=",".join(CODECS), help="comma list (uncompressed is always run)")
     ap.add_argument("--no-fsync", action="store_true", help="commit.fsync=false: the codec's cost stands out")
+    ap.add_argument("--repeats", type=int, default=5, help="passes of the codec-alone figures (the fastest counts)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -148,6 +176,9 @@ def main() -> None:
                 store = open_store(d, {"commit.fsync": not args.no_fsync})
                 runs[codec].append(run(store, codec, commits, args.fetch_records))
     figures: dict[str, dict[str, float]] = {c: median_of(r) for c, r in runs.items()}
+    for codec in codecs:
+        alone = codec_alone(codec, commits, args.repeats)
+        figures[codec] |= {k: round(v, 3) for k, v in alone.items()}
     out["codecs"] = {c: {k: round(v) if k.endswith("_per_s") else v for k, v in f.items()} for c, f in figures.items()}
     out["vs_uncompressed"] = ratios(figures)
     out["load_average_end"] = load_average()
