@@ -127,7 +127,8 @@ class ProducerBatch:
     """The codec the records came in from a Kafka client (its record batch's); None for HTTP bodies.
 
     Kept in the data files when the topic's ``compression.type`` is ``producer`` and every batch
-    of a commit came in the same codec (:func:`logstore.log.compression.parquet_codec`)."""
+    of a commit came in the same codec (:func:`logstore.log.compression.parquet_codec`). Not kept
+    in the acks=1 write-ahead log: a replayed batch takes the node's codec."""
 
 
 @dataclass(frozen=True)
