@@ -35,7 +35,7 @@ from ingest_api.internode import node_client_tls
 from ingest_api.openapi import markdown_openapi
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import groups, members, metadata, ops, records, stats, topic_log, topics
+from ingest_api.routes import admin, groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
 from logstore.config import LogstoreConfig
 from logstore.errors import (
@@ -47,9 +47,11 @@ from logstore.errors import (
     GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    InconsistentTopicIdError,
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -89,6 +91,7 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (IllegalGenerationError, 409),
     (InconsistentGroupProtocolError, 409),
     (GroupSubscribedToTopicError, 409),
+    (NonEmptyGroupError, 409),
     (OffsetOutOfRangeError, 416),
     (MessageTooLargeError, 413),
     (RecordListTooLargeError, 413),
@@ -99,6 +102,7 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (NotLeaderOrFollowerError, 503),
     (NotCoordinatorError, 503),
     (FencedLeaderEpochError, 503),
+    (InconsistentTopicIdError, 503),
     (KafkaStorageError, 503),
     (ConcurrentTransactionsError, 503),
     (UnknownServerError, 500),
@@ -229,7 +233,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, topic_log, records, groups, members, ops, stats, metadata):
+    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin):
         app.include_router(module.router)
     mount_console(app)
     app.openapi = markdown_openapi(app)  # type: ignore[method-assign]

@@ -25,6 +25,7 @@ __all__ = [
     "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
+    "InconsistentTopicIdError",
     "InvalidConfigError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
@@ -34,6 +35,8 @@ __all__ = [
     "KafkaStorageError",
     "LogstoreError",
     "MessageTooLargeError",
+    "NetworkExceptionError",
+    "NonEmptyGroupError",
     "NotCoordinatorError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
@@ -41,6 +44,7 @@ __all__ = [
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "SaslAuthenticationFailedError",
+    "SecurityDisabledError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
@@ -211,11 +215,11 @@ class InvalidRequestError(LogstoreError):
 
 
 class OutOfOrderSequenceNumberError(LogstoreError):
-    """An idempotent producer's sequence is stale or skips ahead.
+    """An idempotent producer's sequence is at or below the last one committed on a partition, and not a retry.
 
-    The next sequence a producer may send is the last committed one plus one;
-    a retry of one of its last few committed sequences is answered with the
-    original offsets instead.
+    Sequences are checked per (producer, partition): above the partition's
+    last one is new (gaps are fine), and a retry of one of the producer's last
+    few batches on the partition is answered with the original offsets instead.
     """
 
     code = 45
@@ -334,6 +338,19 @@ class DuplicateBrokerRegistrationError(LogstoreError):
     name = "DUPLICATE_BROKER_REGISTRATION"
 
 
+class InconsistentTopicIdError(LogstoreError):
+    """The topic was deleted and created again since this reader, writer or query opened it.
+
+    What it held (offsets, a writer's high watermarks and epochs) belongs to the
+    old topic; the message names both topic IDs. Retriable: the topic's new
+    incarnation is opened afresh on the next request.
+    """
+
+    code = 103
+    name = "INCONSISTENT_TOPIC_ID"
+    retriable = True
+
+
 class NotCoordinatorError(LogstoreError):
     """This node does not coordinate the group (cluster mode); ask ``/v1/groups/{group}/coordinator``, retry there."""
 
@@ -353,6 +370,28 @@ class ThrottlingQuotaExceededError(LogstoreError):
     code = 89
     name = "THROTTLING_QUOTA_EXCEEDED"
     retriable = True
+
+
+class NetworkExceptionError(LogstoreError):
+    """No server answered: the connection was refused, reset or timed out; the message names the URL and why."""
+
+    code = 13
+    name = "NETWORK_EXCEPTION"
+    retriable = True
+
+
+class NonEmptyGroupError(LogstoreError):
+    """The group has live members or a live reader holds its lease: it cannot be deleted until they are gone."""
+
+    code = 68
+    name = "NON_EMPTY_GROUP"
+
+
+class SecurityDisabledError(LogstoreError):
+    """Keys, ACLs and quotas were managed on a node whose ``security.enabled`` is false: it uses none of them."""
+
+    code = 54
+    name = "SECURITY_DISABLED"
 
 
 _ALL: list[type[LogstoreError]] = [LogstoreError, *LogstoreError.__subclasses__()]

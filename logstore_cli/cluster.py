@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from logstore.client import RemoteStore
 from logstore.config import LogstoreConfig
-from logstore_cli._common import Subparsers, client_options
+from logstore_cli._common import Parents, Subparsers, remote
 
 __all__ = ["register"]
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``cluster`` and its actions; ``common`` holds the options every command takes."""
-    cluster = sub.add_parser("cluster", help="nodes, controller and partition leaders of a cluster", parents=[common])
-    csub = cluster.add_subparsers(dest="action", required=True)
-    p = csub.add_parser("status", parents=[common], help="exit status 1 when a partition has no live leader")
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``cluster`` and its actions: they ask a node (``--server``, else the config's own)."""
+    common = [parents.server]
+    cluster = sub.add_parser("cluster", help="nodes, controller and partition leaders of a cluster", parents=common)
+    csub = cluster.add_subparsers(dest="action", required=True, title="actions")
+    p = csub.add_parser(
+        "status", parents=common, help="nodes, controller, leaders; exit status 1 when a partition has no live leader"
+    )
     p.set_defaults(func=_status)
 
 
@@ -29,7 +31,7 @@ def _status(args: argparse.Namespace, config: LogstoreConfig) -> int:
     from logstore.node.membership import advertised_url
 
     server = getattr(args, "server", None) or advertised_url(config)
-    md = RemoteStore(server, **client_options(args)).metadata()
+    md = remote(args, server).metadata()
     live = {n["node_id"] for n in md["nodes"]}
     controller = md["controller"]
     shown = "none (election under way)" if controller is None else controller

@@ -28,17 +28,22 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore.config import TopicConfig
-from logstore.errors import ConcurrentTransactionsError, FencedLeaderEpochError, KafkaStorageError
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
+    KafkaStorageError,
+)
 from logstore.log import _delta
 from logstore.log.append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.log.catalog import Catalog, high_watermark
 from logstore.log.epochs import LeaderEpochs, is_leader_app, rival_claim
 from logstore.log.producer_state import ProducerStateManager
+from logstore.log.topic_id import id_in, read_id_file
 
 __all__ = ["LogState", "Replan"]
 
 _HW_PREFIX = "logstore.hw."
-_PRODUCER_PREFIX = "logstore.producer."
 
 
 class Replan(Exception):
@@ -77,6 +82,9 @@ class LogState:
         self.config = TopicConfig()
         self.hw: list[int] = []
         """Per partition, the offset its next record gets."""
+        self.topic_id: str | None = id_in(table.metadata().configuration)
+        """The ID of the topic this writer writes (:mod:`logstore.log.topic_id`); it never changes."""
+        self._root = catalog.topic_path(topic)
         self._catalog = catalog
         self._dt = table
         self._appender = appender
@@ -95,9 +103,31 @@ class LogState:
             FencedLeaderEpochError: a newer committer claimed the topic (or, in cluster mode, partitions of it).
             KafkaStorageError: the table could not be re-read.
         """
+        self.check_topic_id()
         _moved, full = self.absorb(self.version + 1)
         if full:
             self.refresh()
+
+    def check_topic_id(self) -> None:
+        """Make sure the table at the topic's path is still the one this writer opened (one small read).
+
+        A topic deleted and created again starts its versions again at 0: this
+        writer's next version, high watermarks and epochs belong to the old one,
+        and a commit made from them would land in the new table as if it followed.
+
+        Raises:
+            InconsistentTopicIdError: the topic was deleted (and perhaps created again) since.
+            KafkaStorageError: the topic's ID file could not be read.
+        """
+        try:
+            now = read_id_file(self._root)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the ID of topic '{self.topic}': {e}") from e
+        if now != self.topic_id:
+            raise InconsistentTopicIdError(
+                f"topic '{self.topic}' was deleted or created again since this writer opened it "
+                f"(topic ID {self.topic_id} then, {now} now); its new incarnation is opened afresh"
+            )
 
     def commit(
         self,
@@ -262,7 +292,17 @@ class LogState:
         self._epochs.reloaded(self.table_epoch())
 
     def load(self) -> None:
-        """Partition count, config, high watermarks and leader epochs from the handle's snapshot."""
+        """Partition count, config, high watermarks and leader epochs from the handle's snapshot.
+
+        Raises:
+            InconsistentTopicIdError: the handle now reads another table at the topic's path (re-created).
+        """
+        loaded = id_in(self._dt.metadata().configuration)
+        if loaded != self.topic_id:
+            raise InconsistentTopicIdError(
+                f"topic '{self.topic}' was created again since this writer opened it "
+                f"(topic ID {self.topic_id} then, {loaded} now); its new incarnation is opened afresh"
+            )
         self.num_partitions, self.config = self._catalog.topic_config(self.topic, self._dt)
         by_part: dict[int, list[_delta.DataFile]] = {p: [] for p in range(self.num_partitions)}
         for f in _delta.data_files(self._dt):
@@ -288,14 +328,20 @@ class LogState:
                 if p >= len(self.hw):
                     return False
                 self.hw[p] = max(self.hw[p], version)
-            elif app.startswith(_PRODUCER_PREFIX):
-                self._producers.absorb(app.removeprefix(_PRODUCER_PREFIX), version)
+            elif (at := _delta.parse_sequence_app(app)) is not None:
+                self._producers.absorb(at[1], at[0], version)
+            elif app.startswith(_delta.PRODUCER_MAX_PREFIX):
+                self._producers.absorb(app.removeprefix(_delta.PRODUCER_MAX_PREFIX), None, version)
         self._epochs.check_fence()
         return True
 
 
 def _touches(actions: list[dict[str, Any]], partitions: set[int], producers: set[str]) -> bool:
-    """Whether a commit moved offsets of ``partitions`` or sequences of ``producers`` (or may have: not ours)."""
+    """Whether a commit moved offsets or producer sequences of ``partitions`` (or may have: not ours).
+
+    ``producers``: the producers of the commit being made; a writer of the
+    legacy per-topic sequence (``logstore.producer.<id>``) touches all of a producer's partitions.
+    """
     for a in actions:
         if "metaData" in a or "protocol" in a:
             return True
@@ -310,7 +356,10 @@ def _touches(actions: list[dict[str, Any]], partitions: set[int], producers: set
             for prefix in (_HW_PREFIX, _delta.LEADER_PREFIX):
                 if app.startswith(prefix) and int(app.removeprefix(prefix)) in partitions:
                     return True
-            if app.startswith(_PRODUCER_PREFIX) and app.removeprefix(_PRODUCER_PREFIX) in producers:
+            at = _delta.parse_sequence_app(app)
+            if at is not None and at[0] in partitions:
+                return True
+            if app.startswith(_delta.PRODUCER_PREFIX) and app.removeprefix(_delta.PRODUCER_PREFIX) in producers:
                 return True
     return False
 

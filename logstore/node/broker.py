@@ -28,23 +28,23 @@ from the shared Delta table.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
-    InvalidRequestError,
-    NotLeaderOrFollowerError,
+    LogstoreError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -57,6 +57,9 @@ from logstore.node.committer import Committer
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
+from logstore.node.retention import RetentionThread
+from logstore.node.retirement import Retirements, is_current, retire_on_thread
+from logstore.node.routing import Share, shares_by_leader
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -79,6 +82,7 @@ class TopicPipeline:
             LogstoreError: the table cannot be written now (the WAL's frames are kept).
         """
         self.topic = topic
+        self._table_root = broker.store.catalog.topic_path(topic)
         cluster = broker.cluster is not None
         self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
         self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
@@ -105,6 +109,7 @@ class TopicPipeline:
             pool=broker.committers,
             cluster=cluster,
             replay_departed=lambda: self._replay_departed(broker),
+            on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
             # This node's own frames from a previous run are replayed with the other nodes' ones,
@@ -114,7 +119,7 @@ class TopicPipeline:
         self._committer.acquire()
         try:
             if not cluster:
-                replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
+                replay(self.writer, self.wal, broker.metrics)
         except BaseException:
             self._committer.release()
             raise
@@ -128,6 +133,10 @@ class TopicPipeline:
         replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
         if self.wal.recovered():
             self.wal.discard_recovered()
+
+    def current(self) -> bool:
+        """Whether the topic at the path is still the one this pipeline opened (one read of its ID file)."""
+        return is_current(self.writer, self._table_root)
 
     def set_leadership(self, epochs: dict[int, int]) -> None:
         """Cluster mode: lead exactly these partitions of the topic, at these ZooKeeper epochs."""
@@ -205,6 +214,7 @@ class Broker:
         see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
+        self._retirements = Retirements()
         self.cluster: ClusterMembership | None = None
         if config.zookeeper_connect:
             self.cluster = ClusterMembership(
@@ -213,6 +223,10 @@ class Broker:
             membership = self.cluster
             self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
             self.metrics.acks1_lease.set_function(lambda: membership.lease_s)
+        self.retention = RetentionThread(
+            self.store.catalog, self._retention_partitions, self.metrics, config.log_retention_check_interval_ms
+        )
+        """Retention of the partitions this node leads, every ``log.retention.check.interval.ms``."""
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
@@ -227,15 +241,33 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start()
             for topic in self.store.list_topics():
-                self.cluster.register_topic(topic, self.partition_count(topic))
+                self._at_start(
+                    topic,
+                    lambda t: self.cluster.register_topic(  # type: ignore[union-attr]
+                        t, self.partition_count(t), self.store.catalog.topic_id(t)
+                    ),
+                )
+            self.retention.start()
             self.ready = True
             return
         for name in sorted(os.listdir(self.wal_dir)):
             path = os.path.join(self.wal_dir, name)
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
             if has_frames and self.store.catalog.exists(name):
-                self.pipeline(name)
+                self._at_start(name, self.pipeline)  # its frames are replayed before it takes a write
+        self.retention.start()
         self.ready = True
+
+    def _at_start(self, topic: str, step: Callable[[str], object]) -> None:
+        """Run one topic's start-up ``step``; a topic that cannot be read now is logged, never the node's end.
+
+        Such a topic is opened (and its write-ahead log replayed) on its first request instead, which
+        answers with the storage error until the table can be read again; every other topic is served.
+        """
+        try:
+            step(topic)
+        except (LogstoreError, DeltaError, OSError) as e:
+            log.error("topic %s: cannot be opened at start-up (%r); serving the other topics", topic, e)
 
     def pipeline(self, topic: str) -> TopicPipeline:
         """The topic's pipeline, opened on first use (claiming the topic's next epoch).
@@ -246,6 +278,7 @@ class Broker:
         p = self._pipelines.get(topic)
         if p is not None:
             return p
+        self._retirements.wait(topic)
         with self._lock:
             p = self._pipelines.get(topic)
             if p is None:
@@ -256,7 +289,7 @@ class Broker:
                 p = TopicPipeline(self, topic)
                 self._pipelines[topic] = p
         if self.cluster is not None:
-            self.cluster.register_topic(topic, p.writer.num_partitions)
+            self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)
         return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
@@ -295,6 +328,34 @@ class Broker:
         if self.cluster is not None:
             self.cluster.unregister_topic(topic)
 
+    def retire(self, pipeline: TopicPipeline) -> None:
+        """Close the pipeline and reader of a topic deleted or created again since they opened.
+
+        They belong to the old topic (its writer's versions, offsets and epochs);
+        the next request, or in cluster mode the next look at the leaders, opens
+        the new one. :meth:`pipeline` waits for the close (the write-ahead log
+        directory is the topic name's).
+        """
+        topic = pipeline.topic
+        with self._lock:
+            if self._pipelines.get(topic) is not pipeline:
+                return
+            del self._pipelines[topic]
+            self._readers.pop(topic, None)
+            self._counts.pop(topic, None)
+            done = self._retirements.begin(topic)
+        log.info("topic %s: deleted or created again since its pipeline opened; closing it", topic)
+        try:
+            pipeline.close()
+        finally:
+            done()
+
+    def retire_in_background(self, pipeline: TopicPipeline) -> None:
+        """:meth:`retire` on a thread of its own (from the pipeline's committer, which the close waits for)."""
+        retire_on_thread(
+            pipeline.topic, lambda: self.retire(pipeline), self.cluster.recheck if self.cluster is not None else None
+        )
+
     def reconfigure(self, topic: str) -> None:
         """Pick up a created topic or a changed partition count (cluster mode: tell the controller)."""
         self._counts.pop(topic, None)
@@ -302,7 +363,7 @@ class Broker:
         if p is not None:
             p.reconfigure()
         if self.cluster is not None:
-            self.cluster.register_topic(topic, self.partition_count(topic))
+            self.cluster.register_topic(topic, self.partition_count(topic), self.store.catalog.topic_id(topic))
 
     # -- cluster mode -----------------------------------------------------------
 
@@ -319,13 +380,18 @@ class Broker:
             return self.cluster.metadata()
         me = max(self.config.node_id, 0)
         partitions: dict[tuple[str, int], PartitionState] = {}
+        topic_ids: dict[str, str] = {}
         for topic in self.store.list_topics():
             try:
                 count = self.partition_count(topic)
+                topic_id = self.store.catalog.topic_id(topic)
             except UnknownTopicOrPartitionError:
                 continue  # deleted meanwhile
             partitions.update(((topic, p), PartitionState(me, 0)) for p in range(count))
-        return ClusterMetadata(me, 0, (NodeInfo(me, self_url or advertised_url(self.config)),), partitions)
+            if topic_id is not None:
+                topic_ids[topic] = topic_id
+        me_node = (NodeInfo(me, self_url or advertised_url(self.config)),)
+        return ClusterMetadata(me, 0, me_node, partitions, topic_ids)
 
     def lease_valid(self) -> bool:
         """Whether an acks=1 promise may be answered now: always embedded; in a cluster, while the lease holds."""
@@ -373,11 +439,14 @@ class Broker:
         from ``(producer_id, sequence)`` so that a retry at any node lands on the
         same partition.
 
+        An idempotent request whose partitions have different leaders is split
+        like any other: each share carries the request's ``(producer_id,
+        sequence)``, and each leader checks it per partition, so a retry of the
+        whole request writes only the shares that did not land.
+
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
             NotLeaderOrFollowerError: a partition has no live leader yet (retriable).
-            InvalidRequestError: an idempotent request whose records span partitions of
-                different leaders (its sequence belongs to one commit; split it by leader).
         """
         assert self.cluster is not None
         meta = self.cluster.metadata()
@@ -395,23 +464,7 @@ class Broker:
             parts = self._partitioner.assign(
                 topic, parsed.keys, explicit, count, producer_id=parsed.producer_id, sequence=parsed.sequence
             ).to_numpy(zero_copy_only=False)
-        by_leader: dict[int, list[int]] = {}
-        for p in np.unique(parts).tolist():
-            state = meta.leader(topic, p)
-            if state is None or state.leader < 0 or (state.leader != me and meta.node(state.leader) is None):
-                raise NotLeaderOrFollowerError(f"partition {p} of topic '{topic}' has no live leader yet; retry")
-            by_leader.setdefault(state.leader, []).append(p)
-        if parsed.producer_id is not None and len(by_leader) > 1:
-            raise InvalidRequestError(
-                f"producer '{parsed.producer_id}' sent one sequence for partitions of topic '{topic}' led by "
-                f"nodes {sorted(by_leader)}; an idempotent request must go to one leader: split it by leader"
-            )
-        shares = []
-        for leader, leader_parts in sorted(by_leader.items()):
-            index = np.flatnonzero(np.isin(parts, leader_parts))
-            node = None if leader == me else meta.node(leader)
-            shares.append(Share(node, index, _subset(parsed, index, parts)))
-        return shares
+        return shares_by_leader(topic, parsed, parts, meta, me)
 
     def leader_of(self, topic: str, partition: int) -> NodeInfo | None:
         """Cluster mode: the node leading a partition, None when it is this node (or no leader is known)."""
@@ -425,6 +478,9 @@ class Broker:
     def _leadership_changed(self, meta: ClusterMetadata) -> None:
         """The cluster watch saw new leaders: open the topics this node leads, tell every pipeline its partitions."""
         assert self.cluster is not None
+        for pipeline in list(self._pipelines.values()):
+            if not pipeline.current():  # deleted, or deleted and created again, by any node
+                self.retire(pipeline)
         me = self.cluster.node_id
         mine: dict[str, dict[int, int]] = {}
         for (topic, p), state in meta.partitions.items():
@@ -436,6 +492,14 @@ class Broker:
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
+
+    def _retention_partitions(self, topic: str) -> frozenset[int] | None:
+        """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""
+        if self.cluster is None:
+            return None
+        me = self.cluster.node_id
+        meta = self.cluster.metadata()
+        return frozenset(p for (t, p), state in meta.partitions.items() if t == topic and state.leader == me)
 
     def _session_changed(self, connected: bool) -> None:
         self.available = connected
@@ -469,6 +533,7 @@ class Broker:
         to expire) and the node leaves.
         """
         self.ready = False
+        self.retention.stop()
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:
@@ -479,33 +544,6 @@ class Broker:
             p.close_files()
         self.committers.shutdown()
         self._node_lock.release()
-
-
-@dataclasses.dataclass(frozen=True)
-class Share:
-    """The records of one produce request that one node leads (cluster mode)."""
-
-    leader: NodeInfo | None
-    """The node to forward them to; None = this node."""
-    index: np.ndarray
-    """Their positions in the request."""
-    parsed: ParsedRecords
-    """Those records, each with its partition set."""
-
-
-def _subset(parsed: ParsedRecords, index: np.ndarray, parts: np.ndarray) -> ParsedRecords:
-    chosen = parts[index].tolist()
-    if len(index) == len(parsed):
-        return dataclasses.replace(parsed, partitions=chosen)
-    take = pa.array(index)
-    return dataclasses.replace(
-        parsed,
-        keys=parsed.keys.take(take),
-        values=parsed.values.take(take),
-        headers=parsed.headers.take(take),
-        timestamps=parsed.timestamps.take(take),
-        partitions=chosen,
-    )
 
 
 def wal_dir_of(config: LogstoreConfig) -> str:

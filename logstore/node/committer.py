@@ -61,16 +61,22 @@ from collections.abc import Callable
 import numpy as np
 
 from logstore.common.workers import WorkerPool
-from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
+from logstore.errors import (
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
+    LogstoreError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+)
 from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
 from logstore.node.membership import failover_lock
 from logstore.node.metrics import Metrics
-from logstore.structs import AppendResult, ProducerBatch
+from logstore.structs import AppendResult
 
-__all__ = ["Committer", "skip_sequence"]
+__all__ = ["Committer"]
 
 log = logging.getLogger("logstore.ingest")
 
@@ -102,8 +108,11 @@ class Committer:
         pool: WorkerPool,
         cluster: bool = False,
         replay_departed: Callable[[], None] = lambda: None,
+        on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
+        self._on_stale = on_stale
+        """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
         self._replay_departed = replay_departed
         self._want_lock = threading.Lock()
@@ -271,6 +280,9 @@ class Committer:
             if not self._fenced(e):
                 self._die(e, [])
             return
+        except InconsistentTopicIdError:
+            self._on_stale()
+            return
         self._acc.resync()
 
     # -- committing --------------------------------------------------------------
@@ -370,6 +382,12 @@ class Committer:
             else:
                 self._die(e, items)
             return
+        except InconsistentTopicIdError as e:
+            # Never committable by this writer: they fail now (retriable), and the node opens the new topic.
+            self._attempts = 0
+            self._finish(items, [e] * len(items))
+            self._on_stale()
+            return
         except LogstoreError as e:
             self._attempts += 1
             log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, e)
@@ -431,9 +449,8 @@ class Committer:
                 log.exception(
                     "topic %s: a batch of %d records cannot be committed", self.topic, len(item.batch.records)
                 )
+                # An idempotent batch failed here leaves a gap in its producer's sequences, which the writer accepts.
                 results.append(UnknownServerError(f"topic '{self.topic}': the batch could not be committed: {e!r}"))
-                if self._held:
-                    skip_sequence(self._writer, item.batch)
         self._finish(items, results)
 
     def _finish(self, items: list[Pending], results: list[AppendResult | LogstoreError]) -> None:
@@ -451,7 +468,8 @@ class Committer:
                     log.error("topic %s: records committed at other offsets than promised to acks=1", self.topic)
                 pid, seq = item.batch.producer_id, item.batch.sequence
                 if pid is not None and seq is not None and pid != self._acc.wal_pid:
-                    self._acc.committed_sequence(pid, seq)
+                    parts = np.unique(result.partitions.to_numpy(zero_copy_only=False)).tolist()
+                    self._acc.committed_sequence(pid, seq, parts)
                 metrics.records_in.labels(self.topic).inc(len(item.batch.records))
                 metrics.bytes_in.labels(self.topic).inc(item.nbytes)
                 item.future.set_result(result)
@@ -472,14 +490,3 @@ class Committer:
         self.release()
         failure = NotLeaderOrFollowerError(f"topic '{self.topic}': {error.message}")
         self._finish(items + rest, [failure] * len(items + rest))
-
-
-def skip_sequence(writer: TopicWriter, batch: ProducerBatch) -> None:
-    """Commit an empty batch in place of a failed idempotent one, so its producer's next sequence fits (lock held)."""
-    if batch.producer_id is None:
-        return
-    empty = ProducerBatch(batch.records.slice(0, 0), batch.producer_id, batch.sequence, validated=True)
-    try:
-        writer.append_held([empty])
-    except Exception:  # the batch was already answered; the producer meets this as OUT_OF_ORDER_SEQUENCE_NUMBER
-        log.exception("topic %s: cannot skip sequence %s of %s", writer.topic, batch.sequence, batch.producer_id)

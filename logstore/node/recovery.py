@@ -18,7 +18,6 @@ from logstore.errors import LogstoreError, UnknownServerError
 from logstore.log import promises
 from logstore.log.wal import Frame, WriteAheadLog, read_frames
 from logstore.log.writer import TopicWriter
-from logstore.node.committer import skip_sequence
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
 
@@ -30,27 +29,23 @@ _CHUNK_FRAMES = 1000
 """Frames committed per replay commit."""
 
 
-def replay(writer: TopicWriter, wal: WriteAheadLog, wal_pid: str, metrics: Metrics) -> None:
+def replay(writer: TopicWriter, wal: WriteAheadLog, metrics: Metrics) -> None:
     """Commit the WAL's frames left by a previous run, in frame order (the caller holds the writer lock).
 
-    Frames logged under ``wal_pid`` (acks=1 batches without a producer id) that
-    the table already holds are skipped. A frame that cannot be committed is
+    Frames the table already holds (:meth:`TopicWriter.landed`: their sequence
+    is committed on each of their partitions) are skipped. A frame that cannot be committed is
     skipped — logged and counted in ``logstore_wal_frames_skipped`` — rather
     than stopping the node from starting.
 
     Raises:
         LogstoreError: the table cannot be written now; every frame is kept for the next start.
     """
-    frames = wal.recovered()
+    frames = _of_this_topic(writer, wal.recovered(), "this node's previous run")
     if not frames:
+        wal.discard_recovered()
         return
-    committed = writer.producer_sequence(wal_pid)
-    batches = []
-    for f in frames:
-        pid, seq = f.header["producer_id"], f.header["sequence"]
-        if pid == wal_pid and committed is not None and seq <= committed:
-            continue  # already in the table
-        batches.append(ProducerBatch(f.records, pid, seq))
+    logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
+    batches = [b for b in logged if not writer.landed(b)]  # the others are in the table already
     replayed = 0
     for start in range(0, len(batches), _CHUNK_FRAMES):
         chunk = batches[start : start + _CHUNK_FRAMES]
@@ -90,7 +85,6 @@ def _replay_one(writer: TopicWriter, batch: ProducerBatch, metrics: Metrics) -> 
             result,
         )
         metrics.wal_frames_skipped.labels(writer.topic).inc()
-        skip_sequence(writer, batch)
     return result
 
 
@@ -126,7 +120,9 @@ def replay_departed(
         LogstoreError: the table cannot be written now (nothing may be claimed).
     """
     replayed = 0
-    sources: list[tuple[str, list[Frame]]] = [("this node's previous run", list(own_frames))]
+    sources: list[tuple[str, list[Frame]]] = [
+        ("this node's previous run", _of_this_topic(writer, own_frames, "this node's previous run"))
+    ]
     try:
         names = sorted(os.listdir(wal_root))
     except FileNotFoundError:
@@ -138,15 +134,15 @@ def replay_departed(
             continue
         frames = read_frames(
             os.path.join(directory, writer.topic),
-            skip=lambda h: _committed(writer, h.get("producer_id"), h.get("sequence")),
+            skip=lambda h: (
+                promises.of_other_incarnation(h, writer.topic_id)
+                or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
+            ),
         )
         sources.append((f"node {name}", frames))
     for who, frames in sources:
-        batches = [
-            ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])
-            for f in frames
-            if not _committed(writer, f.header["producer_id"], f.header["sequence"])
-        ]
+        logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
+        batches = [b for b in logged if not writer.landed(b)]
         records, skipped = promises.replay_batches(writer.append_foreign, batches, topic=writer.topic, source=who)
         replayed += records
         if skipped:
@@ -156,8 +152,15 @@ def replay_departed(
     return replayed
 
 
-def _committed(writer: TopicWriter, producer_id: str | None, sequence: int | None) -> bool:
-    if producer_id is None or sequence is None:
-        return False
-    last = writer.producer_sequence(producer_id)
-    return last is not None and sequence <= last
+def _of_this_topic(writer: TopicWriter, frames: Sequence[Frame], source: str) -> list[Frame]:
+    """``frames`` without those logged for an earlier topic of the same name (deleted and created again since)."""
+    kept = [f for f in frames if not promises.of_other_incarnation(f.header, writer.topic_id)]
+    if len(kept) < len(frames):
+        log.warning(
+            "topic %s: %d write-ahead log frames of %s belong to an earlier topic of that name (deleted and created "
+            "again since): not replayed",
+            writer.topic,
+            len(frames) - len(kept),
+            source,
+        )
+    return kept
