@@ -123,3 +123,20 @@ bench: setup kafka
 
 clean:
 	rm -rf $(VENV) .cache node_modules $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis .schemathesis .import_linter_cache .grimp_cache .artifacts
+
+# The oldest supported pair (Python 3.12, pyspark 4.0, delta-spark 4.0) in a venv of its own, through the day-one
+# Spark path (bench/compat.py: produce, stream with a group, batch read, sink, SQL, compaction). Downloads
+# pyspark and Delta's jars (Ivy, into ~/.ivy2) on the first run.
+COMPAT := .cache/compat
+COMPAT_PYTHON ?= $(shell PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1) python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null)
+COMPAT_PINS := pyspark==4.0.1 delta-spark==4.0.0
+
+$(COMPAT)/.done: pyproject.toml
+	@test -n "$(COMPAT_PYTHON)" || (echo "make compat needs Python 3.12 (COMPAT_PYTHON=...)"; exit 1)
+	rm -rf $(COMPAT) && $(COMPAT_PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install -q --upgrade pip
+	$(COMPAT)/bin/python -m pip install -q $(COMPAT_PINS) -e .
+	touch $@
+
+compat: $(COMPAT)/.done
+	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python bench/compat.py

@@ -8,7 +8,8 @@ installed. Each step is one thing a user does on day one:
 * ``produce``: records appended through the core writer (delta-rs) into a
   3-partition topic;
 * ``stream``: ``readStream.format("logstore")`` with a group, ``availableNow``,
-  into a memory sink — every record once, and the group's offsets committed;
+  into a memory sink — every record once, and the group's offsets committed
+  (on Spark 4.0 and 4.1 they trail by the run's last batch);
 * ``batch``: ``read.format("logstore")`` with ending offsets;
 * ``sink``: ``write.format("logstore")`` into a second topic, read back through
   the core reader at consecutive offsets;
@@ -37,6 +38,7 @@ from typing import Any
 from harness import emit, open_store, records
 
 from logstore.structs import ProducerBatch
+from spark_source._compat import ADMISSION_CONTROL
 
 TOPIC, OUT, GROUP, N = "compat", "compat-out", "compat-group", 300
 
@@ -91,7 +93,10 @@ def main() -> int:
         rows = spark.sql("SELECT partition, offset FROM compat_stream").collect()
         assert len(rows) == N and len({(r.partition, r.offset) for r in rows}) == N, len(rows)
         committed = state["store"].committed(GROUP, TOPIC)
-        assert sum(c.offset for c in committed.values()) == N, committed
+        # Spark 4.0 and 4.1 never tell a source that an availableNow run's last batch completed: there the
+        # group's offsets trail the checkpoint by that batch (docs/spark.md, supported versions).
+        expected = N if ADMISSION_CONTROL else 0
+        assert sum(c.offset for c in committed.values()) == expected, committed
 
     def batch() -> None:
         spark = state["spark"]

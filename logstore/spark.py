@@ -155,7 +155,11 @@ def register(spark: SparkSession) -> SparkSession:
     """
     sources = data_sources()
     for source in sources:
-        spark.dataSource.register(source)
+        try:
+            spark.dataSource.register(source)
+        except Exception as e:  # Spark 4.0 refuses a name registered already, e.g. by its own lookup
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+                raise
     _append_by_default({source.name().lower() for source in sources})
     return spark
 

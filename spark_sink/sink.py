@@ -45,7 +45,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import Row
+
+try:  # Spark 4.1 and later hand write() Arrow batches
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriter
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriter
+except ImportError:  # Spark 4.0 hands it rows
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriter  # type: ignore[assignment]
+    from pyspark.sql.datasource import DataSourceWriter as _BatchWriter  # type: ignore[assignment]
 from pyspark.sql.types import StructType
 
 from logstore.config import load_config
@@ -123,11 +131,14 @@ class _Sink:
         except TopicAlreadyExistsError:
             pass  # another writer created it meanwhile
 
-    def _rows(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
+    def _rows(self, iterator: Iterator[pa.RecordBatch] | Iterator[Row]) -> SinkRows:
         batches = list(iterator)
         if not batches:
             return SinkRows(_empty())
-        table = pa.Table.from_batches(batches)
+        if isinstance(batches[0], Row):  # Spark 4.0: rows, made columns here (types are checked in _append)
+            table = pa.Table.from_pylist([row.asDict(recursive=True) for row in batches])
+        else:
+            table = pa.Table.from_batches(batches)
         return SinkRows(table.select([c for c in _COLUMNS if c in table.column_names]))
 
     def _append(self, messages: list[SinkRows | None], producer_id: str | None, sequence: int | None) -> None:
@@ -172,7 +183,7 @@ class _Sink:
                 writer.close()
 
 
-class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):
+class LogstoreBatchWriter(_Sink, _BatchWriter):
     """``df.write.format("logstore")``: all rows of the job in one commit per topic, appended.
 
     Raises:
@@ -198,7 +209,7 @@ class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):
         """Nothing reached a topic: rows only travel to the driver before the commit."""
 
 
-class LogstoreStreamWriter(_Sink, DataSourceStreamArrowWriter):
+class LogstoreStreamWriter(_Sink, _StreamWriter):
     """``df.writeStream.format("logstore")``: one idempotent commit per topic and micro-batch.
 
     The producer id is ``spark-<query id>``, or ``<producerId>-<query id>``

@@ -49,15 +49,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
-from pyspark.sql.streaming.datasource import (
+
+from logstore.groups.leases import GroupLease
+from logstore.groups.offsets import OffsetsStore
+from spark_source._compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
+    require_admission_control,
 )
-
-from logstore.groups.leases import GroupLease
-from logstore.groups.offsets import OffsetsStore
 from spark_source._options import SourceOptions
 from spark_source._planner import (
     Offsets,
@@ -106,6 +107,8 @@ class LogstoreDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = SourceOptions.parse(self.options, streaming=True)
+        if options.max_offsets_per_trigger is not None:
+            require_admission_control("maxOffsetsPerTrigger")
         reader = LogstoreStreamReader(options)
         if options.max_records_read_on_driver > 0:
             return PrefetchingStreamReader(reader, options.max_records_read_on_driver)
@@ -158,6 +161,8 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The topic IDs the entries of ``_committed`` are of."""
         self._current_ids: TopicIds = {}
         """The topics' IDs as the newest plan read them."""
+        self._last_end: dict[str, Any] | None = None
+        """The end of the batch planned last: the next one's start where Spark does not say (4.0, 4.1)."""
 
     # -- Spark's methods (driver-side worker) --------------------------------------
 
@@ -188,7 +193,23 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         views = self._planner_().views()
         self._target = {(t, p): v.high_watermark for t, parts in views.items() for p, v in parts.items()}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        # Spark 4.0 and 4.1 call latestOffset() alone: the batch that ends where the last one planned ended
+        # is the one that has completed (micro-batches run one after another).
+        start = self.batch_start(start)
+        if limit is None:
+            limit = self.getDefaultReadLimit()
+        end = self._latest(start, limit)
+        self._last_end = end
+        return end
+
+    def batch_start(self, start: dict[str, Any] | None) -> dict[str, Any]:
+        """The next batch's start: ``start`` as Spark 4.2 gives it, else where the last planned batch ended."""
+        if start is not None:
+            return start
+        return self._last_end if self._last_end is not None else self.initialOffset()
+
+    def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         planner = self._planner_()
         # failOnDataLoss=false: a topic deleted under the query is skipped while it is gone (read from its
         # start when it is back), as the Kafka source does; true: the query fails, as on any data loss.
@@ -323,7 +344,8 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.reader.getDefaultReadLimit()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        start = self.reader.batch_start(start)
         end = self.reader.latestOffset(start, limit)
         self._prefetched = None
         tasks = self._tasks(start, end)
