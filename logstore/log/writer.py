@@ -502,7 +502,11 @@ class TopicWriter:
             {"id": pid, "seq": seq, "first": {str(p): list(v) for p, v in firsts.items()}}
             for pid, seq, firsts in landed
         ]
-        files = self._appender.write_files(out, self._codec([p.compression for p in planned]))
+        # The topic's compression.type as the writer last read it: a `topics alter` is a commit it reads first.
+        codec = parquet_codec(
+            self._log.config.compression_type, self._node_compression, [p.compression for p in planned]
+        )
+        files = self._appender.write_files(out, codec)
         touching = (set(touched), set(highest)) if self._epochs.cluster else None
         try:
             log.commit(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None, touching)
@@ -515,14 +519,6 @@ class TopicWriter:
         for pid, seq, firsts in landed:
             self._producers.committed(pid, seq, firsts)
         return log.version, per_batch
-
-    def _codec(self, sent: list[CompressionType | None]) -> str:
-        """The codec of this commit's files: the topic's ``compression.type`` as the writer last read it.
-
-        The config comes with the table state the writer keeps current (a ``topics alter`` is a
-        commit it reads before its next one), so choosing costs no lookup.
-        """
-        return parquet_codec(self._log.config.compression_type, self._node_compression, sent)
 
     def _claim(self, *, chosen: bool) -> None:
         """Claim this writer's table-wide epoch under the writer lock (a holder first commits what it promised)."""

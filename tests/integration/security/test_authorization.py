@@ -74,6 +74,11 @@ def mcommit(topic: str) -> dict[str, Any]:
     return {"generation": 1, "offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
 
 
+def mseek(topic: str) -> dict[str, Any]:
+    """A member's seek body (``Consumer.seek``) for partition 0 of ``topic``."""
+    return {"positions": [{"topic": topic, "partition": 0, "offset": 0}]}
+
+
 def reset(topic: str) -> dict[str, Any]:
     return {"topic": topic, "to": "earliest"}
 
@@ -217,6 +222,37 @@ TABLE: list[Case] = [
         None,
         "/v1/groups/orders-m/members/nope/offsets",
         mcommit("orders-eu"),
+        401,
+        AUTH,
+    ),
+    Case(
+        "POST /v1/groups/{group}/members/{member}/positions",
+        "alice",
+        "/v1/groups/orders-m/members/nope/positions",
+        mseek("orders-eu"),
+        404,
+    ),
+    Case(
+        "POST /v1/groups/{group}/members/{member}/positions",
+        "alice",
+        "/v1/groups/orders-m/members/nope/positions",
+        mseek("payments"),
+        403,
+        TF,
+    ),
+    Case(
+        "POST /v1/groups/{group}/members/{member}/positions",
+        "carol",
+        "/v1/groups/orders-m/members/nope/positions",
+        mseek("orders-eu"),
+        403,
+        GF,
+    ),
+    Case(
+        "POST /v1/groups/{group}/members/{member}/positions",
+        None,
+        "/v1/groups/orders-m/members/nope/positions",
+        mseek("orders-eu"),
         401,
         AUTH,
     ),
