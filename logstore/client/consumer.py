@@ -16,6 +16,7 @@ import httpx
 from logstore.client._http import raise_for
 from logstore.client._membership import GroupMembership
 from logstore.client.message import TIMESTAMP_CREATE_TIME, Message, messages_of
+from logstore.common.logs import describe
 from logstore.errors import (
     IllegalGenerationError,
     InvalidConfigError,
@@ -300,7 +301,7 @@ class Consumer:
                         self.commit(offsets=owed, asynchronous=False)
                 except LogstoreError as e:
                     # The hand-over goes on: the new owner starts from the previous commit (at least once).
-                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, e)
+                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, describe(e))
             self._wait_commits()
             for tp in revoked:
                 self._positions.pop(tp, None)

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from logstore.client._http import raise_for
 from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
+from logstore.common.logs import describe
 from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
@@ -238,7 +239,7 @@ class Producer:
         try:
             return self._nodes.refresh(avoid)
         except LogstoreError as e:
-            log.warning("cannot refresh cluster metadata: %s", e)
+            log.warning("cannot refresh cluster metadata: %s", describe(e))
             return self._nodes.view
 
     def _view_for(self, topic: str) -> ClusterView | None:
