@@ -197,6 +197,9 @@ class Accumulator:
         None = embedded mode, every partition."""
         self.available = True
         """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
+        self._in_flight = np.zeros(self._num_partitions, np.int64)
+        """Records per partition accepted and not yet answered by their commit (pending or committing)."""
+        self._on_drained: Callable[[], None] | None = None
 
     def attach(self, committer: SerialTask) -> None:
         """Wake ``committer`` when a group is due, and on :meth:`wake`, :meth:`close` and :meth:`kill`."""
@@ -273,6 +276,7 @@ class Accumulator:
         with self._cond:
             if self.closing:
                 raise NotLeaderOrFollowerError(f"this node is shutting down; retry topic '{self.topic}' elsewhere")
+            self._check_led(counts)
             # Only an acks=1 batch is in the WAL, so only it can be replayed at a promised offset.
             predicted = acks == "1" and self._promising and self.available
             if pid is not None:
@@ -310,6 +314,8 @@ class Accumulator:
                 self._metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
+            self._in_flight = grown(self._in_flight, len(counts))
+            self._in_flight[: len(counts)] += counts
             if len(self._pending) == 1:
                 self._due = time.monotonic() + self._config.linger_ms / 1000
                 # Not promising: the committer may have let go of the writer lock; it takes it (and
@@ -376,6 +382,9 @@ class Accumulator:
         with self._cond:
             self._uncertain -= sum(1 for i in items if not i.predicted)
             self.resync()
+            drained = self._settle_in_flight(items)
+        if drained and self._on_drained is not None:
+            self._on_drained()
 
     def resync(self) -> None:
         """Log end offsets from the table (the writer caught up) plus what is promised and pending."""
@@ -406,6 +415,62 @@ class Accumulator:
         """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now)."""
         with self._cond:
             self.led = frozenset(self.led or ()) - set(partitions)
+
+    # -- hand-over of a partition (preferred-leader election) ------------------------
+
+    def on_drained(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the committer's thread) when a partition no longer led has nothing in flight."""
+        self._on_drained = callback
+
+    def drained(self, partition: int) -> bool:
+        """Cluster mode: ``partition`` is not accepted (any more) and every batch accepted for it is answered.
+
+        Answered means committed, or failed and so refused to its producer (who
+        retries at the new leader): nothing this node acknowledged for the
+        partition is left to commit, so the partition may move to another live node.
+        """
+        with self._cond:
+            led = self.led
+            accepted = led is None or partition in led
+            return not accepted and (partition >= len(self._in_flight) or self._in_flight[partition] == 0)
+
+    def forget_producers(self) -> None:
+        """Forget the producers' sequences seen here: partitions were just claimed, maybe after another node led them.
+
+        That node committed their producers' later batches; a sequence kept
+        from this node's earlier turn as leader would refuse the next one as
+        out of order. Forgotten producers are new to this node again: their
+        next batch is not promised offsets, and the writer (which read the
+        other node's commits) decides its sequence.
+        """
+        with self._cond:
+            self._last_seq.clear()
+
+    def _check_led(self, counts: np.ndarray) -> None:
+        """Refuse, under the lock, records for a partition dropped since :meth:`submit` looked (caller holds it).
+
+        The hand-over of a partition counts what is in flight for it once it
+        is dropped: nothing may join after that.
+        """
+        led = self.led
+        if led is None:
+            return
+        missing = [p for p in np.flatnonzero(counts).tolist() if p not in led]
+        if missing:
+            raise NotLeaderOrFollowerError(
+                f"this node does not lead partitions {missing} of topic '{self.topic}' (any more); retry"
+            )
+
+    def _settle_in_flight(self, items: list[Pending]) -> bool:
+        """Take answered items off the in-flight counts; whether a partition not led has drained (caller holds lock)."""
+        touched: set[int] = set()
+        for item in items:
+            counts = item.counts
+            self._in_flight = grown(self._in_flight, len(counts))
+            self._in_flight[: len(counts)] -= counts
+            touched.update(np.flatnonzero(counts).tolist())
+        led = self.led
+        return led is not None and any(p not in led and self._in_flight[p] == 0 for p in touched)
 
     def set_available(self, available: bool) -> None:
         """Cluster mode: accept produce (and promise acks=1) only while the ZooKeeper session is connected."""

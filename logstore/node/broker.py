@@ -111,6 +111,9 @@ class TopicPipeline:
             # when it first leads a partition of the topic (they may hold any partition).
             self._accumulator.set_led(frozenset())
             self._accumulator.set_available(broker.available)
+            membership = broker.cluster
+            if membership is not None:
+                self._accumulator.on_drained(membership.wake)
         self._committer.acquire()
         try:
             if not cluster:
@@ -132,6 +135,10 @@ class TopicPipeline:
     def set_leadership(self, epochs: dict[int, int]) -> None:
         """Cluster mode: lead exactly these partitions of the topic, at these ZooKeeper epochs."""
         self._committer.want(epochs)
+
+    def drained(self, partition: int) -> bool:
+        """Cluster mode: the partition is accepted no more and all accepted for it is answered (a hand-over)."""
+        return self._accumulator.drained(partition)
 
     def set_available(self, available: bool) -> None:
         """Cluster mode: whether the ZooKeeper session is up (produce and acks=1 promises only then)."""
@@ -428,7 +435,7 @@ class Broker:
         me = self.cluster.node_id
         mine: dict[str, dict[int, int]] = {}
         for (topic, p), state in meta.partitions.items():
-            if state.leader == me:
+            if state.leader == me and state.handover_to is None:  # one being handed over is accepted no more
                 mine.setdefault(topic, {})[p] = state.leader_epoch
         for topic, epochs in sorted(mine.items()):
             if topic in self._pipelines or self.store.catalog.exists(topic):
@@ -436,6 +443,25 @@ class Broker:
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
+        self._report_drained(meta)
+
+    def _report_drained(self, meta: ClusterMetadata) -> None:
+        """Say ``drained`` for every partition this node hands over that has nothing in flight any more.
+
+        A hand-over (preferred-leader election, :mod:`logstore.cluster.rebalance`):
+        the partition is no longer accepted (:meth:`_leadership_changed`); once every
+        batch accepted for it is answered — committed, or failed to its producer —
+        nothing this node acknowledged for it is left uncommitted, and the controller
+        may give it to its new leader.
+        """
+        assert self.cluster is not None
+        me = self.cluster.node_id
+        for (topic, p), state in sorted(meta.partitions.items()):
+            if state.leader != me or state.handover_to is None or state.drained:
+                continue
+            pipeline = self._pipelines.get(topic)
+            if pipeline is None or pipeline.drained(p):
+                self.cluster.report_drained(topic, p, state.leader_epoch)
 
     def _session_changed(self, connected: bool) -> None:
         self.available = connected

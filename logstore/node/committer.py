@@ -60,6 +60,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from logstore.common.logs import describe
 from logstore.common.workers import WorkerPool
 from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
 from logstore.log import promises
@@ -144,10 +145,10 @@ class Committer:
 
     def want(self, epochs: dict[int, int]) -> None:
         """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on the next turn)."""
-        moved = set(self._acc.led or ()) - set(epochs)
-        if moved:
-            self._acc.drop_led(moved)  # refuse at once; the commit path stops at the new leader's fence
-        with self._want_lock:
+        with self._want_lock:  # with the lock: a claim finishing now cannot accept a partition dropped here
+            moved = set(self._acc.led or ()) - set(epochs)
+            if moved:
+                self._acc.drop_led(moved)  # refuse at once (a hand-over, or the new leader's fence stops the commits)
             self._wanted = dict(epochs)
         self._acc.wake()
 
@@ -181,6 +182,8 @@ class Committer:
                                 raise
                             log.warning("topic %s: %s", self.topic, e.message)
                             gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
+                if gained:
+                    self._acc.forget_producers()
                 self._metrics.leadership_changes.labels(self.topic).inc(len(gained))
                 self._metrics.failover_seconds.observe(time.perf_counter() - started)
                 log.info("topic %s: leading partitions %s", self.topic, sorted(gained.items()))
@@ -189,9 +192,15 @@ class Committer:
                 if self._wanted is None:
                     self._wanted = wanted  # try again on the next turn
             raise
-        now = self._writer.leader_epochs
-        self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e))
+        self._accept_led(wanted)
         return True
+
+    def _accept_led(self, wanted: dict[int, int]) -> None:
+        """Accept produce for the partitions of ``wanted`` claimed at their epoch and not dropped by a newer want."""
+        now = self._writer.leader_epochs
+        with self._want_lock:
+            latest = self._wanted if self._wanted is not None else wanted
+            self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e and latest.get(p) == e))
 
     def _fenced(self, error: FencedLeaderEpochError) -> bool:
         """Cluster mode: a fence of some partitions; stop accepting them and go on with the others."""
@@ -290,7 +299,7 @@ class Committer:
             next_turn = time.monotonic()
         except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
             self._failures += 1
-            log.exception("topic %s: committer step failed (%d in a row)", self.topic, self._failures)
+            log.exception("topic %s: committer step failed (%d in a row), retrying", self.topic, self._failures)
             next_turn = time.monotonic() + min(5.0, 0.05 * 2**self._failures)
         if next_turn is not None:
             if next_turn <= time.monotonic():
@@ -372,7 +381,7 @@ class Committer:
             return
         except LogstoreError as e:
             self._attempts += 1
-            log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, e)
+            log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, describe(e))
             if self._acc.closing and self._attempts >= 5:
                 self._attempts = 0
                 self._finish(items, [e] * len(items))
@@ -405,7 +414,7 @@ class Committer:
                 if not retry:
                     raise
                 attempt += 1
-                log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, e)
+                log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, describe(e))
                 if self._acc.closing and attempt >= 5:
                     return [e] * len(items)
                 time.sleep(min(1.0, 0.01 * 2**attempt))
