@@ -179,13 +179,14 @@ class LeaderRebalancer:
     ) -> list[TopicPartitionKey]:
         try:
             data, _ = self._zk.get(path)
-            wanted = json.loads(data or b"{}").get("partitions")
         except NoNodeError:
             return []
-        except (ValueError, AttributeError):
-            log.warning("unreadable preferred-leader election request %s: %r", path, data)
+        try:
+            wanted = json.loads(data or b"{}").get("partitions")
+            tps = None if wanted is None else [(str(t), int(p)) for t, p in wanted]
+        except (ValueError, TypeError, AttributeError):
+            log.warning("unreadable preferred-leader election request %s: %r (dropped)", path, data)
             return []
-        tps = None if wanted is None else [(str(t), int(p)) for t, p in wanted]
         return election_moves(states, preferred, live, tps)
 
     def _start(
@@ -212,9 +213,10 @@ class LeaderRebalancer:
         self._started = {tp: t for tp, t in self._started.items() if tp in under_way}
         for tp, cached in sorted(under_way.items()):
             started = self._started.setdefault(tp, now)
-            state = self._read(tp) or cached  # the leader wrote "drained" itself: the controller's view lags it
-            if state.handover_to is None or state.leader != cached.leader or state.leader_epoch != cached.leader_epoch:
-                continue
+            state = self._read(tp)  # the leader wrote "drained" itself: the controller's view lags it
+            moved = state is not None and (state.leader, state.leader_epoch) != (cached.leader, cached.leader_epoch)
+            if state is None or state.handover_to is None or moved:
+                continue  # gone, or changed since the controller last wrote it: the next round sees it
             assert state.handover_to is not None
             gone = state.handover_to not in live
             if gone or now - started > HANDOVER_TIMEOUT_S:

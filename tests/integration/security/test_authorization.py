@@ -42,8 +42,9 @@ ACLS = [
     AclBinding("User:bob", G, "*", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.CREATE, A),
-    # carol may describe the cluster (its metadata), not its topics
+    # carol may describe the cluster (its metadata), not its topics, and alter it (elect leaders)
     AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
+    AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.ALTER, A),
     # everyone may describe "public", except eve
     AclBinding("User:*", T, "public", LIT, Operation.DESCRIBE, A),
     AclBinding("User:eve", T, "public", LIT, Operation.DESCRIBE, D),
@@ -253,6 +254,10 @@ TABLE: list[Case] = [
     Case("GET /v1/metadata", "carol", "/v1/metadata", None, 200),  # lists only "public"
     Case("GET /v1/metadata", "alice", "/v1/metadata", None, 403, CF),
     Case("GET /v1/metadata", None, "/v1/metadata", None, 401, AUTH),
+    Case("POST /v1/cluster/elect-leaders", "carol", "/v1/cluster/elect-leaders", {"partitions": None}, 200),  # ALTER
+    Case("POST /v1/cluster/elect-leaders", "admin", "/v1/cluster/elect-leaders", None, 200),
+    Case("POST /v1/cluster/elect-leaders", "bob", "/v1/cluster/elect-leaders", None, 403, CF),  # DESCRIBE, CREATE
+    Case("POST /v1/cluster/elect-leaders", None, "/v1/cluster/elect-leaders", None, 401, AUTH),
     Case("GET /healthz", None, "/healthz", None, 200),
     Case("GET /readyz", None, "/readyz", None, 200),
 ]

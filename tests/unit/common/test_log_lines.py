@@ -1,4 +1,4 @@
-"""Log lines: ISO time with milliseconds, level and logger; a failure names its exception even when ``str()`` is empty."""
+"""Log lines: ISO time in milliseconds, level and logger; a failure names its exception even when its str() is empty."""
 
 from __future__ import annotations
 
