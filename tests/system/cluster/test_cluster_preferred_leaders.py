@@ -54,11 +54,20 @@ class _Writes:
 
     acked: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    acked_at: dict[int, list[float]] = field(default_factory=dict)
+    """partition → ``time.monotonic()`` of each acknowledgement."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ok(self, value: str, partition: int, offset: int | None) -> None:
         with self.lock:
             self.acked[value] = (partition, offset)
+            self.acked_at.setdefault(partition, []).append(time.monotonic())
+
+    def longest_pause(self, partition: int, since: float, until: float) -> float:
+        """The longest time between two acknowledgements of ``partition`` from ``since`` to ``until`` (seconds)."""
+        with self.lock:
+            times = sorted(t for t in self.acked_at.get(partition, []) if since <= t <= until)
+        return max((b - a for a, b in zip([since, *times], [*times, until], strict=True)), default=until - since)
 
     def fail(self, what: str) -> None:
         with self.lock:
@@ -188,6 +197,8 @@ def _run(
         nodes[2].kill()
         until(lambda: led_by(zk, TOPIC, {1, 3}), timeout_s=30)
         moved_epochs = leaders(zk, TOPIC, PARTITIONS)
+        moving = {p for p, (leader, _) in moved_epochs.items() if leader != PREFERRED[(TOPIC, p)]}
+        started = time.monotonic()  # the automatic check may move them as soon as node 2 is back
         nodes[2].restart()
         until(lambda: zk.exists("/brokers/ids/2"))
         before = writes.count()
@@ -195,12 +206,18 @@ def _run(
 
         elect(nodes)
         until(lambda: _on_preferred(zk), timeout_s=60)
+        settled = time.monotonic()
         assert _led(zk, 2) == {p for p in range(PARTITIONS) if PREFERRED[(TOPIC, p)] == 2}
         after = leaders(zk, TOPIC, PARTITIONS)
         for p in _led(zk, 2):
             assert after[p][1] > moved_epochs[p][1], f"partition {p}: no new leader epoch for the move: {after}"
         before = writes.count()
         until(lambda: writes.count() >= before + 200, timeout_s=60)
+        pauses = {p: writes.longest_pause(p, started, time.monotonic()) for p in sorted(moving)}
+        print(
+            f"leaders settled {settled - started:.2f}s after node 2 was restarted; longest pause between two "
+            "acknowledgements of a moved partition: " + ", ".join(f"p{p}={s:.2f}s" for p, s in pauses.items())
+        )
     finally:
         stop.set()
         for t in threads:
