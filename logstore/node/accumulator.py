@@ -412,9 +412,17 @@ class Accumulator:
             self.led = partitions
 
     def drop_led(self, partitions: tuple[int, ...] | list[int] | set[int]) -> None:
-        """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now)."""
+        """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now, or will).
+
+        What is pending is due at once, not after ``linger.ms``: a partition handed over waits for it.
+        """
         with self._cond:
             self.led = frozenset(self.led or ()) - set(partitions)
+            pending = bool(self._pending)
+            if pending:
+                self._due = min(self._due, time.monotonic())
+        if pending:
+            self._wake_at(0.0)
 
     # -- hand-over of a partition (preferred-leader election) ------------------------
 
