@@ -56,6 +56,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from logstore.common.logs import describe
 from logstore.groups.leases import GroupLease
 from logstore.groups.offsets import OffsetsStore
 from spark_source._options import SourceOptions
@@ -300,7 +301,9 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
                 self._prefetched = (_key(start) + _key(end), [rb for t in tasks for rb in read_task(t)])
             except OSError as err:
                 # Here a failed read would fail the query; in tasks Spark retries it (spark.task.maxFailures).
-                log.warning("maxRecordsReadOnDriver: reading batch %s..%s failed (%s); tasks read it", start, end, err)
+                log.warning(
+                    "maxRecordsReadOnDriver: reading batch %s..%s failed (%s); tasks read it", start, end, describe(err)
+                )
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

@@ -273,7 +273,7 @@ class GroupLease:
                     log.warning(
                         "group lease of '%s': renewal failed (%s); retrying in %d ms",
                         self.group,
-                        e,
+                        describe(e),
                         self._timeout_ms // 3,
                     )
                     continue
