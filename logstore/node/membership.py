@@ -291,7 +291,10 @@ class ClusterMembership:
         self._connected = connected
         if not connected:
             self._lease_from = -math.inf
-            log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
+            if self._closed.is_set():  # this node is leaving: its own session ends, not a fault
+                log.info("node %d: ZooKeeper session closed: left the cluster", self.node_id)
+            else:
+                log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
         else:
             self._log_negotiated()
         self._on_session(connected)
