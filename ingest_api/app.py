@@ -34,7 +34,7 @@ from ingest_api.group_routing import Forwarded, forget_moved_groups
 from ingest_api.internode import node_client_tls
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import cluster, groups, members, metadata, ops, records, stats, topic_log, topics
+from ingest_api.routes import admin, cluster, groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
 from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
@@ -50,6 +50,7 @@ from logstore.errors import (
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -89,6 +90,7 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (IllegalGenerationError, 409),
     (InconsistentGroupProtocolError, 409),
     (GroupSubscribedToTopicError, 409),
+    (NonEmptyGroupError, 409),
     (OffsetOutOfRangeError, 416),
     (MessageTooLargeError, 413),
     (RecordListTooLargeError, 413),
@@ -229,7 +231,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, cluster):
+    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin, cluster):
         app.include_router(module.router)
     mount_console(app)
     if guard is not None:

@@ -143,9 +143,19 @@ class CommitOffsets(BaseModel):
 class ResetOffsets(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topic: str
-    to: Literal["earliest", "latest"] | dict[Literal["timestamp"], TimestampMs] | dict[Literal["offset"], Offset]
+    to: (
+        Literal["earliest", "latest"]
+        | dict[Literal["timestamp"], TimestampMs]
+        | dict[Literal["offset"], Offset]
+        | dict[Literal["shift_by"], Annotated[int, Field(ge=-INT64_MAX, le=INT64_MAX)]]
+    )
     force: bool = Field(
         False, description="wait for a reader's lease of the topic to be gone instead of refusing at once"
+    )
+    dry_run: bool = Field(
+        False,
+        description="compute the new offsets under the same checks and commit nothing; the answer shows the "
+        "topic's partitions as they would be",
     )
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "KafkaStorageError",
     "LogstoreError",
     "MessageTooLargeError",
+    "NetworkExceptionError",
+    "NonEmptyGroupError",
     "NotCoordinatorError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
@@ -41,6 +43,7 @@ __all__ = [
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "SaslAuthenticationFailedError",
+    "SecurityDisabledError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
@@ -353,6 +356,28 @@ class ThrottlingQuotaExceededError(LogstoreError):
     code = 89
     name = "THROTTLING_QUOTA_EXCEEDED"
     retriable = True
+
+
+class NetworkExceptionError(LogstoreError):
+    """No server answered: the connection was refused, reset or timed out; the message names the URL and why."""
+
+    code = 13
+    name = "NETWORK_EXCEPTION"
+    retriable = True
+
+
+class NonEmptyGroupError(LogstoreError):
+    """The group has live members or a live reader holds its lease: it cannot be deleted until they are gone."""
+
+    code = 68
+    name = "NON_EMPTY_GROUP"
+
+
+class SecurityDisabledError(LogstoreError):
+    """Keys, ACLs and quotas were managed on a node whose ``security.enabled`` is false: it uses none of them."""
+
+    code = 54
+    name = "SECURITY_DISABLED"
 
 
 _ALL: list[type[LogstoreError]] = [LogstoreError, *LogstoreError.__subclasses__()]

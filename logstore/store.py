@@ -20,6 +20,7 @@ from logstore.errors import (
     GroupSubscribedToTopicError,
     InvalidRequestError,
     LogstoreError,
+    NonEmptyGroupError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
@@ -161,12 +162,17 @@ class LogStore:
                 )
         self.offsets.commit(group, topic, offsets, metadata=metadata)
 
-    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False) -> dict[int, int]:
+    def reset_offsets(
+        self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False, dry_run: bool = False
+    ) -> dict[int, int]:
         """Move ``group``'s committed offsets on every partition of ``topic``; returns them.
 
         ``to`` is ``"earliest"`` (log start), ``"latest"`` (high watermark),
-        ``{"timestamp": ms}`` (first record at or after it) or ``{"offset": n}``
-        (clamped into [log start, HW], as Kafka's reset tool does).
+        ``{"timestamp": ms}`` (first record at or after it), ``{"offset": n}``
+        or ``{"shift_by": n}`` (the committed offset plus ``n``, which may be
+        negative; every partition needs a committed offset), each clamped into
+        [log start, HW], as Kafka's reset tool does. ``dry_run`` computes the
+        offsets under the same checks and commits nothing.
 
         As Kafka resets only an inactive group, the reset holds the group's lease
         of ``topic`` (:class:`~logstore.groups.leases.GroupLease`) while the
@@ -177,12 +183,15 @@ class LogStore:
         lease timeout) instead of refusing at once.
 
         Raises:
-            InvalidRequestError: ``to`` is none of these.
+            InvalidRequestError: ``to`` is none of these, or ``shift_by`` on a partition with no committed offset.
             GroupSubscribedToTopicError: a live reader of the group holds ``topic``.
         """
         lease = self._reset_lease(group, topic, wait_s=2 * DEFAULT_LEASE_TIMEOUT_MS / 1000 if force else 0.0)
         try:
-            return self._reset_offsets(group, topic, to)
+            new = self._reset_offsets(group, topic, to)
+            if not dry_run:
+                self.offsets.commit(group, topic, new, metadata="reset")
+            return new
         finally:
             lease.release()
 
@@ -216,12 +225,52 @@ class LogStore:
             new = {v.partition: offset_for_timestamp(v, to["timestamp"]) for v in views}
         elif isinstance(to, dict) and set(to) == {"offset"} and _is_int(to["offset"]):
             new = {v.partition: min(max(to["offset"], v.log_start_offset), v.high_watermark) for v in views}
+        elif isinstance(to, dict) and set(to) == {"shift_by"} and _is_int(to["shift_by"]):
+            committed = {k.partition: c.offset for k, c in self.offsets.committed(group, topic).items()}
+            missing = [v.partition for v in views if v.partition not in committed]
+            if missing:
+                raise InvalidRequestError(
+                    f"cannot shift the offsets of consumer group '{group}' on topic '{topic}': partition(s) "
+                    f"{', '.join(map(str, missing))} have no committed offset (reset those to an offset first)"
+                )
+            new = {
+                v.partition: min(max(committed[v.partition] + to["shift_by"], v.log_start_offset), v.high_watermark)
+                for v in views
+            }
         else:
             raise InvalidRequestError(
-                f"reset target must be earliest, latest, {{'timestamp': ms}} or {{'offset': n}}, got {to!r}"
+                "reset target must be earliest, latest, {'timestamp': ms}, {'offset': n} or {'shift_by': n}, "
+                f"got {to!r}"
             )
-        self.offsets.commit(group, topic, new, metadata="reset")
         return new
+
+    def delete_group(self, group: str) -> None:
+        """Delete ``group``: every offset it committed (Kafka's DeleteGroups); it then lists nowhere.
+
+        As Kafka deletes only an empty group, the deletion holds the group's lease
+        of every topic it committed on (:class:`~logstore.groups.leases.GroupLease`):
+        a group that a Spark query or the node's members read a topic for is refused,
+        and none can start reading meanwhile and commit into the deletion.
+
+        Raises:
+            GroupIdNotFoundError: the group has no committed offsets.
+            NonEmptyGroupError: a live reader of the group holds one of its topics.
+        """
+        topics = sorted({k.topic for k in self.offsets.committed(group)})
+        if not topics:
+            raise GroupIdNotFoundError(f"consumer group '{group}' has no committed offsets")
+        lease = GroupLease(self.config.root, group)
+        try:
+            try:
+                lease.acquire(topics)
+            except GroupSubscribedToTopicError as e:
+                raise NonEmptyGroupError(
+                    f"consumer group '{group}' is not empty: a Spark query or members read its topics "
+                    f"({e.message}); stop them first, as Kafka deletes only an empty group"
+                ) from e
+            self.offsets.delete_group(group)
+        finally:
+            lease.release()  # also the topics taken before one was refused
 
     def list_groups(self) -> list[str]:
         return self.offsets.groups()

@@ -1,14 +1,4 @@
-"""The ``logstore`` command line: topics, produce, consume, groups, keys, acls, quotas, serve, maintain, zookeeper.
-
-Every command works on a root directory directly (``--root``, default: the
-config's ``logstore.root``); topics, produce, consume and groups can go through
-a running server instead (``--server URL``, with ``--api-key`` /
-``LOGSTORE_API_KEY`` and ``--ca-file`` when it is secured). Keys, ACLs and
-quotas are managed on the store itself, never through a server: the root, or
-ZooKeeper in cluster mode (``zookeeper.connect`` or ``--zookeeper``); whoever
-can write it is the administrator. Errors print as ``ERROR_NAME: message`` on stderr with exit
-status 1.
-"""
+"""The ``logstore`` command line: the parser, and :func:`main`, which runs a command and reports its errors."""
 
 from __future__ import annotations
 
@@ -16,13 +6,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from logstore.errors import LogstoreError
+from logstore.errors import InvalidConfigError, LogstoreError
 from logstore_cli import cluster, demo, groups, maintain, records, security, serve, topics, zookeeper
-from logstore_cli._common import Subparsers, config_of
+from logstore_cli._common import CONNECTION_OPTIONS, Parents, Subparsers, build_parents, config_of, connection_options
 
-__all__ = ["COMMAND_GROUPS", "build_parser", "main"]
+__all__ = ["COMMAND_GROUPS", "DESCRIPTION", "build_parser", "main"]
 
-COMMAND_GROUPS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
+COMMAND_GROUPS: tuple[Callable[[Subparsers, Parents], None], ...] = (
     topics.register,
     records.register,
     groups.register,
@@ -35,55 +25,69 @@ COMMAND_GROUPS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...
 )
 """Each command group's ``register``, in the order ``logstore --help`` lists their commands."""
 
+DESCRIPTION = """\
+Kafka's model (topics, partitions, offsets, consumer groups) on Delta Lake tables.
+
+Commands work on a store directory (--root, default: the config's logstore.root), or,
+where they take --server HOST:PORT, through a running server or cluster (with --api-key
+or $LOGSTORE_API_KEY, and --ca-file / --client-cert for TLS).
+
+Keys, ACLs and quotas go through a server (--server: ALTER on the cluster to change,
+DESCRIBE to list) or straight to the store (--root, or --zookeeper in cluster mode: how
+the first super user's key is made). "logstore COMMAND --help" describes a command.
+Errors print as ERROR_NAME: message on stderr, with exit status 1."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI (the ``logstore`` console script, ``python -m logstore_cli``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        _refuse_unused_connection_options(args)
         config = config_of(args)
         return int(args.func(args, config) or 0)
     except LogstoreError as e:
         print(f"{e.name}: {e.message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
     except BrokenPipeError:
         return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``logstore`` parser: the options every command takes, then each command group's commands."""
-    # The options every command takes, given both before and after the command's name (`--root` here and on
-    # each subcommand: SUPPRESS keeps a later parser's default from overwriting an earlier value).
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--root", default=argparse.SUPPRESS, help="store directory (default: the config's logstore.root)"
-    )
-    common.add_argument(
-        "--server",
-        default=argparse.SUPPRESS,
-        metavar="URL[,URL…]",
-        help="work through a running server (or a cluster: any of its nodes, comma-separated) instead of --root",
-    )
-    common.add_argument(
-        "--api-key", default=argparse.SUPPRESS, help="with --server: the API key (default: $LOGSTORE_API_KEY)"
-    )
-    common.add_argument(
-        "--ca-file", default=argparse.SUPPRESS, help="with --server https://…: CA bundle to verify the server with"
-    )
-    common.add_argument(
-        "--client-cert",
-        default=argparse.SUPPRESS,
-        metavar="PEM",
-        help="with --server https://…: a client certificate to present (names the principal when no API key is sent)",
-    )
-    common.add_argument(
-        "--client-key", default=argparse.SUPPRESS, metavar="PEM", help="the private key of --client-cert"
-    )
+    """The ``logstore`` parser: ``--config``, ``--root`` and the connection options, then each group's commands.
 
-    parser = argparse.ArgumentParser(prog="logstore", description=__doc__, parents=[common])
+    The connection options are accepted before the command too (``logstore --server H:P topics list``) and
+    refused by :func:`main` for a command that never talks to a server.
+    """
+    parents = build_parents()
+    parser = argparse.ArgumentParser(
+        prog="logstore",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[parents.store, connection_options()],
+    )
     parser.add_argument(
         "--config", dest="config_file", help="TOML config file (default: $LOGSTORE_CONFIG, else conf/logstore.toml)"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands")
     for register in COMMAND_GROUPS:
-        register(sub, common)
+        register(sub, parents)
     return parser
+
+
+def _refuse_unused_connection_options(args: argparse.Namespace) -> None:
+    """A connection option given to a command that never talks to a server would be ignored: refuse it instead.
+
+    Raises:
+        InvalidConfigError: naming the option and the command.
+    """
+    if getattr(args, "connects", False):
+        return
+    for dest in CONNECTION_OPTIONS:
+        if getattr(args, dest, None) is not None:
+            command = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
+            raise InvalidConfigError(
+                f"--{dest.replace('_', '-')} is not an option of 'logstore {command}': it works on the store "
+                f"(--root) and talks to no server"
+            )

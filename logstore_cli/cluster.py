@@ -14,7 +14,7 @@ from typing import Any
 from logstore.client import RemoteStore
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidRequestError
-from logstore_cli._common import Subparsers, client_options
+from logstore_cli._common import Parents, Subparsers, remote
 
 __all__ = ["register"]
 
@@ -22,15 +22,18 @@ PROBE_TIMEOUT_S = 2.0
 """How long ``cluster status`` waits for a registered node's ``/healthz`` before it calls the node unreachable."""
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``cluster`` and its actions; ``common`` holds the options every command takes."""
-    cluster = sub.add_parser("cluster", help="nodes, controller and partition leaders of a cluster", parents=[common])
-    csub = cluster.add_subparsers(dest="action", required=True)
-    p = csub.add_parser("status", parents=[common], help="exit status 1 when a partition has no live leader")
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``cluster`` and its actions: they ask a node (``--server``, else the config's own)."""
+    common = [parents.server]
+    cluster = sub.add_parser("cluster", help="nodes, controller and partition leaders of a cluster", parents=common)
+    csub = cluster.add_subparsers(dest="action", required=True, title="actions")
+    p = csub.add_parser(
+        "status", parents=common, help="nodes, controller, leaders; exit status 1 when a partition has no live leader"
+    )
     p.set_defaults(func=_status)
     e = csub.add_parser(
         "elect-leaders",
-        parents=[common],
+        parents=common,
         help="move partitions to their preferred leaders (kafka-leader-election --election-type preferred)",
     )
     e.add_argument("--topic", help="only this topic's partitions (default: every partition of every topic)")
@@ -43,8 +46,7 @@ def _remote(args: argparse.Namespace, config: LogstoreConfig) -> RemoteStore:
     """``--server``, else the node this config describes (``advertised.url``, else ``server.host``/``server.port``)."""
     from logstore.node.membership import advertised_url
 
-    server = getattr(args, "server", None) or advertised_url(config)
-    return RemoteStore(server, **client_options(args))
+    return remote(args, getattr(args, "server", None) or advertised_url(config))
 
 
 def _status(args: argparse.Namespace, config: LogstoreConfig) -> int:
@@ -114,7 +116,9 @@ def _elect_leaders(args: argparse.Namespace, config: LogstoreConfig) -> int:
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic (the partition of which topic?)")
     wanted = None if not args.topic else [{"topic": args.topic, "partition": args.partition}]
-    answer = _remote(args, config).elect_leaders(wanted, timeout_ms=args.timeout_ms)
+    answer = _remote(args, config).request(
+        "POST", "/v1/cluster/elect-leaders", json={"partitions": wanted}, params={"timeout_ms": args.timeout_ms}
+    )
     elected, not_needed, failed = [], [], []
     for r in answer["partitions"]:
         name = f"{r['topic']}-{r['partition']}"

@@ -10,14 +10,16 @@ from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
 from logstore_cli import groups, topics
-from logstore_cli._common import Subparsers
+from logstore_cli._common import Parents, Subparsers
 
 __all__ = ["register"]
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``demo``; ``common`` holds the options every command takes."""
-    p = sub.add_parser("demo", help="create a topic, produce, consume, describe", parents=[common])
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``demo``: it works on the root (``--root``) only."""
+    p = sub.add_parser(
+        "demo", help="create a topic, produce, consume with a group, describe (on --root)", parents=[parents.store]
+    )
     p.set_defaults(func=_demo)
 
 

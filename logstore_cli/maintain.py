@@ -8,19 +8,23 @@ import argparse
 from logstore.common.logs import configure_logging
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidRequestError
-from logstore_cli._common import Subparsers, require_store
+from logstore_cli._common import Parents, Subparsers, require_store
 
 __all__ = ["register"]
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``maintain``; ``common`` holds the options every command takes."""
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``maintain``: it works on the root (``--root``) only."""
     p = sub.add_parser(
         "maintain",
         help="retention | compact (segments) | clean (keys) | vacuum | offsets (compact _offsets) | run (scheduler)",
-        parents=[common],
+        parents=[parents.store],
     )
-    p.add_argument("job", choices=["retention", "compact", "clean", "vacuum", "offsets", "run"])
+    p.add_argument(
+        "job",
+        choices=["retention", "compact", "clean", "vacuum", "offsets", "run"],
+        help="the job to run once, or run: every job on a schedule",
+    )
     p.add_argument("--topic", help="only this topic (default: every topic)")
     p.add_argument("--every", default="5m", help="run: time between cycles (30s, 5m, 1h)")
     p.add_argument("--cycles", type=int, help="run: stop after this many cycles (default: run until stopped)")

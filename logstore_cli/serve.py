@@ -6,16 +6,18 @@ import argparse
 from typing import Any
 
 from logstore.config import LogstoreConfig
-from logstore_cli._common import Subparsers
+from logstore_cli._common import Parents, Subparsers
 
 __all__ = ["register"]
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``serve``; ``common`` holds the options every command takes."""
-    p = sub.add_parser("serve", help="run the HTTP API", parents=[common])
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``serve``: it serves the root (``--root``)."""
+    p = sub.add_parser(
+        "serve", help="run the HTTP API over the store (until SIGTERM or Ctrl-C)", parents=[parents.store]
+    )
+    p.add_argument("--host", help="address to listen on (default: the config's server.host)")
+    p.add_argument("--port", type=int, help="port to listen on (default: the config's server.port)")
     p.add_argument(
         "--insecure",
         action="store_true",

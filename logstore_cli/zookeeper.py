@@ -7,16 +7,17 @@ import os
 
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError
-from logstore_cli._common import Subparsers
+from logstore_cli._common import Parents, Subparsers
 
 __all__ = ["register"]
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    """Add ``zookeeper`` and its actions; ``common`` holds the options every command takes."""
-    zk = sub.add_parser("zookeeper", help="run Apache ZooKeeper, the cluster's coordinator", parents=[common])
-    zsub = zk.add_subparsers(dest="action", required=True)
-    p = zsub.add_parser("start", parents=[common], help="run a ZooKeeper server in the foreground")
+def register(sub: Subparsers, parents: Parents) -> None:
+    """Add ``zookeeper`` and its actions (``--root`` only: the default data directory is under it)."""
+    common = [parents.store]
+    zk = sub.add_parser("zookeeper", help="run Apache ZooKeeper, the cluster's coordinator", parents=common)
+    zsub = zk.add_subparsers(dest="action", required=True, title="actions")
+    p = zsub.add_parser("start", parents=common, help="run a ZooKeeper server in the foreground")
     p.add_argument("--port", type=int, default=2181, help="client port")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--data-dir", help="snapshots and logs (default: <root>/_zookeeper)")

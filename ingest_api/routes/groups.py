@@ -1,6 +1,6 @@
-"""/v1/groups: list, describe with lag and members, commit, reset.
+"""/v1/groups: list, describe with lag and members, commit, reset, delete.
 
-In cluster mode describe, commit and reset run on the group's coordinator
+In cluster mode describe, commit, reset and delete run on the group's coordinator
 (other nodes forward them), which knows the group's live members.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, requires
@@ -16,7 +16,7 @@ from ingest_api.group_routing import coordinator_of, groups_with_members, route_
 from ingest_api.models import CommitOffsets, GroupList, GroupOut, ResetOffsets
 from ingest_api.routes.members import member_out
 from ingest_api.routes.metadata import NodeOut
-from logstore.errors import GroupIdNotFoundError, InvalidRequestError, UnknownMemberIdError
+from logstore.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError, UnknownMemberIdError
 from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Operation, Resource, ResourceType
@@ -58,6 +58,27 @@ async def describe_group(group: str, broker: BrokerDep, coordinator: Coordinator
     (every member is listed, its assignment without them), so no answer names such a topic.
     """
     return await _group_out(group, broker, coordinator, access)
+
+
+@router.delete(
+    "/{group}",
+    status_code=204,
+    dependencies=[requires(Operation.DELETE, ResourceType.GROUP, "group"), Depends(route_to_coordinator)],
+)
+async def delete_group(group: str, broker: BrokerDep, coordinator: CoordinatorDep) -> Response:
+    """Kafka's DeleteGroups: DELETE on the group. Its committed offsets go; it then lists nowhere.
+
+    Refused with 409 ``NON_EMPTY_GROUP`` while the group has live members (asked of its coordinator) or a
+    Spark query or members hold its lease of a topic, as Kafka deletes only an empty group.
+    """
+    live = await run_in_threadpool(coordinator.members, group)
+    if live:
+        raise NonEmptyGroupError(
+            f"consumer group '{group}' has {len(live)} live member(s): stop them (or let their sessions expire) "
+            "before deleting it"
+        )
+    await run_in_threadpool(broker.store.delete_group, group)
+    return Response(status_code=204)
 
 
 @router.get(
@@ -133,14 +154,35 @@ async def commit_offsets(
 async def reset_offsets(
     group: str, body: ResetOffsets, broker: BrokerDep, coordinator: CoordinatorDep, access: AccessDep
 ) -> GroupOut:
-    """Kafka's AlterConsumerGroupOffsets: READ on the group and on the topic."""
+    """Kafka's AlterConsumerGroupOffsets: READ on the group and on the topic.
+
+    With ``dry_run`` nothing is committed, and the answer is the group as the reset would leave it on ``topic``
+    (its partitions with the new offsets, their high watermarks and lag), as ``kafka-consumer-groups
+    --reset-offsets`` without ``--execute`` shows it.
+    """
     access.require(Operation.READ, Resource.topic(body.topic))
     to = body.to if isinstance(body.to, str) else dict(body.to)
     await _refuse_with_live_members(group, coordinator)
-    await run_in_threadpool(
-        lambda: broker.store.reset_offsets(group, body.topic, to, force=body.force)  # type: ignore[arg-type]
+    new = await run_in_threadpool(
+        lambda: broker.store.reset_offsets(
+            group,
+            body.topic,
+            to,  # type: ignore[arg-type]
+            force=body.force,
+            dry_run=body.dry_run,
+        )
     )
-    return await _group_out(group, broker, coordinator, access)
+    if not body.dry_run:
+        return await _group_out(group, broker, coordinator, access)
+    info = await run_in_threadpool(broker.store.describe_topic, body.topic)
+    hw = {p.partition: p.high_watermark for p in info.partitions}
+    partitions = [
+        {"partition": p, "committed_offset": o, "high_watermark": hw[p], "lag": hw[p] - o}
+        for p, o in sorted(new.items())
+    ]
+    return GroupOut.model_validate(
+        {"group": group, "topics": [{"topic": body.topic, "partitions": partitions}], "members": []}
+    )
 
 
 async def _refuse_with_live_members(group: str, coordinator: GroupCoordinator) -> None:

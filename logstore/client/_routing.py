@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from logstore.client._http import http_client, raise_for
-from logstore.errors import ClusterAuthorizationFailedError, KafkaStorageError, LogstoreError
+from logstore.errors import ClusterAuthorizationFailedError, LogstoreError, NetworkExceptionError
 from logstore.log.partitioner import murmur2, to_positive
 
 __all__ = ["ClusterView", "Nodes", "Route", "bootstrap_urls", "plan_routes"]
@@ -221,7 +221,7 @@ class Nodes:
         """A request to the first node that answers (the view's live nodes, then the bootstrap list).
 
         Raises:
-            KafkaStorageError: no node could be reached.
+            NetworkExceptionError: no node could be reached (each URL and why, e.g. connection refused).
             LogstoreError: the error the server answered with.
         """
         return self.call_at(self.urls(), method, path, **kw)
@@ -233,11 +233,11 @@ class Nodes:
             try:
                 r = self.client(url).request(method, path, **kw)
             except httpx.TransportError as e:
-                failures.append(f"{url}: {e}")
+                failures.append(f"{url}: {e or type(e).__name__}")
                 continue
             raise_for(r)
             return r.json() if r.content else None
-        raise KafkaStorageError(f"cannot reach any server ({'; '.join(failures)})")
+        raise NetworkExceptionError(f"cannot reach any server ({'; '.join(failures)})")
 
     def close(self) -> None:
         with self._lock:

@@ -52,6 +52,14 @@ class RemoteStore:
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         return self._nodes.call(method, path, **kw)
 
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        """Any other API call (the CLI's ``/v1/admin`` keys, ACLs and quotas): sent to the first node that answers.
+
+        Returns the JSON body (None when empty). Raises the error the server answered with, or
+        ``NETWORK_EXCEPTION`` when no node could be reached.
+        """
+        return self._call(method, path, **kw)
+
     def metadata(self) -> dict[str, Any]:
         """``GET /v1/metadata`` as the server answers it (docs/design.md §8), from the first node that answers."""
         body: dict[str, Any] = self._call("GET", "/v1/metadata")
@@ -64,15 +72,6 @@ class RemoteStore:
         except httpx.HTTPError:
             return False
         return r.status_code == 200
-
-    def elect_leaders(self, partitions: list[dict[str, Any]] | None = None, *, timeout_ms: int = 30_000) -> Any:
-        """``POST /v1/cluster/elect-leaders``: a preferred-leader election; the per-partition results as answered.
-
-        ``partitions``: ``[{"topic", "partition"}]`` (``partition`` None or left out: every partition of the
-        topic); None = every partition. Needs ALTER on the cluster.
-        """
-        body = {"partitions": partitions}
-        return self._call("POST", "/v1/cluster/elect-leaders", json=body, params={"timeout_ms": timeout_ms})
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
         return _topic(
@@ -147,6 +146,10 @@ class RemoteStore:
             json={"topic": topic, "partitions": {str(p): o for p, o in offsets.items()}, "metadata": metadata},
         )
 
+    def delete_group(self, group: str) -> None:
+        """Kafka's DeleteGroups: the group's committed offsets; refused (``NON_EMPTY_GROUP``) while it has readers."""
+        self._call("DELETE", f"/v1/groups/{group}")
+
     def list_groups(self) -> list[str]:
         return list(self._call("GET", "/v1/groups")["groups"])
 
@@ -171,8 +174,12 @@ class RemoteStore:
             for m in body.get("members", [])
         ]
 
-    def reset_offsets(self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False) -> dict[int, int]:
-        body = self._call("POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to, "force": force})
+    def reset_offsets(
+        self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False, dry_run: bool = False
+    ) -> dict[int, int]:
+        body = self._call(
+            "POST", f"/v1/groups/{group}/reset", json={"topic": topic, "to": to, "force": force, "dry_run": dry_run}
+        )
         return {
             p["partition"]: p["committed_offset"]
             for t in body["topics"]
@@ -183,7 +190,9 @@ class RemoteStore:
 
 def _topic(body: dict[str, Any]) -> TopicInfo:
     parts = tuple(
-        PartitionInfo(p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"])
+        PartitionInfo(
+            p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"], p.get("num_files", 0)
+        )
         for p in body["partitions"]
     )
     config = TopicConfig.from_overrides(body.get("config", {}))

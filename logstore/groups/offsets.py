@@ -263,6 +263,36 @@ class OffsetsStore:
                 raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
             return
 
+    def delete_group(self, group: str) -> int:
+        """Remove every committed offset of ``group`` (Kafka's DeleteGroups); returns how many rows went.
+
+        One Delta commit that removes the group's rows (files holding other groups are rewritten without
+        them); durable when it returns. The group's ``commit_seq`` stays in the table's application
+        transactions, so a group of that name that commits again continues the sequence. A concurrent
+        commit of another group conflicting with the rewrite is retried. Whether the group may be deleted
+        (no live reader) is the caller's business.
+
+        Raises:
+            KafkaStorageError: the table could not be read or changed.
+        """
+        dt = self._table()
+        if dt is None:
+            return 0
+        predicate = '"group" = \'' + group.replace("'", "''") + "'"
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                tables.refresh(dt)
+                metrics = dt.delete(predicate)
+                tables.sync_commits(self.path, dt.version())
+            except CommitFailedError as e:
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise tables.translate(e, f"deletion of group '{group}'") from e
+                continue
+            except (DeltaError, OSError) as e:
+                raise KafkaStorageError(f"cannot delete the offsets of group '{group}': {e}") from e
+            return int(metrics.get("num_deleted_rows", 0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def committed(self, group: str | None = None, topic: str | None = None) -> dict[GroupTopicPartition, OffsetCommit]:
         """Latest commits, of ``group`` and on ``topic`` when given."""
         latest = self._latest()

@@ -1,8 +1,8 @@
 """Security: API keys, Kafka's ACLs, client quotas, audit lines.
 
-No HTTP here: ``ingest_api`` turns these decisions into statuses and headers,
-and the ``logstore`` CLI (``logstore_cli``) manages keys, ACLs and quotas on their store directly (the root's
-files; in cluster mode ZooKeeper, :mod:`logstore.cluster.security_store`).
+No HTTP here: ``ingest_api`` turns these decisions into statuses and headers. Keys, ACLs and quotas change
+through :class:`SecurityAdmin`, whoever asks: the server's ``/v1/admin`` routes, or the ``logstore`` CLI on
+their store directly (the root's files; in cluster mode ZooKeeper, :mod:`logstore.cluster.security_store`).
 """
 
 from logstore.security.acl import (
@@ -17,6 +17,7 @@ from logstore.security.acl import (
     authorize,
     parse_principal,
 )
+from logstore.security.admin import SecurityAdmin
 from logstore.security.audit import AUDIT_LOGGER, audit, log_audit_to_stderr
 from logstore.security.guard import Guard, parse_super_users
 from logstore.security.keys import ApiKey, new_key
@@ -41,6 +42,7 @@ __all__ = [
     "QuotaManager",
     "Resource",
     "ResourceType",
+    "SecurityAdmin",
     "SecurityState",
     "SecurityStore",
     "audit",

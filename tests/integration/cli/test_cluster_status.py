@@ -130,4 +130,4 @@ def test_partitions_without_a_live_leader_are_under_led_and_fail_the_status(
 
 def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:
     r = status(tmp_path, "--server", f"http://127.0.0.1:{free_port()}")
-    assert r.returncode == 1 and r.stderr.startswith("KAFKA_STORAGE_ERROR: cannot reach any server"), r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("NETWORK_EXCEPTION: cannot reach any server"), r.stderr

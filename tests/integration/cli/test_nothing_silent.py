@@ -36,11 +36,22 @@ def test_a_read_command_on_a_root_that_does_not_exist_names_the_root(tmp_path: P
 def test_creating_a_topic_still_makes_a_new_store(tmp_path: Path) -> None:
     r = logstore(tmp_path, "--root", str(tmp_path / "new"), "topics", "create", "t", "--partitions", "1")
     assert r.returncode == 0, r.stderr
-    assert logstore(tmp_path, "--root", str(tmp_path / "new"), "topics", "list").stdout.split() == ["t"]
+    assert logstore(tmp_path, "--root", str(tmp_path / "new"), "topics", "list").stdout.split() == ["TOPIC", "t"]
 
 
 @pytest.mark.parametrize("command", [["acls", "list"], ["keys", "list"], ["quotas", "list"]])
-def test_security_commands_refuse_a_server_they_would_not_use(tmp_path: Path, command: list[str]) -> None:
+def test_security_commands_go_to_the_server_they_are_given(tmp_path: Path, command: list[str]) -> None:
+    """Not the root's store: nothing listens on port 9, and the command says so."""
     r = logstore(tmp_path, "--root", str(tmp_path), *command, "--server", "http://127.0.0.1:9")
     assert r.returncode == 1, r.stdout
-    assert r.stderr.startswith("INVALID_CONFIG: keys, ACLs and quotas are managed on the store itself"), r.stderr
+    assert r.stderr.startswith("NETWORK_EXCEPTION: cannot reach any server (http://127.0.0.1:9: "), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["serve"], ["maintain", "retention"], ["demo"], ["zookeeper", "start"]])
+def test_a_connection_option_before_a_command_that_uses_none_is_refused(tmp_path: Path, command: list[str]) -> None:
+    r = logstore(tmp_path, "--root", str(tmp_path), "--server", "127.0.0.1:9", *command)
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith(f"INVALID_CONFIG: --server is not an option of 'logstore {command[0]}"), r.stderr
+    r = logstore(tmp_path, "--root", str(tmp_path), *command, "--server", "127.0.0.1:9")
+    assert r.returncode == 2 and "unrecognized arguments: --server" in r.stderr, r.stderr

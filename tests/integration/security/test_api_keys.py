@@ -100,8 +100,8 @@ def test_clients_send_the_key_from_the_option_or_the_environment(
     monkeypatch.setenv("LOGSTORE_API_KEY", key)
     assert RemoteStore(node.url).list_topics() == ["t"]
     r = cli(root, "--server", node.url, "topics", "list", LOGSTORE_API_KEY=key)
-    assert r.returncode == 0 and r.stdout.split() == ["t"], r.stderr
+    assert r.returncode == 0 and r.stdout.split() == ["TOPIC", "t"], r.stderr
     r = cli(root, "--server", node.url, "topics", "list")
     assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr
     r = cli(root, "--server", node.url, "--api-key", key, "topics", "list")
-    assert r.returncode == 0 and r.stdout.split() == ["t"], r.stderr
+    assert r.returncode == 0 and r.stdout.split() == ["TOPIC", "t"], r.stderr

@@ -42,14 +42,15 @@ ACLS = [
     AclBinding("User:bob", G, "*", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.CREATE, A),
-    # carol may describe the cluster (its metadata), not its topics, and alter it (elect leaders)
+    # carol may describe the cluster (its metadata), not its topics
     AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
-    AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.ALTER, A),
+    # olga operates the cluster: she may alter it (elect leaders), nothing else
+    AclBinding("User:olga", C, "kafka-cluster", LIT, Operation.ALTER, A),
     # everyone may describe "public", except eve
     AclBinding("User:*", T, "public", LIT, Operation.DESCRIBE, A),
     AclBinding("User:eve", T, "public", LIT, Operation.DESCRIBE, D),
 ]
-PRINCIPALS = ("admin", "alice", "bob", "carol", "eve")
+PRINCIPALS = ("admin", "alice", "bob", "carol", "eve", "olga")
 TOPICS = {"orders-eu", "orders-locked", "payments", "public"}
 GROUPS = {"orders-g", "payments-g"}
 
@@ -254,10 +255,54 @@ TABLE: list[Case] = [
     Case("GET /v1/metadata", "carol", "/v1/metadata", None, 200),  # lists only "public"
     Case("GET /v1/metadata", "alice", "/v1/metadata", None, 403, CF),
     Case("GET /v1/metadata", None, "/v1/metadata", None, 401, AUTH),
-    Case("POST /v1/cluster/elect-leaders", "carol", "/v1/cluster/elect-leaders", {"partitions": None}, 200),  # ALTER
+    Case("POST /v1/cluster/elect-leaders", "olga", "/v1/cluster/elect-leaders", {"partitions": None}, 200),  # ALTER
     Case("POST /v1/cluster/elect-leaders", "admin", "/v1/cluster/elect-leaders", None, 200),
+    Case("POST /v1/cluster/elect-leaders", "carol", "/v1/cluster/elect-leaders", None, 403, CF),  # DESCRIBE only
     Case("POST /v1/cluster/elect-leaders", "bob", "/v1/cluster/elect-leaders", None, 403, CF),  # DESCRIBE, CREATE
     Case("POST /v1/cluster/elect-leaders", None, "/v1/cluster/elect-leaders", None, 401, AUTH),
+    Case("DELETE /v1/groups/{group}", "admin", "/v1/groups/none-{u}", None, 404, "GROUP_ID_NOT_FOUND"),
+    Case("DELETE /v1/groups/{group}", "bob", "/v1/groups/payments-g", None, 403, GF),  # DESCRIBE is not DELETE
+    Case("DELETE /v1/groups/{group}", None, "/v1/groups/payments-g", None, 401, AUTH),
+    # administration: DESCRIBE on the cluster to read, ALTER on the cluster to change (bodies that change nothing)
+    Case("GET /v1/admin/keys", "carol", "/v1/admin/keys", None, 200),
+    Case("GET /v1/admin/keys", "alice", "/v1/admin/keys", None, 403, CF),
+    Case("GET /v1/admin/keys", None, "/v1/admin/keys", None, 401, AUTH),
+    Case("POST /v1/admin/keys", "admin", "/v1/admin/keys", {"principal": "User:nobody"}, 201),
+    Case("POST /v1/admin/keys", "carol", "/v1/admin/keys", {"principal": "User:carol"}, 403, CF),
+    Case("POST /v1/admin/keys", None, "/v1/admin/keys", {"principal": "User:nobody"}, 401, AUTH),
+    Case("DELETE /v1/admin/keys/{key_id}", "admin", "/v1/admin/keys/nope", None, 200),
+    Case("DELETE /v1/admin/keys/{key_id}", "bob", "/v1/admin/keys/nope", None, 403, CF),
+    Case("DELETE /v1/admin/keys/{key_id}", None, "/v1/admin/keys/nope", None, 401, AUTH),
+    Case("DELETE /v1/admin/keys", "admin", "/v1/admin/keys?principal=User:nobody-{u}", None, 200),
+    Case("DELETE /v1/admin/keys", "carol", "/v1/admin/keys?principal=User:eve", None, 403, CF),
+    Case("DELETE /v1/admin/keys", None, "/v1/admin/keys?principal=User:eve", None, 401, AUTH),
+    Case("GET /v1/admin/acls", "bob", "/v1/admin/acls", None, 200),
+    Case("GET /v1/admin/acls", "alice", "/v1/admin/acls", None, 403, CF),
+    Case("GET /v1/admin/acls", None, "/v1/admin/acls", None, 401, AUTH),
+    Case("POST /v1/admin/acls", "admin", "/v1/admin/acls", {"acls": []}, 200),
+    Case("POST /v1/admin/acls", "carol", "/v1/admin/acls", {"acls": []}, 403, CF),
+    Case("POST /v1/admin/acls", None, "/v1/admin/acls", {"acls": []}, 401, AUTH),
+    Case("DELETE /v1/admin/acls", "admin", "/v1/admin/acls", {"acls": []}, 200),
+    Case("DELETE /v1/admin/acls", "bob", "/v1/admin/acls", {"acls": []}, 403, CF),
+    Case("DELETE /v1/admin/acls", None, "/v1/admin/acls", {"acls": []}, 401, AUTH),
+    Case("GET /v1/admin/quotas", "carol", "/v1/admin/quotas", None, 200),
+    Case("GET /v1/admin/quotas", "eve", "/v1/admin/quotas", None, 403, CF),
+    Case("GET /v1/admin/quotas", None, "/v1/admin/quotas", None, 401, AUTH),
+    Case(
+        "PUT /v1/admin/quotas", "admin", "/v1/admin/quotas", {"principal": "User:nobody", "producer_byte_rate": 9}, 200
+    ),
+    Case(
+        "PUT /v1/admin/quotas",
+        "carol",
+        "/v1/admin/quotas",
+        {"principal": "User:carol", "producer_byte_rate": 9},
+        403,
+        CF,
+    ),
+    Case("PUT /v1/admin/quotas", None, "/v1/admin/quotas", {"principal": "User:x", "producer_byte_rate": 9}, 401, AUTH),
+    Case("DELETE /v1/admin/quotas", "admin", "/v1/admin/quotas?principal=User:nobody", None, 200),
+    Case("DELETE /v1/admin/quotas", "bob", "/v1/admin/quotas?principal=User:alice", None, 403, CF),
+    Case("DELETE /v1/admin/quotas", None, "/v1/admin/quotas?principal=User:alice", None, 401, AUTH),
     Case("GET /healthz", None, "/healthz", None, 200),
     Case("GET /readyz", None, "/readyz", None, 200),
 ]

@@ -124,6 +124,27 @@ def test_keys_and_acls_made_with_the_cli_reach_every_node_through_zookeeper(
         assert "Traceback" not in node.log()  # the store's ZooKeeper session closed cleanly with the app
 
 
+def test_a_change_made_through_one_node_is_enforced_by_the_other(
+    nodes: list[Server], tmp_path: Path, chroot: str
+) -> None:
+    """``logstore keys|acls --server A``: the /v1/admin routes of node A write ZooKeeper, and node B enforces it."""
+    admin_key = cli(tmp_path, "keys", "create", "--principal", "User:admin", "--zookeeper", chroot).splitlines()[-1]
+    a, b = nodes
+    at_a = ("--server", a.url.removeprefix("http://"), "--api-key", admin_key)
+    at_b = ("--server", b.url.removeprefix("http://"), "--api-key", admin_key)
+    alice_key = cli(tmp_path, "keys", "create", "--principal", "User:alice", *at_a).splitlines()[-1]
+    with a.client(api_key=admin_key) as c:
+        assert c.post("/v1/topics", json={"name": "orders", "partitions": 1}).status_code == 201
+    assert until(lambda: status(b, "/v1/topics/orders", alice_key) == 403), b.log()  # known at B, no ACL yet
+    cli(tmp_path, "acls", "add", "--allow-principal", "User:alice", "--operation", "DESCRIBE", "--topic", "orders",
+        *at_a)  # fmt: skip
+    assert until(lambda: status(b, "/v1/topics/orders", alice_key) == 200), b.log()
+    assert "User:alice" in cli(tmp_path, "acls", "list", *at_b)
+    cli(tmp_path, "keys", "revoke", "--principal", "User:alice", *at_b)
+    assert until(lambda: status(a, "/v1/topics", alice_key) == 401), a.log()
+    assert not list(tmp_path.rglob("_security")), "cluster mode must keep keys and ACLs in ZooKeeper only"
+
+
 def test_the_store_is_zookeeper_exactly_when_zookeeper_connect_is_set(tmp_path: Path, chroot: str) -> None:
     with open_security_store(load_config(None, overrides={"logstore.root": str(tmp_path)})) as embedded:
         assert isinstance(embedded, FileSecurityStore)
