@@ -471,13 +471,14 @@ class Accumulator:
 
     def _settle_in_flight(self, items: list[Pending]) -> bool:
         """Take answered items off the in-flight counts; whether a partition not led has drained (caller holds lock)."""
+        led = self.led
         touched: set[int] = set()
         for item in items:
             counts = item.counts
             self._in_flight = grown(self._in_flight, len(counts))
             self._in_flight[: len(counts)] -= counts
-            touched.update(np.flatnonzero(counts).tolist())
-        led = self.led
+            if led is not None:  # cluster mode: a hand-over may wait for these partitions
+                touched.update(np.flatnonzero(counts).tolist())
         return led is not None and any(p not in led and self._in_flight[p] == 0 for p in touched)
 
     def set_available(self, available: bool) -> None:
