@@ -25,8 +25,9 @@ Every node runs a :class:`ZooKeeperController`. Its worker thread takes part
 in elections and, while it is the controller, places a leader on every
 partition that has none alive (:func:`~logstore.cluster.placement.place_leaders`)
 whenever the live nodes or the topics change, and moves partitions back to
-their preferred leaders (:class:`~logstore.cluster.rebalance.LeaderRebalancer`). Every node keeps a cached view
-of the whole tree (kazoo's ``TreeCache``) for :meth:`ZooKeeperController.metadata`.
+their preferred leaders (:class:`~logstore.cluster.rebalance.LeaderRebalancer`).
+Every node keeps a cached view of the whole tree (kazoo's ``TreeCache``) for
+:meth:`ZooKeeperController.metadata`.
 
 Where code runs: kazoo's own threads deliver events and only wake the worker;
 ZooKeeper calls that wait are made on the worker or the caller's thread.
