@@ -11,8 +11,10 @@ parsed once, not re-encoded as JSON. The answers (offsets or an error) are merge
 Atomicity: a request whose records all have one leader commits atomically as
 in embedded mode. A request split between leaders commits atomically per
 leader: when one share fails, the others may have been committed, and the
-error is what the client sees (it retries; an idempotent producer's request
-must have one leader, see :meth:`Broker.route`).
+error is what the client sees. It retries the whole request: an idempotent
+one (every share carries its ``producer_id`` and ``sequence``) is checked per
+partition, so the shares that landed answer their original offsets and only
+the others are written (:mod:`logstore.log.producer_state`).
 
 With ``?forward=false`` a node that does not lead every record's partition
 answers ``NOT_LEADER_OR_FOLLOWER`` (HTTP 421) naming a leader, instead of

@@ -303,8 +303,9 @@ class LogstoreConfig:
         default=10_000,
         metadata=_key(
             "producer.state.max.entries",
-            "Idempotent producers per topic whose sequence state a node keeps in memory; the least recently "
-            "used beyond this are dropped and re-read from the topic's Delta log when they send again.",
+            "Idempotent producers per topic whose sequence state a node keeps in memory (their sequences per "
+            "partition and recent batches); the least recently used beyond this are dropped and re-read from the "
+            "topic's Delta log when they send again.",
             minimum=1,
         ),
     )

@@ -214,11 +214,11 @@ class InvalidRequestError(LogstoreError):
 
 
 class OutOfOrderSequenceNumberError(LogstoreError):
-    """An idempotent producer's sequence is stale or skips ahead.
+    """An idempotent producer's sequence is at or below the last one committed on a partition, and not a retry.
 
-    The next sequence a producer may send is the last committed one plus one;
-    a retry of one of its last few committed sequences is answered with the
-    original offsets instead.
+    Sequences are checked per (producer, partition): above the partition's
+    last one is new (gaps are fine), and a retry of one of the producer's last
+    few batches on the partition is answered with the original offsets instead.
     """
 
     code = 45

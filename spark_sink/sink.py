@@ -39,7 +39,7 @@ from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreErr
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import HEADERS_TYPE, INPUT_SCHEMA
-from logstore.log.tables import app_producer, txn_version
+from logstore.log.tables import app_producer, app_producer_max, txn_version
 from logstore.log.writer import TopicWriter
 from logstore.structs import ProducerBatch
 
@@ -89,7 +89,10 @@ class _Sink:
             groups = {str(t): data.filter(pc.equal(data["topic"], t)) for t in pc.unique(data["topic"]).to_pylist()}
         for topic, rows in sorted(groups.items()):
             if producer_id is not None and sequence is not None:
-                committed = txn_version(catalog.table(topic), app_producer(producer_id))
+                table = catalog.table(topic)
+                committed = txn_version(table, app_producer_max(producer_id))
+                if committed is None:  # a table written before sequences were kept per partition
+                    committed = txn_version(table, app_producer(producer_id))
                 if committed is not None and committed >= sequence:
                     log.info("batch %d of %s is already in topic '%s'; skipped", sequence, producer_id, topic)
                     continue
@@ -101,13 +104,8 @@ class _Sink:
             writer = TopicWriter(catalog, topic, join=True)
             try:
                 records = _as_input(rows, topic, writer.num_partitions, producer_id, sequence)
-                batches = [ProducerBatch(records, producer_id, sequence)]
-                if committed is not None and sequence is not None and committed < sequence - 1:
-                    # Batches with no rows for this topic left gaps in its sequence; close them in the same commit.
-                    batches[:0] = [
-                        ProducerBatch(records.slice(0, 0), producer_id, s) for s in range(committed + 1, sequence)
-                    ]
-                for result in writer.append(batches):
+                # Batches with no rows for this topic leave gaps in its sequences, which the writer accepts.
+                for result in writer.append([ProducerBatch(records, producer_id, sequence)]):
                     if isinstance(result, LogstoreError):
                         raise result
             finally:

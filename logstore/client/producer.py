@@ -16,6 +16,13 @@ to the new leader. A node it cannot reach makes it ask another node for
 metadata and retry, until ``delivery_timeout_ms``. Keyless records go to any
 live node, round-robin per batch, which places them. An embedded server is a
 one-node cluster: every batch goes to it whole, as one request.
+
+Idempotence (docs/design.md §3): one producer id for every topic and
+partition, one sequence per request, increasing per topic. Nodes check it per
+partition, so a request whose records have several leaders by the time it is
+retried goes to a node that splits it, and the shares that landed the first
+time answer with their original offsets. A request that fails for good leaves
+a gap in the sequences, which the nodes accept.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import httpx
 import pyarrow as pa
 
 from logstore.client._http import raise_for
-from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes, record_partition
+from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes
 from logstore.common.logs import describe
 from logstore.errors import (
     KafkaStorageError,
@@ -122,13 +129,10 @@ class Producer:
             raise ValueError("acks must be '0', '1' or 'all'")
         self._nodes = Nodes(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
         self._metadata_max_age = metadata_max_age_ms / 1000
-        self._sequences: dict[tuple[str, str], int] = {}
-        """(topic, producer id) → next sequence; the sender thread's alone."""
+        self._sequences: dict[str, int] = {}
+        """Topic → the next sequence of this producer id there; the sender thread's alone."""
         self._unknown_asked: dict[str, float] = {}
         """Topic the metadata did not know → when it was last refreshed for it; the sender thread's alone."""
-        self._pids: dict[tuple[str, str], str] = {}
-        """(topic, sequence stream) → the producer id it is sent under (a new one after a failed request)."""
-        self._generation = 0
         self._acks = acks
         self._linger = linger_ms / 1000
         self._batch_records = batch_records
@@ -272,23 +276,17 @@ class Producer:
         routes = plan_routes(self._view_for(topic), topic, keys, parts, any_url=self._nodes.next_url())
         results: list[Any] = [None] * len(records)
         errors: list[LogstoreError | None] = [None] * len(records)
-        view = self._nodes.view
-        for route in self._per_sequence(view, topic, routes, keys, parts):
+        for route in routes:
             sub_keys, sub_parts = [keys[i] for i in route.indexes], [parts[i] for i in route.indexes]
             body = _arrow_body([records[i] for i in route.indexes], sub_keys, sub_parts)
             headers = {"content-type": ARROW_STREAM}
-            stream = None
             if self._producer_id is not None:
-                stream = (topic, self._stream(view, topic, route, keys, parts))
-                pid = self._pids.setdefault(stream, self._fresh_pid(stream[1]))
-                seq = self._sequences.get((topic, pid), 0)
-                self._sequences[(topic, pid)] = seq + 1
-                headers |= {PRODUCER_ID_HEADER: pid, SEQUENCE_HEADER: str(seq)}
+                # One sequence per request, increasing per topic: the nodes check it per partition, so a
+                # request may span leaders (a node splits it) and a failed one leaves a gap, never a block.
+                seq = self._sequences.get(topic, 0)
+                self._sequences[topic] = seq + 1
+                headers |= {PRODUCER_ID_HEADER: self._producer_id, SEQUENCE_HEADER: str(seq)}
             offsets, error = self._deliver(topic, body, headers, route, sub_keys, sub_parts, deadline)
-            if error is not None and stream is not None:
-                # the failed sequence may never be committed: later ones of this producer id would wait for it
-                # forever (OUT_OF_ORDER_SEQUENCE), so the stream goes on under a new id, as Kafka bumps its epoch
-                self._pids[stream] = self._fresh_pid(stream[1])
             for j, i in enumerate(route.indexes):
                 results[i] = offsets[j] if offsets is not None else None
                 errors[i] = error if offsets is None else None
@@ -300,51 +298,6 @@ class Producer:
             else:
                 o = results[i]
                 cb(None, RecordMetadata(topic, o["partition"], o["offset"]) if o else None)
-
-    def _per_sequence(
-        self,
-        view: ClusterView | None,
-        topic: str,
-        routes: list[Route],
-        keys: list[bytes | None],
-        parts: list[int | None],
-    ) -> list[Route]:
-        """``routes`` split so that each request holds one partition's records (or keyless ones), when leaders differ.
-
-        A ``(producer_id, sequence)`` is committed by one leader in one commit.
-        Were one sequence to hold records of two partitions, a failover that
-        gives them two new leaders would leave its retry nowhere to go (a node
-        refuses to split it, INVALID_REQUEST). Sequences per partition, as
-        Kafka's, never span leaders. A node leading every partition of the
-        topic (embedded mode, ``leader.placement=topic``) still takes the batch
-        whole: its partitions move together.
-        """
-        if self._producer_id is None or view is None or len(set(view.leaders.get(topic, ()))) <= 1:
-            return routes
-        count = len(view.leaders[topic])
-        out: list[Route] = []
-        for route in routes:
-            by_partition: dict[int | None, list[int]] = {}
-            for i in route.indexes:
-                by_partition.setdefault(record_partition(keys[i], parts[i], count), []).append(i)
-            out += [Route(route.url, tuple(ix), route.forward, route.node_id) for ix in by_partition.values()]
-        return sorted(out, key=lambda r: r.indexes[0])
-
-    def _stream(
-        self, view: ClusterView | None, topic: str, route: Route, keys: list[bytes | None], parts: list[int | None]
-    ) -> str:
-        """The sequence stream of a request: ``p<partition>``, ``n<node>`` (it leads all) or ``any`` (keyless)."""
-        leaders = view.leaders.get(topic, ()) if view is not None else ()
-        first = route.indexes[0]
-        partition = record_partition(keys[first], parts[first], len(leaders)) if leaders else None
-        if len(set(leaders)) > 1 and partition is not None:
-            return f"p{partition}"
-        return "any" if route.forward else f"n{route.node_id}"
-
-    def _fresh_pid(self, stream: str) -> str:
-        assert self._producer_id is not None
-        self._generation += 1
-        return f"{self._producer_id}-{stream}-{self._generation}"
 
     def _deliver(
         self,

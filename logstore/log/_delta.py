@@ -9,11 +9,15 @@ Every logstore commit to a topic carries Delta *application transactions*
 * ``logstore.hw.<p>`` = partition ``p``'s high watermark after the commit. The
   log, not a data scan, is where the high watermark is recovered from; file
   statistics (``max.offset``) back it up for files written by other engines.
-* ``logstore.producer.<id>`` = an idempotent producer's last committed
-  sequence. The commit's ``commitInfo`` also records, under
+* ``logstore.seq.<p>.<id>`` = the last sequence idempotent producer ``id``
+  committed on partition ``p``, and ``logstore.pid.<id>`` = the highest it
+  committed on the topic. The commit's ``commitInfo`` also records, under
   ``logstore.producers``, where each producer batch landed
-  (``{id: {"seq": s, "first": {p: [first_offset, count]}}}``) so a retry after a
-  restart gets its original offsets.
+  (``[{"id": id, "seq": s, "first": {p: [first_offset, count]}}]``) so a retry
+  after a restart or at a new leader gets its original offsets
+  (:mod:`logstore.log.producer_state`). Tables written before the state was per
+  partition hold ``logstore.producer.<id>`` = the producer's last sequence on
+  the topic; it is read, never written.
 """
 
 from __future__ import annotations
@@ -72,8 +76,31 @@ LEADER_PREFIX = "logstore.leader."
 
 
 def app_producer(producer_id: str) -> str:
-    """The ``txn`` app id that holds a producer's last committed sequence."""
-    return f"logstore.producer.{producer_id}"
+    """The legacy ``txn`` app id of a producer's last sequence on the whole topic (read, no longer written)."""
+    return f"{PRODUCER_PREFIX}{producer_id}"
+
+
+PRODUCER_PREFIX = "logstore.producer."
+SEQUENCE_PREFIX = "logstore.seq."
+PRODUCER_MAX_PREFIX = "logstore.pid."
+
+
+def app_sequence(partition: int, producer_id: str) -> str:
+    """The ``txn`` app id that holds a producer's last committed sequence on ``partition``."""
+    return f"{SEQUENCE_PREFIX}{partition}.{producer_id}"
+
+
+def app_producer_max(producer_id: str) -> str:
+    """The ``txn`` app id that holds the highest sequence a producer committed on the topic (any partition)."""
+    return f"{PRODUCER_MAX_PREFIX}{producer_id}"
+
+
+def parse_sequence_app(app_id: str) -> tuple[int, str] | None:
+    """(partition, producer id) of a ``logstore.seq.<p>.<id>`` app id; None for any other app id."""
+    if not app_id.startswith(SEQUENCE_PREFIX):
+        return None
+    partition, _, producer_id = app_id.removeprefix(SEQUENCE_PREFIX).partition(".")
+    return (int(partition), producer_id) if partition.isdigit() else None
 
 
 def txn_version(dt: DeltaTable, app_id: str) -> int | None:

@@ -38,7 +38,6 @@ from logstore.log.producer_state import ProducerStateManager
 __all__ = ["LogState", "Replan"]
 
 _HW_PREFIX = "logstore.hw."
-_PRODUCER_PREFIX = "logstore.producer."
 
 
 class Replan(Exception):
@@ -288,14 +287,20 @@ class LogState:
                 if p >= len(self.hw):
                     return False
                 self.hw[p] = max(self.hw[p], version)
-            elif app.startswith(_PRODUCER_PREFIX):
-                self._producers.absorb(app.removeprefix(_PRODUCER_PREFIX), version)
+            elif (at := _delta.parse_sequence_app(app)) is not None:
+                self._producers.absorb(at[1], at[0], version)
+            elif app.startswith(_delta.PRODUCER_MAX_PREFIX):
+                self._producers.absorb(app.removeprefix(_delta.PRODUCER_MAX_PREFIX), None, version)
         self._epochs.check_fence()
         return True
 
 
 def _touches(actions: list[dict[str, Any]], partitions: set[int], producers: set[str]) -> bool:
-    """Whether a commit moved offsets of ``partitions`` or sequences of ``producers`` (or may have: not ours)."""
+    """Whether a commit moved offsets or producer sequences of ``partitions`` (or may have: not ours).
+
+    ``producers``: the producers of the commit being made; a writer of the
+    legacy per-topic sequence (``logstore.producer.<id>``) touches all of a producer's partitions.
+    """
     for a in actions:
         if "metaData" in a or "protocol" in a:
             return True
@@ -310,7 +315,10 @@ def _touches(actions: list[dict[str, Any]], partitions: set[int], producers: set
             for prefix in (_HW_PREFIX, _delta.LEADER_PREFIX):
                 if app.startswith(prefix) and int(app.removeprefix(prefix)) in partitions:
                     return True
-            if app.startswith(_PRODUCER_PREFIX) and app.removeprefix(_PRODUCER_PREFIX) in producers:
+            at = _delta.parse_sequence_app(app)
+            if at is not None and at[0] in partitions:
+                return True
+            if app.startswith(_delta.PRODUCER_PREFIX) and app.removeprefix(_delta.PRODUCER_PREFIX) in producers:
                 return True
     return False
 

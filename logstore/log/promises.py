@@ -52,8 +52,8 @@ class Replayer(Protocol):
     @property
     def topic(self) -> str: ...
 
-    def producer_sequence(self, producer_id: str) -> int | None:
-        """The last sequence ``producer_id`` committed on the topic, or None."""
+    def landed(self, batch: ProducerBatch) -> bool:
+        """Whether an idempotent batch is committed on every partition its records go to."""
         ...
 
     def append_held(self, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
@@ -166,13 +166,8 @@ def _replay(writer: Replayer, topic_wal: str, node_id: str) -> None:
     wal = WriteAheadLog(topic_wal)
     try:
         frames = wal.recovered()
-        wal_pid = wal_producer_id(node_id)
-        committed = writer.producer_sequence(wal_pid)
-        batches = [
-            ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])
-            for f in frames
-            if not (f.header["producer_id"] == wal_pid and committed is not None and f.header["sequence"] <= committed)
-        ]
+        logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
+        batches = [b for b in logged if not writer.landed(b)]
         replayed, _skipped = replay_batches(writer.append_held, batches, topic=writer.topic, source=f"node {node_id}")
         if replayed:
             log.warning("topic %s: replayed %d acks=1 records of stopped node %s", writer.topic, replayed, node_id)

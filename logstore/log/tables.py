@@ -6,7 +6,11 @@ The public face of the core's Delta conventions for the layers above it
 
 * :data:`APP_EPOCH` — the committer's leader epoch (fences a stale committer);
 * :func:`app_hw` — a partition's high watermark after the commit;
-* :func:`app_producer` — an idempotent producer's last committed sequence.
+* :func:`app_producer_max` — the highest sequence an idempotent producer
+  committed on the topic (its sequences per partition are
+  ``logstore.seq.<p>.<id>``, read by the writer);
+* :func:`app_producer` — a producer's last sequence on the topic as tables
+  written before per-partition sequences hold it (read, no longer written).
 
 A commit made with delta-rs directly is durable only after :func:`sync_commits`.
 """
@@ -17,6 +21,7 @@ from logstore.log._delta import (
     APP_EPOCH,
     app_hw,
     app_producer,
+    app_producer_max,
     open_table,
     refresh,
     sync_commits,
@@ -29,6 +34,7 @@ __all__ = [
     "APP_EPOCH",
     "app_hw",
     "app_producer",
+    "app_producer_max",
     "open_table",
     "refresh",
     "sync_commits",

@@ -20,8 +20,11 @@ Guarantees, per partition:
   leaves the table unchanged. Opening a writer claims a new epoch at once
   (an empty commit), so a zombie is fenced on its very next commit.
 * Idempotent producers: ``(producer_id, sequence)`` is recorded with the
-  records (app transaction + ``commitInfo``), so a retried sequence — even
-  after a restart — writes nothing and returns the original offsets.
+  records, per partition (app transactions + ``commitInfo``), so a retried
+  sequence — even after a restart or at a new leader — writes nothing on the
+  partitions where it landed and gets the original offsets there; on
+  partitions where it did not, its records are written
+  (:mod:`~logstore.log.producer_state`).
 * A commit is created only at the log's next version (never at one that log
   cleanup removed), and its outcome is always decided: each carries a commit
   id that is read back after an I/O error at or after its creation, so a
@@ -60,7 +63,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -73,7 +76,7 @@ from logstore.log.append import CommitInDoubt, LogAppender
 from logstore.log.catalog import Catalog
 from logstore.log.epochs import LeaderEpochs
 from logstore.log.log_state import LogState, Replan
-from logstore.log.producer_state import ProducerStateManager
+from logstore.log.producer_state import ProducerStateManager, counts_of
 from logstore.log.writer_lock import WriterLock
 from logstore.structs import AppendResult, ProducerBatch
 
@@ -82,9 +85,30 @@ __all__ = ["TopicWriter"]
 
 @dataclass
 class _Planned:
+    """A batch to commit: the records to write, and what its answer is made of."""
+
     index: int
-    batch: ProducerBatch
     records: pa.Table
+    """The records written: the batch's, less those on partitions where it is a retry."""
+    parts: pa.Array
+    """The partition of each of the batch's records (all of them), in order."""
+    producer_id: str | None = None
+    sequence: int | None = None
+    retried: dict[int, int] = field(default_factory=dict)
+    """Partitions where the batch is a retry of a committed one → that batch's first offset there."""
+
+    def result(self, written: pa.Array, version: int) -> AppendResult:
+        """The batch's answer, given the offsets of the records written (in order); ``duplicate`` if none were."""
+        if not self.retried:
+            return AppendResult(written, self.parts, version)
+        parts = self.parts.to_numpy(zero_copy_only=False)
+        offsets = np.empty(len(parts), np.int64)
+        fresh = ~np.isin(parts, list(self.retried))
+        offsets[fresh] = written.to_numpy(zero_copy_only=False)
+        for p, first in self.retried.items():
+            at = np.flatnonzero(parts == p)
+            offsets[at] = first + np.arange(len(at), dtype=np.int64)
+        return AppendResult(pa.array(offsets, pa.int64()), self.parts, version, duplicate=not fresh.any())
 
 
 @dataclass
@@ -94,7 +118,8 @@ class _Unsettled:
     version: int
     commit_id: str
     batches: list[ProducerBatch]
-    results: list[AppendResult | LogstoreError]
+    results: list[AppendResult | LogstoreError] | None
+    """None when some of the batches waited for that commit (their answers are not known yet)."""
 
 
 class TopicWriter:
@@ -138,13 +163,16 @@ class TopicWriter:
         self._lock = WriterLock(root)
         self._epochs = LeaderEpochs(topic, join=join, leaders=leader_epochs)
         self._producers = ProducerStateManager(
-            topic, table, catalog.config.producer_state_max_entries, lambda: self._log.version
+            topic,
+            table,
+            catalog.config.producer_state_max_entries,
+            lambda: self._log.version,
+            lambda: self._log.num_partitions,
         )
         self._log = LogState(catalog, topic, table, self._appender, self._epochs, self._producers)
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
         self._foreign_ok = False
-        self._waiting: list[int] = []
         self._unsettled: _Unsettled | None = None
         current = self._log.table_epoch()
         if join or self._epochs.cluster:
@@ -220,7 +248,9 @@ class TopicWriter:
 
         A batch with bad input (record too large, unknown partition, out-of-order
         sequence) gets its error in its slot and does not stop the others. A retry
-        of a committed sequence gets its original offsets with ``duplicate=True``.
+        of a committed sequence gets its original offsets with ``duplicate=True``;
+        one that landed on some of its partitions only gets those partitions'
+        original offsets and its other records are written.
         When the call returns, accepted records are durable in the table.
 
         When a commit's outcome is unknown (an I/O error at or after creating its
@@ -288,8 +318,24 @@ class TopicWriter:
         self._log.catch_up()
 
     def producer_sequence(self, producer_id: str) -> int | None:
-        """The last sequence committed by ``producer_id`` on this topic, or None."""
+        """The highest sequence ``producer_id`` committed on this topic (on any partition), or None."""
         return self._producers.last_sequence(producer_id)
+
+    def landed(self, batch: ProducerBatch) -> bool:
+        """Whether an idempotent batch (a replayed write-ahead log frame) is committed on each of its partitions.
+
+        See :meth:`~logstore.log.producer_state.ProducerStateManager.landed`; False without a producer id.
+        """
+        if batch.producer_id is None or batch.sequence is None:
+            return False
+        partitions = pc.unique(validator.as_input(batch.records)["partition"]).to_pylist()
+        return self._producers.landed(batch.producer_id, batch.sequence, partitions)
+
+    def landed_everywhere(self, producer_id: str | None, sequence: int | None) -> bool:
+        """:meth:`landed` on every partition of the topic: for skipping a logged frame by its header alone."""
+        if producer_id is None or sequence is None:
+            return False
+        return self._producers.landed(producer_id, sequence, range(self._log.num_partitions))
 
     def refresh(self) -> None:
         """Re-read the table (new partitions, config, other committers' commits).
@@ -312,19 +358,32 @@ class TopicWriter:
             answer = self._settle(batches)
             if answer is not None:
                 return answer
+        results: list[AppendResult | LogstoreError | None] = [None] * len(batches)
+        todo = list(range(len(batches)))
+        while todo:
+            # A batch repeating a sequence an earlier batch of this call writes on one of its partitions is
+            # decided after that commit, in the next round: a retry there, and maybe new on other partitions.
+            round_results, waiting = self._append_round([batches[i] for i in todo])
+            for j, i in enumerate(todo):
+                results[i] = round_results[j]
+            todo = [todo[j] for j in waiting]
+        return [r for r in results if r is not None]
+
+    def _append_round(
+        self, batches: Sequence[ProducerBatch]
+    ) -> tuple[list[AppendResult | LogstoreError | None], list[int]]:
+        """One commit of ``batches``: their results (None for the waiting ones) and the waiting ones' indexes."""
         for _attempt in range(self._max_attempts):
             self.catch_up()  # before writing files
-            results, planned = self._plan(batches)
+            results, planned, waiting = self._plan(batches)
             if not planned:
-                self._fill_pending_duplicates(batches, results)
-                return [r for r in results if r is not None]
+                return results, waiting
             try:
                 version, offsets = self._commit(planned)
             except _InDoubt as doubt:
                 for item, offs in zip(planned, doubt.offsets, strict=True):
-                    results[item.index] = AppendResult(offs, item.records["partition"].combine_chunks(), doubt.version)
-                self._fill_pending_duplicates(batches, results)
-                answer = [r for r in results if r is not None]
+                    results[item.index] = item.result(offs, doubt.version)
+                answer = None if waiting else [r for r in results if r is not None]
                 self._unsettled = _Unsettled(doubt.version, doubt.commit_id, list(batches), answer)
                 raise KafkaStorageError(
                     f"commit {doubt.version} to topic '{self.topic}' may or may not have landed: {doubt.reason}; "
@@ -342,9 +401,8 @@ class TopicWriter:
                     raise
                 raise KafkaStorageError(f"commit to topic '{self.topic}' failed: {e}") from e
             for item, offs in zip(planned, offsets, strict=True):
-                results[item.index] = AppendResult(offs, item.records["partition"].combine_chunks(), version)
-            self._fill_pending_duplicates(batches, results)
-            return [r for r in results if r is not None]
+                results[item.index] = item.result(offs, version)
+            return results, waiting
         raise ConcurrentTransactionsError(
             f"topic '{self.topic}': lost the commit race {self._max_attempts} times in a row"
         )
@@ -368,10 +426,10 @@ class TopicWriter:
 
     def _plan(
         self, batches: Sequence[ProducerBatch]
-    ) -> tuple[list[AppendResult | LogstoreError | None], list[_Planned]]:
+    ) -> tuple[list[AppendResult | LogstoreError | None], list[_Planned], list[int]]:
         results: list[AppendResult | LogstoreError | None] = [None] * len(batches)
         planned: list[_Planned] = []
-        pending_seq: dict[str, list[int]] = {}
+        pending: dict[tuple[str, int], int] = {}
         waiting: list[int] = []
         refreshed = False
         log = self._log
@@ -386,33 +444,16 @@ class TopicWriter:
                     self._epochs.check_leading(records)
                 if not batch.validated:
                     self.check_records(records)
-                if batch.producer_id is not None:
-                    dup = self._producers.check(batch, pending_seq)
-                    if dup is not None:
-                        if dup in pending_seq.get(batch.producer_id, ()):
-                            waiting.append(i)  # the original is in this very call
-                        else:
-                            results[i] = self._duplicate(batch, records, dup)
-                        continue
-                    assert batch.sequence is not None
-                    pending_seq.setdefault(batch.producer_id, []).append(batch.sequence)
-                planned.append(_Planned(i, batch, records))
+                item = _plan_one(self._producers, i, batch, records, pending)
+                if item is None:
+                    waiting.append(i)
+                elif len(item.records):
+                    planned.append(item)
+                else:  # nothing to write: a retry on every partition it touches, or an empty batch
+                    results[i] = item.result(pa.array([], pa.int64()), log.version)
             except LogstoreError as e:
                 results[i] = e
-        self._waiting = waiting
-        return results, [p for p in planned if len(p.records) or p.batch.producer_id is not None]
-
-    def _duplicate(self, batch: ProducerBatch, records: pa.Table, seq: int) -> AppendResult | LogstoreError:
-        return self._producers.duplicate_result(batch, records, seq, self._log.num_partitions, self._log.version)
-
-    def _fill_pending_duplicates(
-        self, batches: Sequence[ProducerBatch], results: list[AppendResult | LogstoreError | None]
-    ) -> None:
-        # A batch repeated inside one append call: answer it like a retry after the commit.
-        for i in self._waiting:
-            seq = batches[i].sequence
-            assert seq is not None
-            results[i] = self._duplicate(batches[i], validator.as_input(batches[i].records), seq)
+        return results, planned, waiting
 
     def _commit(self, planned: list[_Planned]) -> tuple[int, list[pa.Array]]:
         now_ms = self._clock_ms()
@@ -438,19 +479,22 @@ class TopicWriter:
             n = len(item.records)
             batch_offsets = offsets[start : start + n]
             per_batch.append(pa.array(batch_offsets, pa.int64()))
-            if item.batch.producer_id is not None:
-                assert item.batch.sequence is not None
+            if item.producer_id is not None:
+                assert item.sequence is not None
                 firsts = validator.first_offsets(parts[start : start + n], batch_offsets)
-                landed.append((item.batch.producer_id, item.batch.sequence, firsts))
+                landed.append((item.producer_id, item.sequence, firsts))
             start += n
-        last_seq = {pid: seq for pid, seq, _ in landed}
-        txns += [(_delta.app_producer(pid), seq) for pid, seq in last_seq.items()]
+        # Sequences of one producer increase through a commit: the last one on each partition is its highest.
+        sequences = {(pid, p): seq for pid, seq, firsts in landed for p in firsts}
+        highest = {pid: seq for pid, seq, _ in landed}
+        txns += [(_delta.app_sequence(p, pid), seq) for (pid, p), seq in sequences.items()]
+        txns += [(_delta.app_producer_max(pid), seq) for pid, seq in highest.items()]
         metadata = [
             {"id": pid, "seq": seq, "first": {str(p): list(v) for p, v in firsts.items()}}
             for pid, seq, firsts in landed
         ]
         files = self._appender.write_files(out)
-        touching = (set(touched), set(last_seq)) if self._epochs.cluster else None
+        touching = (set(touched), set(highest)) if self._epochs.cluster else None
         try:
             log.commit(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None, touching)
         except CommitInDoubt as e:
@@ -467,6 +511,37 @@ class TopicWriter:
         """Claim this writer's table-wide epoch under the writer lock (a holder first commits what it promised)."""
         with self._lock.exclusive():
             self._log.claim_epoch(chosen=chosen, max_attempts=self._max_attempts)
+
+
+def _plan_one(
+    producers: ProducerStateManager,
+    index: int,
+    batch: ProducerBatch,
+    records: pa.Table,
+    pending: dict[tuple[str, int], int],
+) -> _Planned | None:
+    """What of a checked batch to write: all of it, or for an idempotent one the partitions where it is new.
+
+    None: the batch waits for an earlier one of the same commit (see :class:`~logstore.log.producer_state.Checked`).
+    ``pending`` gains the partitions where it is new.
+
+    Raises:
+        LogstoreError: its sequence is refused (out of order, or a retry with different records).
+    """
+    parts = records["partition"].combine_chunks()
+    if batch.producer_id is None:
+        return _Planned(index, records, parts)
+    part_numbers = parts.to_numpy(zero_copy_only=False)
+    checked = producers.check(batch.producer_id, batch.sequence, counts_of(part_numbers), pending)
+    if checked.waiting:
+        return None
+    assert batch.sequence is not None
+    for p in checked.new:
+        pending[(batch.producer_id, p)] = batch.sequence
+    item = _Planned(index, records, parts, batch.producer_id, batch.sequence, checked.retried)
+    if checked.retried:
+        item.records = records.filter(pa.array(np.isin(part_numbers, checked.new)))
+    return item
 
 
 class _InDoubt(Exception):

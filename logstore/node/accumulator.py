@@ -27,8 +27,9 @@ of these hold, checked under the accumulator's lock at acceptance:
    promised acks=1 batch* — and so in the WAL ahead of it, because frames are
    numbered and written in submit order and a frame is fsynced only with all
    frames before it. A batch of acks=0/all, a retry, a producer new to this
-   node, or anything whose outcome only the writer knows makes the batches
-   behind it wait for their commit instead.
+   node on one of its partitions (sequences are checked per partition), or
+   anything whose outcome only the writer knows makes the batches behind it
+   wait for their commit instead.
 3. *No frame ahead of it failed to be logged* while it is uncommitted: the WAL
    fails later frames until such a frame is committed.
 
@@ -56,7 +57,6 @@ from logstore.config import LogstoreConfig
 from logstore.errors import (
     LogstoreError,
     NotLeaderOrFollowerError,
-    OutOfOrderSequenceNumberError,
     ThrottlingQuotaExceededError,
 )
 from logstore.log import promises
@@ -186,8 +186,9 @@ class Accumulator:
         """Set once this node may no longer commit the topic (fenced); every later request is refused."""
         self._num_partitions = writer.num_partitions
         self._leo = np.zeros(self._num_partitions, np.int64)
-        # bounded: a producer dropped from it is new to this node again, and the writer decides its batches
-        self._last_seq: LruDict[str, int] = LruDict(config.producer_state_max_entries)
+        # (producer, partition) → the highest sequence accepted or committed there since this node claimed
+        # the partition. Bounded: an entry dropped is new to this node again, and the writer decides its batches.
+        self._last_seq: LruDict[tuple[str, int], int] = LruDict(config.producer_state_max_entries)
         self._uncertain = 0
         self._promising = False
         """Acks=1 batches may be promised offsets: the writer lock is held and the writer caught up."""
@@ -219,8 +220,8 @@ class Accumulator:
 
         Raises:
             UnknownTopicOrPartitionError, MessageTooLargeError, InvalidTimestampError,
-            OutOfOrderSequenceNumberError, ThrottlingQuotaExceededError,
-            NotLeaderOrFollowerError: the request is refused whole.
+            ThrottlingQuotaExceededError, NotLeaderOrFollowerError: the request is refused whole
+            (an idempotent sequence is checked by the writer, per partition).
         """
         if self.dead is not None:
             raise NotLeaderOrFollowerError(f"this node no longer commits topic '{self.topic}': {self.dead.message}")
@@ -281,16 +282,14 @@ class Accumulator:
             predicted = acks == "1" and self._promising and self.available
             if pid is not None:
                 assert seq is not None
-                last = self._last_seq.get(pid)
-                if last is None or seq <= last:
-                    predicted = False  # new to this node or a retry: the writer decides, after the commit
-                elif seq > last + 1:
-                    raise OutOfOrderSequenceNumberError(
-                        f"producer '{pid}' sent sequence {seq} to topic '{self.topic}' "
-                        f"but the next expected is {last + 1}"
-                    )
+                touched = np.flatnonzero(counts).tolist()
+                lasts = [self._last_seq.get((pid, p)) for p in touched]
+                if any(last is None or seq <= last for last in lasts):
+                    # New to this node on a partition, a retry, or out of order: the writer decides, after the commit.
+                    predicted = False
                 else:
-                    self._last_seq[pid] = seq
+                    for p in touched:
+                        self._last_seq[(pid, p)] = seq
             if self._uncertain:
                 # A batch ahead whose offsets were not promised is pending or committing: it may
                 # take offsets first, and is not in the WAL to be replayed ahead of this one.
@@ -371,11 +370,12 @@ class Accumulator:
         with self._cond:
             self._promising = False
 
-    def committed_sequence(self, producer_id: str, sequence: int) -> None:
-        """Note a producer's committed sequence, so its next batch in order may be promised offsets."""
+    def committed_sequence(self, producer_id: str, sequence: int, partitions: list[int]) -> None:
+        """Note a producer's sequence committed on ``partitions``, so its next batch there may be promised offsets."""
         with self._cond:
-            if self._last_seq.get(producer_id, -1) < sequence:
-                self._last_seq[producer_id] = sequence
+            for p in partitions:
+                if self._last_seq.get((producer_id, p), -1) < sequence:
+                    self._last_seq[(producer_id, p)] = sequence
 
     def answered(self, items: list[Pending]) -> None:
         """``items`` are answered: batches behind them may be promised again; LEOs from the table plus promises."""
@@ -409,6 +409,8 @@ class Accumulator:
             self._leo = self._writer_hw() + self._promised_pending()
             if committed is not None:
                 self._wal_seq = max(self._wal_seq, committed + 1)
+            # A partition just claimed holds its previous leader's sequences, which this node never saw.
+            self._forget_sequences(partitions - (self.led or frozenset()))
             self.led = partitions
 
     def drop_led(self, partitions: tuple[int, ...] | list[int] | set[int]) -> None:
@@ -418,6 +420,7 @@ class Accumulator:
         """
         with self._cond:
             self.led = frozenset(self.led or ()) - set(partitions)
+            self._forget_sequences(set(partitions))
             pending = bool(self._pending)
             if pending:
                 self._due = min(self._due, time.monotonic())
@@ -441,18 +444,6 @@ class Accumulator:
             led = self.led
             accepted = led is None or partition in led
             return not accepted and (partition >= len(self._in_flight) or self._in_flight[partition] == 0)
-
-    def forget_producers(self) -> None:
-        """Forget the producers' sequences seen here: partitions were just claimed, maybe after another node led them.
-
-        That node committed their producers' later batches; a sequence kept
-        from this node's earlier turn as leader would refuse the next one as
-        out of order. Forgotten producers are new to this node again: their
-        next batch is not promised offsets, and the writer (which read the
-        other node's commits) decides its sequence.
-        """
-        with self._cond:
-            self._last_seq.clear()
 
     def _check_led(self, counts: np.ndarray) -> None:
         """Refuse, under the lock, records for a partition dropped since :meth:`submit` looked (caller holds it).
@@ -480,6 +471,12 @@ class Accumulator:
             if led is not None:  # cluster mode: a hand-over may wait for these partitions
                 touched.update(np.flatnonzero(counts).tolist())
         return led is not None and any(p not in led and self._in_flight[p] == 0 for p in touched)
+
+    def _forget_sequences(self, partitions: frozenset[int] | set[int]) -> None:
+        """Drop what this node knows of producers' sequences on ``partitions`` (caller holds the lock)."""
+        if partitions:
+            for key in [k for k in self._last_seq if k[1] in partitions]:
+                del self._last_seq[key]
 
     def set_available(self, available: bool) -> None:
         """Cluster mode: accept produce (and promise acks=1) only while the ZooKeeper session is connected."""

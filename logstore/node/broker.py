@@ -43,7 +43,6 @@ from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
-    InvalidRequestError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
@@ -117,7 +116,7 @@ class TopicPipeline:
         self._committer.acquire()
         try:
             if not cluster:
-                replay(self.writer, self.wal, self._accumulator.wal_pid, broker.metrics)
+                replay(self.writer, self.wal, broker.metrics)
         except BaseException:
             self._committer.release()
             raise
@@ -380,11 +379,14 @@ class Broker:
         from ``(producer_id, sequence)`` so that a retry at any node lands on the
         same partition.
 
+        An idempotent request whose partitions have different leaders is split
+        like any other: each share carries the request's ``(producer_id,
+        sequence)``, and each leader checks it per partition, so a retry of the
+        whole request writes only the shares that did not land.
+
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
             NotLeaderOrFollowerError: a partition has no live leader yet (retriable).
-            InvalidRequestError: an idempotent request whose records span partitions of
-                different leaders (its sequence belongs to one commit; split it by leader).
         """
         assert self.cluster is not None
         meta = self.cluster.metadata()
@@ -408,11 +410,6 @@ class Broker:
             if state is None or state.leader < 0 or (state.leader != me and meta.node(state.leader) is None):
                 raise NotLeaderOrFollowerError(f"partition {p} of topic '{topic}' has no live leader yet; retry")
             by_leader.setdefault(state.leader, []).append(p)
-        if parsed.producer_id is not None and len(by_leader) > 1:
-            raise InvalidRequestError(
-                f"producer '{parsed.producer_id}' sent one sequence for partitions of topic '{topic}' led by "
-                f"nodes {sorted(by_leader)}; an idempotent request must go to one leader: split it by leader"
-            )
         shares = []
         for leader, leader_parts in sorted(by_leader.items()):
             index = np.flatnonzero(np.isin(parts, leader_parts))

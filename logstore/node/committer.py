@@ -69,9 +69,9 @@ from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
 from logstore.node.membership import failover_lock
 from logstore.node.metrics import Metrics
-from logstore.structs import AppendResult, ProducerBatch
+from logstore.structs import AppendResult
 
-__all__ = ["Committer", "skip_sequence"]
+__all__ = ["Committer"]
 
 log = logging.getLogger("logstore.ingest")
 
@@ -182,8 +182,6 @@ class Committer:
                                 raise
                             log.warning("topic %s: %s", self.topic, e.message)
                             gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
-                if gained:
-                    self._acc.forget_producers()
                 self._metrics.leadership_changes.labels(self.topic).inc(len(gained))
                 self._metrics.failover_seconds.observe(time.perf_counter() - started)
                 log.info("topic %s: leading partitions %s", self.topic, sorted(gained.items()))
@@ -440,9 +438,8 @@ class Committer:
                 log.exception(
                     "topic %s: a batch of %d records cannot be committed", self.topic, len(item.batch.records)
                 )
+                # An idempotent batch failed here leaves a gap in its producer's sequences, which the writer accepts.
                 results.append(UnknownServerError(f"topic '{self.topic}': the batch could not be committed: {e!r}"))
-                if self._held:
-                    skip_sequence(self._writer, item.batch)
         self._finish(items, results)
 
     def _finish(self, items: list[Pending], results: list[AppendResult | LogstoreError]) -> None:
@@ -460,7 +457,8 @@ class Committer:
                     log.error("topic %s: records committed at other offsets than promised to acks=1", self.topic)
                 pid, seq = item.batch.producer_id, item.batch.sequence
                 if pid is not None and seq is not None and pid != self._acc.wal_pid:
-                    self._acc.committed_sequence(pid, seq)
+                    parts = np.unique(result.partitions.to_numpy(zero_copy_only=False)).tolist()
+                    self._acc.committed_sequence(pid, seq, parts)
                 metrics.records_in.labels(self.topic).inc(len(item.batch.records))
                 metrics.bytes_in.labels(self.topic).inc(item.nbytes)
                 item.future.set_result(result)
@@ -481,14 +479,3 @@ class Committer:
         self.release()
         failure = NotLeaderOrFollowerError(f"topic '{self.topic}': {error.message}")
         self._finish(items + rest, [failure] * len(items + rest))
-
-
-def skip_sequence(writer: TopicWriter, batch: ProducerBatch) -> None:
-    """Commit an empty batch in place of a failed idempotent one, so its producer's next sequence fits (lock held)."""
-    if batch.producer_id is None:
-        return
-    empty = ProducerBatch(batch.records.slice(0, 0), batch.producer_id, batch.sequence, validated=True)
-    try:
-        writer.append_held([empty])
-    except Exception:  # the batch was already answered; the producer meets this as OUT_OF_ORDER_SEQUENCE_NUMBER
-        log.exception("topic %s: cannot skip sequence %s of %s", writer.topic, batch.sequence, batch.producer_id)

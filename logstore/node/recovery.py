@@ -19,7 +19,6 @@ from logstore.errors import LogstoreError, UnknownServerError
 from logstore.log import promises
 from logstore.log.wal import Frame, WriteAheadLog, read_frames
 from logstore.log.writer import TopicWriter
-from logstore.node.committer import skip_sequence
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult, ProducerBatch
 
@@ -31,11 +30,11 @@ _CHUNK_FRAMES = 1000
 """Frames committed per replay commit."""
 
 
-def replay(writer: TopicWriter, wal: WriteAheadLog, wal_pid: str, metrics: Metrics) -> None:
+def replay(writer: TopicWriter, wal: WriteAheadLog, metrics: Metrics) -> None:
     """Commit the WAL's frames left by a previous run, in frame order (the caller holds the writer lock).
 
-    Frames logged under ``wal_pid`` (acks=1 batches without a producer id) that
-    the table already holds are skipped. A frame that cannot be committed is
+    Frames the table already holds (:meth:`TopicWriter.landed`: their sequence
+    is committed on each of their partitions) are skipped. A frame that cannot be committed is
     skipped — logged and counted in ``logstore_wal_frames_skipped`` — rather
     than stopping the node from starting.
 
@@ -45,13 +44,8 @@ def replay(writer: TopicWriter, wal: WriteAheadLog, wal_pid: str, metrics: Metri
     frames = wal.recovered()
     if not frames:
         return
-    committed = writer.producer_sequence(wal_pid)
-    batches = []
-    for f in frames:
-        pid, seq = f.header["producer_id"], f.header["sequence"]
-        if pid == wal_pid and committed is not None and seq <= committed:
-            continue  # already in the table
-        batches.append(ProducerBatch(f.records, pid, seq))
+    logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
+    batches = [b for b in logged if not writer.landed(b)]  # the others are in the table already
     replayed = 0
     for start in range(0, len(batches), _CHUNK_FRAMES):
         chunk = batches[start : start + _CHUNK_FRAMES]
@@ -93,7 +87,6 @@ def _replay_one(writer: TopicWriter, batch: ProducerBatch, metrics: Metrics) -> 
             result,
         )
         metrics.wal_frames_skipped.labels(writer.topic).inc()
-        skip_sequence(writer, batch)
     return result
 
 
@@ -141,15 +134,12 @@ def replay_departed(
             continue
         frames = read_frames(
             os.path.join(directory, writer.topic),
-            skip=lambda h: _committed(writer, h.get("producer_id"), h.get("sequence")),
+            skip=lambda h: writer.landed_everywhere(h.get("producer_id"), h.get("sequence")),
         )
         sources.append((f"node {name}", frames))
     for who, frames in sources:
-        batches = [
-            ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"])
-            for f in frames
-            if not _committed(writer, f.header["producer_id"], f.header["sequence"])
-        ]
+        logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
+        batches = [b for b in logged if not writer.landed(b)]
         records, skipped = promises.replay_batches(writer.append_foreign, batches, topic=writer.topic, source=who)
         replayed += records
         if skipped:
@@ -157,10 +147,3 @@ def replay_departed(
     if replayed:
         log.warning("topic %s: replayed %d acks=1 records of departed leaders", writer.topic, replayed)
     return replayed
-
-
-def _committed(writer: TopicWriter, producer_id: str | None, sequence: int | None) -> bool:
-    if producer_id is None or sequence is None:
-        return False
-    last = writer.producer_sequence(producer_id)
-    return last is not None and sequence <= last

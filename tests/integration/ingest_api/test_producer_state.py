@@ -24,8 +24,8 @@ def test_retry_of_an_evicted_producer_over_http(server: Callable[..., Server]) -
     assert all(r.status_code == 200 for r in first.values())
     again = produce("p0", 0)
     assert again.status_code == 200 and again.json() == first["p0"].json()
-    skip = produce("p0", 2)
-    assert skip.status_code == 409 and skip.json()["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
-    assert produce("p0", 1).status_code == 200
+    assert produce("p0", 2).status_code == 200  # a sequence may skip: the ones between went elsewhere
+    older = produce("p0", 1)
+    assert older.status_code == 409 and older.json()["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
     total = sum(p["high_watermark"] for p in api.get("/v1/topics/t").json()["partitions"])
     assert total == 2 * (4 * LIMIT + 1)

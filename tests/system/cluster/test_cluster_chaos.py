@@ -2,7 +2,10 @@
 
 Three real ``logstore serve`` nodes and one real ZooKeeper; two idempotent
 Producers (acks=all and acks=1, bootstrap = every node) write keyed records,
-each with a unique value, to a topic of six partitions while, one after the
+each with a unique value, to a topic of six partitions — and one HTTP
+producer id writes keyed records to every partition in each request (split
+by the node that receives it), turning to the next node with the same
+sequence on any failure — while, one after the
 other and each after the cluster recovered from the one before: a leader is
 killed (SIGKILL), a leader is paused (SIGSTOP) past its ZooKeeper session and
 resumed (SIGCONT), the controller is killed, and a leader is stopped
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
 
@@ -124,6 +128,70 @@ class _Feeder:
             return min((t for produced, t in self.delivered_at.get(partition, []) if produced > since), default=None)
 
 
+@dataclass
+class _SpanningFeeder:
+    """One producer id whose every idempotent request holds records of every partition, sent to any node.
+
+    A request fails whole when any of its leaders fails; it is sent again, same
+    sequence, to the next node until one answers 200 (at most ``delivery_s``).
+    """
+
+    urls: list[str]
+    keys: dict[int, bytes]
+    acks: str = "all"
+    pid: str = "spanning"
+    delivery_s: float = 60.0
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    misplaced: list[str] = field(default_factory=list)
+    retries: int = 0
+    answered_at: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, stop: threading.Event) -> None:
+        with httpx.Client(timeout=5) as client:
+            seq = turn = 0
+            while not stop.is_set():
+                records = [
+                    {"key": key.decode(), "value": f"span-{seq}-{p}-{i}"}
+                    for p, key in self.keys.items()
+                    for i in range(2)
+                ]
+                body = {"records": records, "producer_id": self.pid, "sequence": seq}
+                deadline = time.monotonic() + self.delivery_s
+                while True:
+                    url = self.urls[turn % len(self.urls)]
+                    try:
+                        r = client.post(f"{url}/v1/topics/{TOPIC}/records", params={"acks": self.acks}, json=body)
+                    except httpx.HTTPError as e:
+                        r, why = None, repr(e)
+                    if r is not None and r.status_code == 200:
+                        self._answered(records, r.json()["offsets"])
+                        break
+                    why = r.text if r is not None else why
+                    if (r is not None and r.status_code in (400, 409)) or time.monotonic() > deadline:
+                        with self.lock:
+                            self.failed += [(str(rec["value"]), why) for rec in records]
+                        break
+                    self.retries += 1
+                    turn += 1  # the same sequence again, at the next node
+                    time.sleep(0.02)
+                seq += 1
+
+    def _answered(self, records: list[dict[str, str]], offsets: list[dict[str, int]]) -> None:
+        with self.lock:
+            for record, at in zip(records, offsets, strict=True):
+                value = record["value"]
+                if at["partition"] != int(value.split("-")[2]):
+                    self.misplaced.append(value)
+                self.acked[value] = (at["partition"], at["offset"])
+            self.answered_at.append(time.monotonic())
+
+    def answered_after(self, since: float) -> bool:
+        with self.lock:
+            return any(t > since for t in self.answered_at)
+
+
 def _unavailability(feeders: list[_Feeder], partitions: set[int], since: float) -> dict[int, float]:
     """Per partition, seconds from ``since`` until every feeder had a record produced after it acknowledged."""
     out = {}
@@ -174,11 +242,13 @@ def test_producers_lose_and_double_nothing_through_kills_a_pause_and_a_shutdown(
     bootstrap = ",".join(n.url for n in nodes.values())
     keys = _keys_by_partition()
     feeders = [_Feeder(acks, bootstrap, keys) for acks in ("all", "1")]
+    spanning = _SpanningFeeder([n.url for n in nodes.values()], keys)
     stop = threading.Event()
-    threads = [threading.Thread(target=f.run, args=(stop,), daemon=True) for f in feeders]
+    runners: list[_Feeder | _SpanningFeeder] = [*feeders, spanning]
+    threads = [threading.Thread(target=f.run, args=(stop,), daemon=True) for f in runners]
     for t in threads:
         t.start()
-    until(lambda: _all_delivered_after(feeders, 0.0), timeout_s=60)
+    until(lambda: _all_delivered_after(feeders, 0.0) and spanning.answered_after(0.0), timeout_s=60)
     print()
     report: list[str] = []
 
@@ -277,15 +347,17 @@ def test_producers_lose_and_double_nothing_through_kills_a_pause_and_a_shutdown(
     assert moved_after <= 1.0, report[-1]
     assert max(gaps.values()) <= 2.0, report[-1]  # as in test_cluster_nodes: the hand-over plus a client's retry
     assert _controller_epoch(zk) == epoch_at_start + 1
+    until(lambda: spanning.answered_after(stopped_at), timeout_s=30)
+    say(f"spanning producer: {len(spanning.answered_at)} requests answered, {spanning.retries} retries")
 
     stop.set()
     for t in threads:
         t.join(timeout=90)
         assert not t.is_alive(), "a producer did not finish its last flush"
-    _check_log(tmp_path / "data", feeders, zk)
+    _check_log(tmp_path / "data", runners, zk)
 
 
-def _check_log(root: Path, feeders: list[_Feeder], zk: KazooClient) -> None:
+def _check_log(root: Path, feeders: list[_Feeder | _SpanningFeeder], zk: KazooClient) -> None:
     for f in feeders:
         assert not f.failed, f"acks={f.acks}: deliveries failed: {f.failed[:5]}"
         assert not f.misplaced, f"acks={f.acks}: records reported outside their key's partition: {f.misplaced[:5]}"

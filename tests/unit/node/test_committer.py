@@ -11,19 +11,17 @@ side and the replay of a poisoned WAL frame are in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
 
 from logstore.config import LogstoreConfig
-from logstore.errors import InvalidTimestampError, OutOfOrderSequenceNumberError, UnknownServerError
+from logstore.errors import InvalidTimestampError, UnknownServerError
 from logstore.log.writer import TopicWriter
 from logstore.node.broker import Broker
-from logstore.node.committer import skip_sequence
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from logstore.wire.json_produce import parse_produce
+from logstore.wire.json_produce import ParsedRecords, parse_produce
 from tests.support.helpers import assert_gap_free
 from tests.support.timestamps import YEAR_10000_MS, records
 
@@ -67,25 +65,32 @@ def test_committer_survives_a_batch_that_makes_the_writer_raise(config: Logstore
     assert assert_gap_free(store.catalog, "t") == {0: [b"good", b"good", b"good"]}
 
 
-def test_a_sequence_that_cannot_be_skipped_is_logged_and_the_producer_is_refused_its_next_one(
-    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+def test_an_idempotent_producer_may_skip_sequences_at_a_node_and_is_still_promised_offsets(
+    config: LogstoreConfig,
 ) -> None:
-    # skip_sequence runs after a batch failed and its producer was answered; when the skip fails too, the
-    # committer must go on to answer the other batches: the failure is logged, and the producer meets it
-    # as OUT_OF_ORDER_SEQUENCE_NUMBER on its next sequence (its retry of the failed one still fits).
-    class FailingSkip(TopicWriter):
-        def append_held(self, batches: Any) -> Any:
-            if all(len(b.records) == 0 for b in batches):
-                raise OSError("the disk went away")
-            return super().append_held(batches)
+    # One sequence per request, increasing per topic: the ones a node does not see went to other partitions
+    # or other leaders. The node takes the gap; a retry waits for the writer, which answers the original offsets.
+    store = LogStore(config)
+    store.create_topic("t", 2)
+    broker = Broker(config)
 
-    topic = make_topic(partitions=1)
-    writer = FailingSkip(store.catalog, topic)
-    one = records(["a"], 0)
-    with writer.hold():
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 0)])[0], AppendResult)
-        skip_sequence(writer, ProducerBatch(one, 7, 1))  # batch 1 failed; its skip fails now
-        assert "cannot skip sequence 1 of 7" in caplog.text
-        refused = writer.append_held([ProducerBatch(one, 7, 2)])[0]
-        assert isinstance(refused, OutOfOrderSequenceNumberError)
-        assert isinstance(writer.append_held([ProducerBatch(one, 7, 1)])[0], AppendResult)
+    def request(seq: int) -> ParsedRecords:
+        return parse_produce(
+            b'{"records": [{"key": "k", "value": "v%d"}], "producer_id": "p", "sequence": %d}' % (seq, seq)
+        )
+
+    try:
+        pipeline = broker.pipeline("t")
+        first = pipeline.submit(request(0), "1")
+        assert first.promised is None  # new to this node on its partition: the writer decides
+        at = first.committed.result(timeout=30).offsets.to_pylist()
+        skipped = pipeline.submit(request(3), "1")
+        assert skipped.promised is not None and skipped.promised.tolist() == [at[0] + 1]
+        assert skipped.committed.result(timeout=30).offsets.to_pylist() == [at[0] + 1]
+        retry = pipeline.submit(request(0), "1")
+        assert retry.promised is None
+        again = retry.committed.result(timeout=30)
+        assert again.duplicate and again.offsets.to_pylist() == at
+    finally:
+        broker.close()
+    assert sum(len(v) for v in assert_gap_free(store.catalog, "t").values()) == 2
