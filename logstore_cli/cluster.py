@@ -36,9 +36,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
         parents=common,
         help="move partitions to their preferred leaders (kafka-leader-election --election-type preferred)",
     )
-    e.add_argument("--topic", help="only this topic's partitions (default: every partition of every topic)")
-    e.add_argument("--partition", type=int, help="only this partition of --topic")
-    e.add_argument("--timeout-ms", type=int, default=30_000, help="how long the node waits for the hand-overs")
+    e.add_argument(
+        "--topic", metavar="T", help="only this topic's partitions (default: every partition of every topic)"
+    )
+    e.add_argument("--partition", type=int, metavar="P", help="only this partition of --topic")
+    e.add_argument(
+        "--timeout-ms", type=int, default=30_000, metavar="MS", help="how long the node waits for the hand-overs"
+    )
     e.set_defaults(func=_elect_leaders)
 
 
