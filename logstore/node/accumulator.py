@@ -200,7 +200,6 @@ class Accumulator:
         """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
         self._in_flight = np.zeros(self._num_partitions, np.int64)
         """Records per partition accepted and not yet answered by their commit (pending or committing)."""
-        self._on_drained: Callable[[], None] | None = None
 
     def attach(self, committer: SerialTask) -> None:
         """Wake ``committer`` when a group is due, and on :meth:`wake`, :meth:`close` and :meth:`kill`."""
@@ -382,9 +381,7 @@ class Accumulator:
         with self._cond:
             self._uncertain -= sum(1 for i in items if not i.predicted)
             self.resync()
-            drained = self._settle_in_flight(items)
-        if drained and self._on_drained is not None:
-            self._on_drained()
+            self._settle_in_flight(items)
 
     def resync(self) -> None:
         """Log end offsets from the table (the writer caught up) plus what is promised and pending."""
@@ -418,6 +415,8 @@ class Accumulator:
 
         What is pending is due at once, not after ``linger.ms``: a partition handed over waits for it.
         """
+        if not partitions:
+            return
         with self._cond:
             self.led = frozenset(self.led or ()) - set(partitions)
             self._forget_sequences(set(partitions))
@@ -428,10 +427,6 @@ class Accumulator:
             self._wake_at(0.0)
 
     # -- hand-over of a partition (preferred-leader election) ------------------------
-
-    def on_drained(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on the committer's thread) when a partition no longer led has nothing in flight."""
-        self._on_drained = callback
 
     def drained(self, partition: int) -> bool:
         """Cluster mode: ``partition`` is not accepted (any more) and every batch accepted for it is answered.
@@ -460,17 +455,12 @@ class Accumulator:
                 f"this node does not lead partitions {missing} of topic '{self.topic}' (any more); retry"
             )
 
-    def _settle_in_flight(self, items: list[Pending]) -> bool:
-        """Take answered items off the in-flight counts; whether a partition not led has drained (caller holds lock)."""
-        led = self.led
-        touched: set[int] = set()
+    def _settle_in_flight(self, items: list[Pending]) -> None:
+        """Take answered items off the in-flight counts (caller holds the lock)."""
         for item in items:
             counts = item.counts
             self._in_flight = grown(self._in_flight, len(counts))
             self._in_flight[: len(counts)] -= counts
-            if led is not None:  # cluster mode: a hand-over may wait for these partitions
-                touched.update(np.flatnonzero(counts).tolist())
-        return led is not None and any(p not in led and self._in_flight[p] == 0 for p in touched)
 
     def _forget_sequences(self, partitions: frozenset[int] | set[int]) -> None:
         """Drop what this node knows of producers' sequences on ``partitions`` (caller holds the lock)."""

@@ -62,7 +62,13 @@ import numpy as np
 
 from logstore.common.logs import describe
 from logstore.common.workers import WorkerPool
-from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
+from logstore.errors import (
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
+    LogstoreError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+)
 from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
 from logstore.log.writer import TopicWriter
@@ -103,8 +109,11 @@ class Committer:
         pool: WorkerPool,
         cluster: bool = False,
         replay_departed: Callable[[], None] = lambda: None,
+        on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
+        self._on_stale = on_stale
+        """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
         self._replay_departed = replay_departed
         self._want_lock = threading.Lock()
@@ -146,9 +155,7 @@ class Committer:
     def want(self, epochs: dict[int, int]) -> None:
         """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on the next turn)."""
         with self._want_lock:  # with the lock: a claim finishing now cannot accept a partition dropped here
-            moved = set(self._acc.led or ()) - set(epochs)
-            if moved:
-                self._acc.drop_led(moved)  # refuse at once (a hand-over, or the new leader's fence stops the commits)
+            self._acc.drop_led(set(self._acc.led or ()) - set(epochs))  # refuse at once what is no longer led
             self._wanted = dict(epochs)
         self._acc.wake()
 
@@ -190,15 +197,11 @@ class Committer:
                 if self._wanted is None:
                     self._wanted = wanted  # try again on the next turn
             raise
-        self._accept_led(wanted)
-        return True
-
-    def _accept_led(self, wanted: dict[int, int]) -> None:
-        """Accept produce for the partitions of ``wanted`` claimed at their epoch and not dropped by a newer want."""
         now = self._writer.leader_epochs
-        with self._want_lock:
+        with self._want_lock:  # a newer want that dropped a partition wins over this claim
             latest = self._wanted if self._wanted is not None else wanted
             self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e and latest.get(p) == e))
+        return True
 
     def _fenced(self, error: FencedLeaderEpochError) -> bool:
         """Cluster mode: a fence of some partitions; stop accepting them and go on with the others."""
@@ -277,6 +280,9 @@ class Committer:
         except FencedLeaderEpochError as e:
             if not self._fenced(e):
                 self._die(e, [])
+            return
+        except InconsistentTopicIdError:
+            self._on_stale()
             return
         self._acc.resync()
 
@@ -376,6 +382,12 @@ class Committer:
                 self._commit(items, wait=wait)  # again: the batches of the fenced partitions now fail alone
             else:
                 self._die(e, items)
+            return
+        except InconsistentTopicIdError as e:
+            # Never committable by this writer: they fail now (retriable), and the node opens the new topic.
+            self._attempts = 0
+            self._finish(items, [e] * len(items))
+            self._on_stale()
             return
         except LogstoreError as e:
             self._attempts += 1

@@ -19,13 +19,15 @@ Runs on the caller's thread (it waits, polling the node's cached view).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from logstore.cluster import ClusterMetadata, PartitionState
 from logstore.cluster.placement import Placement, TopicPartitionKey, preferred_leaders
 from logstore.node.membership import ClusterMembership
 
-__all__ = ["ElectionResult", "elect_preferred_leaders", "preferred_of"]
+__all__ = ["ElectionResult", "elect_preferred_leaders", "preferred_of", "report_drained"]
 
 _POLL_S = 0.05
 """How often the waiting node looks at its cached view of the partition states (seconds)."""
@@ -43,6 +45,30 @@ class ElectionResult:
     """Its preferred leader among the live nodes (-1: none)."""
     error: str | None
     """None: moved to the preferred leader; else a Kafka error name (see the module docstring)."""
+
+
+class _Drains(Protocol):
+    def drained(self, partition: int) -> bool: ...
+
+
+def report_drained(cluster: ClusterMembership, meta: ClusterMetadata, pipelines: Mapping[str, _Drains]) -> None:
+    """Say ``drained`` for every partition this node hands over that has nothing in flight any more.
+
+    The leaving leader's side of a hand-over (:mod:`logstore.cluster.rebalance`),
+    on the node's cluster thread: the partition is no longer accepted (the
+    broker leaves it out of the partitions it leads); once every batch
+    accepted for it is answered — committed, or failed to its producer —
+    nothing this node acknowledged for it is left uncommitted, and the
+    controller may give it to its new leader. ``pipelines``: the node's open
+    topic pipelines (a topic without one accepted nothing).
+    """
+    me = cluster.node_id
+    for (topic, p), state in sorted(meta.partitions.items()):
+        if state.leader != me or state.handover_to is None or state.drained:
+            continue
+        pipeline = pipelines.get(topic)
+        if pipeline is None or pipeline.drained(p):
+            cluster.report_drained(topic, p, state.leader_epoch)
 
 
 def preferred_of(meta: ClusterMetadata, placement: Placement) -> dict[TopicPartitionKey, int]:

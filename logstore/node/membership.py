@@ -11,8 +11,9 @@ that
   then opens the topics this node leads and tells each pipeline its
   partitions and their epochs);
 * while this node hands a partition over (preferred-leader election,
-  :mod:`logstore.cluster.rebalance`), calls ``on_change`` on every wake too,
-  so the broker says ``drained`` as soon as the partition is;
+  :mod:`logstore.cluster.rebalance`), calls ``on_change`` every
+  ``_HANDOVER_POLL_S`` too, so the broker says ``drained`` as soon as the
+  partition is;
 * every sixth of the session timeout makes one ZooKeeper round trip and
   keeps the time it *sent* the last one that succeeded: the node's **lease**.
 
@@ -67,6 +68,8 @@ LEASE_FRACTION = 2 / 3
 """Share of the negotiated session timeout an acks=1 lease lasts after the round trip that renewed it was sent."""
 _WATCH_S = 1.0
 """Longest wait between two looks at the cached view (changes wake the watch at once)."""
+_HANDOVER_POLL_S = 0.02
+"""How often a node handing a partition over looks whether it has drained (the partition is unavailable meanwhile)."""
 
 
 def advertised_url(config: LogstoreConfig) -> str:
@@ -208,9 +211,12 @@ class ClusterMembership:
         """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
         return self.coordinator.metadata()
 
-    def register_topic(self, topic: str, partitions: int) -> None:
-        """Make a topic (or its added partitions) known to the controller, which gives them leaders."""
-        self.coordinator.register_topic(topic, partitions)
+    def register_topic(self, topic: str, partitions: int, topic_id: str | None = None) -> None:
+        """Make a topic (or its added partitions) known to the controller, which gives them leaders.
+
+        ``topic_id``: the topic's ID, kept in its znode as Kafka keeps it in ``/brokers/topics/<t>``.
+        """
+        self.coordinator.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
         self.coordinator.unregister_topic(topic)
@@ -223,8 +229,12 @@ class ClusterMembership:
         """Ask the controller for a preferred-leader election (None: every partition); returns the request's znode."""
         return self.coordinator.request_election(partitions)
 
-    def wake(self) -> None:
-        """Look at the cluster's view again now (a partition being handed over has drained)."""
+    def recheck(self) -> None:
+        """Hand the cluster's view to ``on_change`` again soon, on this object's thread, changed or not.
+
+        After the node retired a pipeline of a re-created topic: the new one opens with its leadership.
+        """
+        self._seen = None
         self._changed.set()
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
@@ -250,7 +260,8 @@ class ClusterMembership:
     def _run(self) -> None:
         next_ping = 0.0
         while not self._closed.is_set():
-            self._changed.wait(min(_WATCH_S, max(0.0, next_ping - time.monotonic())))
+            watch_s = _HANDOVER_POLL_S if self._seen is not None and self._handing_over(self._seen) else _WATCH_S
+            self._changed.wait(min(watch_s, max(0.0, next_ping - time.monotonic())))
             self._changed.clear()
             if self._closed.is_set():
                 return
