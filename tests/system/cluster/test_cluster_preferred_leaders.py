@@ -23,7 +23,7 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.client import Producer, RecordMetadata
+from logstore.client import Message, Producer
 from logstore.client._routing import record_partition
 from logstore.cluster.placement import preferred_leaders
 from logstore.config import load_config
@@ -95,12 +95,12 @@ def _produce_with_client(acks: str, bootstrap: str, writes: _Writes, stop: threa
     keys = _keys()
     producer = Producer(bootstrap, acks=acks, linger_ms=2, delivery_timeout_ms=60_000, retry_backoff_max_ms=200)
 
-    def report(value: str) -> Callable[[LogstoreError | None, RecordMetadata | None], None]:
-        def on_delivery(error: LogstoreError | None, md: RecordMetadata | None) -> None:
+    def report(value: str) -> Callable[[LogstoreError | None, Message | None], None]:
+        def on_delivery(error: LogstoreError | None, md: Message | None) -> None:
             if error is not None or md is None:
                 writes.fail(f"{value}: {error}")
             else:
-                writes.ok(value, md.partition, md.offset)
+                writes.ok(value, md.partition(), md.offset())
 
         return on_delivery
 
