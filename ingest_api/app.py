@@ -35,8 +35,9 @@ from ingest_api.internode import node_client_tls
 from ingest_api.openapi import markdown_openapi
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import admin, groups, members, metadata, ops, records, stats, topic_log, topics
+from ingest_api.routes import admin, cluster, groups, members, metadata, ops, records, stats, topic_log, topics
 from logstore.cluster.security_store import open_security_store
+from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     ClusterAuthorizationFailedError,
@@ -233,7 +234,7 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin):
+    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin, cluster):
         app.include_router(module.router)
     mount_console(app)
     app.openapi = markdown_openapi(app)  # type: ignore[method-assign]
@@ -286,5 +287,5 @@ async def _expire_sessions(coordinator: GroupCoordinator, broker: Broker) -> Non
         try:
             await run_in_threadpool(forget_moved_groups, coordinator, broker)
             await run_in_threadpool(coordinator.expire)
-        except Exception:  # the sweep must outlive any one failure (storage errors are handled per group)
-            log.exception("expiring group members failed; retrying in %.1f s", _SESSION_SWEEP_S)
+        except Exception as e:  # the sweep must outlive any one failure (storage errors are handled per group)
+            log.exception("expiring group members failed (%s); retrying in %.1f s", describe(e), _SESSION_SWEEP_S)

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from ingest_api import parser_process
 from ingest_api.parser_process import ANSWER, COUNT, PARSED, READY, REQUEST, widen
+from logstore.common.logs import describe
 from logstore.node.metrics import Metrics
 from logstore.wire.json_produce import ParsedRecords, parse_produce
 
@@ -204,7 +205,7 @@ class _Parser:
             log.error(
                 "parser process %d answered with records that do not read (%s): parsing on the event loop",
                 self.process.pid,
-                e,
+                describe(e),
             )
             return None
 

@@ -8,6 +8,7 @@ import socket
 import ssl
 from typing import Any
 
+from logstore.common.logs import configure_logging
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidConfigError
 from logstore.security import log_audit_to_stderr
@@ -24,6 +25,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
             is false and ``insecure`` is not set; or TLS settings are incomplete.
         KafkaStorageError: another live process holds this node's WAL directory.
     """
+    configure_logging()
     check_exposure(config, insecure=insecure)
     tls = tls_options(config)
     from logstore.wire.json_produce import without_pandas
@@ -57,6 +59,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
         uvicorn.Config(
             create_app(config),
             log_level="warning",
+            log_config=None,  # uvicorn's lines go through the process's handler: timestamped like the others
             loop="uvloop",
             http=ClientCertProtocol if tls else "httptools",
             timeout_graceful_shutdown=30,

@@ -357,6 +357,32 @@ class LogstoreConfig:
             choices=("partition", "topic"),
         ),
     )
+    auto_leader_rebalance_enable: bool = field(
+        default=True,
+        metadata=_key(
+            "auto.leader.rebalance.enable",
+            "Cluster: every leader.imbalance.check.interval.seconds the controller gives partitions back to their "
+            "preferred leader (a balanced placement over the live nodes) on each node whose imbalance is over "
+            "leader.imbalance.per.broker.percentage; the leader hands each over after committing what it accepted.",
+        ),
+    )
+    leader_imbalance_check_interval_seconds: int = field(
+        default=300,
+        metadata=_key(
+            "leader.imbalance.check.interval.seconds",
+            "Cluster: how often (seconds) the controller checks the leader imbalance (auto.leader.rebalance.enable).",
+            minimum=1,
+        ),
+    )
+    leader_imbalance_per_broker_percentage: int = field(
+        default=10,
+        metadata=_key(
+            "leader.imbalance.per.broker.percentage",
+            "Cluster: a node's imbalance allowed (%, of the partitions it is the preferred leader of, those it does "
+            "not lead) before the controller gives them back to it.",
+            minimum=0,
+        ),
+    )
     advertised_url: str = field(
         default="",
         metadata=_key(

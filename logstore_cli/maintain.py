@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from logstore.common.logs import configure_logging
 from logstore.config import LogstoreConfig
 from logstore.errors import InvalidRequestError
 from logstore_cli._common import Parents, Subparsers, require_store
@@ -53,7 +54,7 @@ def _maintain(args: argparse.Namespace, config: LogstoreConfig) -> int:
             every = parse_duration(args.every)
         except ValueError:
             raise InvalidRequestError(f"--every takes a duration like 30s, 5m or 1h, got '{args.every}'") from None
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        configure_logging(logging.INFO)
         scheduler = Scheduler(catalog, spark=spark, every_s=every)
         try:
             scheduler.run_forever(cycles=args.cycles)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from logstore.common.logs import describe
 from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.log.catalog import Catalog
@@ -119,8 +120,8 @@ def run_job(
         try:
             report.partitions.extend(fn(catalog, topic, **kwargs))
         except Exception as e:  # one topic's failure must not stop the others
-            report.errors[topic] = str(e)
-            progress(f"{job} {topic}: FAILED: {e}")
+            report.errors[topic] = describe(e)
+            progress(f"{job} {topic}: FAILED: {describe(e)}")
     report.seconds = time.monotonic() - started
     progress(report.summary())
     return report

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from logstore.common.logs import describe
 from logstore.log.catalog import Catalog
 from maintenance.job import run_job
 from maintenance.report import RunReport
@@ -121,8 +122,8 @@ class Scheduler:
             report = self._run(
                 job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=_quiet
             )
-        except Exception:  # a job that raises (not a per-topic error in its report): counted, logged, retried
-            log.exception("maintenance: %s of %s failed; the next cycle retries", job, what)
+        except Exception as e:  # a job that raises (not a per-topic error in its report): counted, logged, retried
+            log.exception("maintenance: %s of %s failed (%s); the next cycle retries", job, what, describe(e))
             self.failures += 1
             return
         for p in report.partitions:

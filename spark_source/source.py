@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
 
+from logstore.common.logs import describe
 from logstore.groups.leases import GroupLease
 from logstore.groups.offsets import OffsetsStore
 from spark_source._compat import (
@@ -354,7 +355,9 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
                 self._prefetched = (_key(start) + _key(end), [rb for t in tasks for rb in read_task(t)])
             except OSError as err:
                 # Here a failed read would fail the query; in tasks Spark retries it (spark.task.maxFailures).
-                log.warning("maxRecordsReadOnDriver: reading batch %s..%s failed (%s); tasks read it", start, end, err)
+                log.warning(
+                    "maxRecordsReadOnDriver: reading batch %s..%s failed (%s); tasks read it", start, end, describe(err)
+                )
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

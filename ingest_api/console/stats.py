@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from fastapi.concurrency import run_in_threadpool
 
+from logstore.common.logs import describe
 from logstore.errors import GroupIdNotFoundError, LogstoreError
 from logstore.log.reader import TopicReader
 from logstore.structs import GroupOffset, GroupTopicPartition, OffsetCommit, TopicInfo
@@ -212,7 +213,9 @@ class StatsSampler:
             started = time.monotonic()
             try:
                 await run_in_threadpool(self.sweep)
-            except Exception:  # the console's sampler outlives any one sweep; the API never waits on it
-                log.exception("sampling topic and group stats failed; retrying in %d ms", self.interval_ms)
+            except Exception as e:  # the console's sampler outlives any one sweep; the API never waits on it
+                log.exception(
+                    "sampling topic and group stats failed (%s); retrying in %d ms", describe(e), self.interval_ms
+                )
             # a sweep slower than the interval (many topics) delays the next one rather than piling up
             await asyncio.sleep(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))

@@ -34,6 +34,11 @@ class PartitionLeader(BaseModel):
     partition: int
     leader: int = Field(description="node id of the partition's leader, the only node that commits it; -1 = none live")
     leader_epoch: int = Field(description="bumped on every change of leader")
+    handover_to: int | None = Field(
+        default=None,
+        description="during a preferred-leader election: the node the leader hands the partition over to "
+        "(the leader accepts no more produce for it meanwhile); null = none",
+    )
 
 
 class TopicLeaders(BaseModel):
@@ -73,7 +78,12 @@ async def metadata(
     for (name, partition), state in cluster.partitions.items():
         if wanted is None or name in wanted:
             by_topic[name].append(
-                PartitionLeader(partition=partition, leader=state.leader, leader_epoch=state.leader_epoch)
+                PartitionLeader(
+                    partition=partition,
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    handover_to=state.handover_to,
+                )
             )
     return Metadata(
         controller=cluster.controller,

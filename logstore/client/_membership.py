@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from logstore.client._http import assigned_partitions, http_client, raise_for
+from logstore.common.logs import describe
 from logstore.errors import (
     IllegalGenerationError,
     KafkaStorageError,
@@ -251,7 +252,9 @@ class GroupMembership:
                     self.leave_for_poll_interval()
                 self.heartbeat()
             except (KafkaStorageError, NetworkExceptionError) as e:
-                log.warning("heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, e, interval)
+                log.warning(
+                    "heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, describe(e), interval
+                )
             except LogstoreError as e:
                 self._record_error(e)
             except Exception as e:  # reported to the caller by the next poll(), never swallowed

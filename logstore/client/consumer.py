@@ -67,6 +67,7 @@ from logstore.client._partition_reader import PartitionReader
 from logstore.client._subscription import SubscriptionState, key_of
 from logstore.client.message import TIMESTAMP_CREATE_TIME, Message, messages_of
 from logstore.client.remote import RemoteStore
+from logstore.common.logs import describe
 from logstore.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -404,7 +405,7 @@ class Consumer:
                         self.commit(offsets=owed, asynchronous=False)
                 except LogstoreError as e:
                     # The hand-over goes on: the new owner starts from the previous commit (at least once).
-                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, e)
+                    log.warning("group '%s': commit of revoked partitions failed: %s", self.group, describe(e))
             self._wait_commits()
             for tp in revoked:
                 self._subs.positions.pop(tp, None)

@@ -45,6 +45,7 @@ from logstore.client._config import producer_config
 from logstore.client._http import raise_for
 from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes
 from logstore.client.message import Message
+from logstore.common.logs import describe
 from logstore.errors import (
     LogstoreError,
     NetworkExceptionError,
@@ -307,7 +308,7 @@ class Producer:
         try:
             return self._nodes.refresh(avoid)
         except LogstoreError as e:
-            log.warning("cannot refresh cluster metadata: %s", e)
+            log.warning("cannot refresh cluster metadata: %s", describe(e))
             return self._nodes.view
 
     def _view_for(self, topic: str) -> ClusterView | None:

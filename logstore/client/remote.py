@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import pyarrow as pa
 
 from logstore.client._http import assigned_partitions, json_headers
@@ -67,6 +68,14 @@ class RemoteStore:
         """``GET /v1/metadata`` as the server answers it (docs/design.md §8), from the first node that answers."""
         body: dict[str, Any] = self._call("GET", "/v1/metadata")
         return body
+
+    def node_answers(self, url: str, *, timeout_s: float = 2.0) -> bool:
+        """Whether the node at ``url`` answers ``GET /healthz`` with 200 within ``timeout_s`` (a liveness probe)."""
+        try:
+            r = self._nodes.client(url).get("/healthz", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
         return _topic(

@@ -2,7 +2,8 @@
 
 :class:`ZooKeeperController` registers a node, elects the one controller and
 keeps partition leaders (with their epochs) placed on live nodes;
-:func:`place_leaders` is the placement rule and :func:`group_coordinator`
+:func:`place_leaders` is the placement rule, :func:`preferred_leaders` where each
+partition should be (:mod:`logstore.cluster.rebalance` moves partitions back there), and :func:`group_coordinator`
 chooses each consumer group's coordinator node; :class:`ZooKeeperServer` runs the
 real ZooKeeper server from the project's jar cache; :func:`ensure_chroot`
 creates the chroot every client of the cluster connects under.
@@ -12,7 +13,7 @@ none of the rest.
 """
 
 from logstore.cluster.controller import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
-from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders
+from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders, preferred_leaders
 from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
 from logstore.cluster.zookeeper_server import ZooKeeperServer
 
@@ -28,5 +29,6 @@ __all__ = [
     "group_coordinator",
     "open_security_store",
     "place_leaders",
+    "preferred_leaders",
     "split_connect",
 ]

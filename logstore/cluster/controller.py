@@ -13,15 +13,23 @@ Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
   whoever creates or first serves the topic (``topic_id`` as Kafka's: the
   topic's ID, :mod:`logstore.log.topic_id`; absent for a topic from before
   IDs); ``/brokers/topics/<t>/partitions/<p>/state`` —
-  ``{"leader", "leader_epoch"}``, written only by the controller, only in a
-  transaction that checks ``/controller_epoch`` is still the one it was
-  elected with: a deposed controller's writes fail and change nothing.
+  ``{"leader", "leader_epoch"}`` (plus ``"handover_to"`` and ``"drained"``
+  during a hand-over, :mod:`logstore.cluster.rebalance`), written by the
+  controller, only in a transaction that checks ``/controller_epoch`` is
+  still the one it was elected with: a deposed controller's writes fail and
+  change nothing. (The one other write: a leader handing a partition over
+  marks it ``drained``, conditionally on the znode's version.)
+* ``/admin/preferred_replica_election/request-<n>`` — a preferred-leader
+  election asked for (``logstore cluster elect-leaders``); the controller acts
+  on it and deletes it.
 
 Every node runs a :class:`ZooKeeperController`. Its worker thread takes part
 in elections and, while it is the controller, places a leader on every
 partition that has none alive (:func:`~logstore.cluster.placement.place_leaders`)
-whenever the live nodes or the topics change. Every node keeps a cached view
-of the whole tree (kazoo's ``TreeCache``) for :meth:`ZooKeeperController.metadata`.
+whenever the live nodes or the topics change, and moves partitions back to
+their preferred leaders (:class:`~logstore.cluster.rebalance.LeaderRebalancer`).
+Every node keeps a cached view of the whole tree (kazoo's ``TreeCache``) for
+:meth:`ZooKeeperController.metadata`.
 
 Where code runs: kazoo's own threads deliver events and only wake the worker;
 ZooKeeper calls that wait are made on the worker or the caller's thread.
@@ -44,7 +52,15 @@ from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Connect
 from kazoo.recipe.cache import TreeCache
 
-from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, place_leaders
+from logstore.cluster.placement import (
+    PartitionState,
+    Placement,
+    TopicPartitionKey,
+    place_leaders,
+    preferred_leaders,
+)
+from logstore.cluster.rebalance import ELECTIONS, LeaderRebalancer, report_drained, request_election
+from logstore.common.logs import describe
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, StaleControllerEpochError
 
 __all__ = [
@@ -175,6 +191,8 @@ class ZooKeeperController:
         session_timeout_ms: ``zookeeper.session.timeout.ms``; a node silent
             this long is dead and its partitions move.
         placement: ``leader.placement`` (``partition`` or ``topic``).
+        rebalance: ``(auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds,
+            leader.imbalance.per.broker.percentage)``.
         on_session: called with a :data:`SessionEvent` from kazoo's thread;
             on ``"suspended"`` and ``"lost"`` a leader must stop committing at
             once (its epoch may already belong to another node).
@@ -189,6 +207,7 @@ class ZooKeeperController:
         *,
         session_timeout_ms: int = 18_000,
         placement: Placement = "partition",
+        rebalance: tuple[bool, float, int] = (True, 300.0, 10),
         on_session: Callable[[SessionEvent], None] | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
@@ -206,6 +225,10 @@ class ZooKeeperController:
         )
         self._zk._connection = self._connection
         self._cache: TreeCache | None = None
+        auto, interval_s, percentage = rebalance
+        self._rebalancer = LeaderRebalancer(
+            self._zk, placement=placement, auto=auto, interval_s=interval_s, percentage=percentage
+        )
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"controller-{node.node_id}", daemon=True)
@@ -233,7 +256,7 @@ class ZooKeeperController:
         ensure_chroot(self._hosts, self._chroot, self._timeout_s)
         self._zk.add_listener(self._session_changed)
         self._zk.start(timeout=self._timeout_s)
-        for path in (IDS, TOPICS):
+        for path in (IDS, TOPICS, ELECTIONS):
             self._zk.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
             self._zk.create(CONTROLLER_EPOCH, b"0")
@@ -242,6 +265,7 @@ class ZooKeeperController:
         self._cache.listen(lambda _event: self._cache_changed())
         self._cache.start()
         self._zk.DataWatch(CONTROLLER, self._controller_changed)
+        self._zk.ChildrenWatch(ELECTIONS, lambda _children: self._wake.set())
         self._thread.start()
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
@@ -296,8 +320,7 @@ class ZooKeeperController:
             for p in cache.get_children(f"{TOPICS}/{topic}/partitions") or ():
                 data = cache.get_data(_state_path(topic, int(p)))
                 if data is not None and data.data:
-                    doc = json.loads(data.data)
-                    partitions[(topic, int(p))] = PartitionState(int(doc["leader"]), int(doc["leader_epoch"]))
+                    partitions[(topic, int(p))] = PartitionState.from_json(data.data)
         controller, epoch = self._controller
         nodes_sorted = tuple(sorted(nodes, key=lambda n: n.node_id))
         return ClusterMetadata(controller, epoch, nodes_sorted, partitions, topic_ids)
@@ -331,6 +354,14 @@ class ZooKeeperController:
         """Forget a deleted topic and its partition states."""
         with contextlib.suppress(NoNodeError):
             self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+
+    def report_drained(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """This node, handing ``partition`` over, committed all it accepted for it (a hand-over's step 2)."""
+        return report_drained(self._zk, self.node.node_id, topic, partition, leader_epoch)
+
+    def request_election(self, partitions: list[TopicPartitionKey] | None) -> str:
+        """Ask the controller for a preferred-leader election (None: every partition); returns the request's znode."""
+        return request_election(self._zk, partitions)
 
     @property
     def session_timeout_s(self) -> float:
@@ -368,11 +399,11 @@ class ZooKeeperController:
                 log.warning("node %d: %s", self.node.node_id, e.message)
                 self._resign()
             except KazooException as e:  # connection trouble: the session listener says what it means
-                log.warning("node %d: coordination step failed, retrying: %s", self.node.node_id, e)
+                log.warning("node %d: coordination step failed, retrying: %s", self.node.node_id, describe(e))
                 time.sleep(0.1)
                 self._wake.set()
-            except Exception:  # the coordinator must outlive any one failure
-                log.exception("node %d: coordination step failed, retrying", self.node.node_id)
+            except Exception as e:  # the coordinator must outlive any one failure
+                log.exception("node %d: coordination step failed, retrying: %s", self.node.node_id, describe(e))
                 time.sleep(0.5)
                 self._wake.set()
 
@@ -427,9 +458,12 @@ class ZooKeeperController:
         same = {t for t, i in ids.items() if self._topic_ids.get(t, i) == i}
         self._topic_ids = ids
         self._states = {tp: s for tp, s in self._states.items() if tp[0] in same}
-        changes = place_leaders(wanted, self._states, live, self._placement)
+        preferred = preferred_leaders(wanted, live, self._placement)
+        changes = place_leaders(wanted, self._states, live, self._placement, preferred)
         if changes:
             self._write_states(changes)
+        if not self._resigning:
+            self._rebalancer.step(self._states, wanted, live, self._write_states)
 
     def _write_states(self, changes: dict[TopicPartitionKey, PartitionState]) -> None:
         items = sorted(changes.items())
@@ -440,7 +474,7 @@ class ZooKeeperController:
             txn = self._zk.transaction()
             txn.check(CONTROLLER_EPOCH, self._epoch_version)
             for tp, state in chunk:
-                data = _dumps({"leader": state.leader, "leader_epoch": state.leader_epoch})
+                data = state.to_json()
                 if tp in self._states or self._zk.exists(_state_path(*tp)):
                     txn.set_data(_state_path(*tp), data)
                 else:
@@ -458,7 +492,14 @@ class ZooKeeperController:
                 return
             for tp, state in chunk:
                 self._states[tp] = state
-                log.info("partition %s-%d: leader %d, epoch %d", tp[0], tp[1], state.leader, state.leader_epoch)
+                log.info(
+                    "partition %s-%d: leader %d, epoch %d%s",
+                    tp[0],
+                    tp[1],
+                    state.leader,
+                    state.leader_epoch,
+                    "" if state.handover_to is None else f", handing over to {state.handover_to}",
+                )
 
     def _resign(self) -> None:
         epoch, self._epoch, self._states = self._epoch, None, {}
@@ -497,8 +538,7 @@ class ZooKeeperController:
                     data, _ = self._zk.get(_state_path(topic, int(p)))
                 except NoNodeError:
                     continue
-                doc = json.loads(data)
-                out[(topic, int(p))] = PartitionState(int(doc["leader"]), int(doc["leader_epoch"]))
+                out[(topic, int(p))] = PartitionState.from_json(data)
         return out
 
     def _leads_any(self) -> bool:

@@ -36,6 +36,7 @@ from typing import Protocol
 
 import pyarrow.compute as pc
 
+from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     IllegalGenerationError,
@@ -258,7 +259,9 @@ class GroupCoordinator:
             try:
                 self._sweep(g)
             except LogstoreError as e:
-                log.warning("group '%s': expiry or rebalance failed (%s); retrying at the next sweep", g.name, e)
+                log.warning(
+                    "group '%s': expiry or rebalance failed (%s); retrying at the next sweep", g.name, describe(e)
+                )
 
     def _sweep(self, g: ConsumerGroup) -> None:
         with g.lock:

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from logstore.common.logs import describe
 from logstore.errors import GroupSubscribedToTopicError, InvalidGroupIdError, KafkaStorageError
 from logstore.log.catalog import validate_topic_name
 
@@ -272,13 +273,15 @@ class GroupLease:
                     log.warning(
                         "group lease of '%s': renewal failed (%s); retrying in %d ms",
                         self.group,
-                        e,
+                        describe(e),
                         self._timeout_ms // 3,
                     )
                     continue
-                except Exception:  # a defect in one renewal must not end the heartbeat; acquire() still checks
+                except Exception as e:  # a defect in one renewal must not end the heartbeat; acquire() still checks
                     self.renewal_failures += 1
-                    log.exception("group lease of '%s': renewal failed; retrying at the next round", self.group)
+                    log.exception(
+                        "group lease of '%s': renewal failed (%s); retrying at the next round", self.group, describe(e)
+                    )
                     continue
                 self.renewals += 1
 

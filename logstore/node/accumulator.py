@@ -198,6 +198,8 @@ class Accumulator:
         None = embedded mode, every partition."""
         self.available = True
         """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
+        self._in_flight = np.zeros(self._num_partitions, np.int64)
+        """Records per partition accepted and not yet answered by their commit (pending or committing)."""
 
     def attach(self, committer: SerialTask) -> None:
         """Wake ``committer`` when a group is due, and on :meth:`wake`, :meth:`close` and :meth:`kill`."""
@@ -274,6 +276,7 @@ class Accumulator:
         with self._cond:
             if self.closing:
                 raise NotLeaderOrFollowerError(f"this node is shutting down; retry topic '{self.topic}' elsewhere")
+            self._check_led(counts)
             # Only an acks=1 batch is in the WAL, so only it can be replayed at a promised offset.
             predicted = acks == "1" and self._promising and self.available
             if pid is not None:
@@ -309,6 +312,8 @@ class Accumulator:
                 self._metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
+            self._in_flight = grown(self._in_flight, len(counts))
+            self._in_flight[: len(counts)] += counts
             if len(self._pending) == 1:
                 self._due = time.monotonic() + self._config.linger_ms / 1000
                 # Not promising: the committer may have let go of the writer lock; it takes it (and
@@ -376,6 +381,7 @@ class Accumulator:
         with self._cond:
             self._uncertain -= sum(1 for i in items if not i.predicted)
             self.resync()
+            self._settle_in_flight(items)
 
     def resync(self) -> None:
         """Log end offsets from the table (the writer caught up) plus what is promised and pending."""
@@ -405,10 +411,56 @@ class Accumulator:
             self.led = partitions
 
     def drop_led(self, partitions: tuple[int, ...] | list[int] | set[int]) -> None:
-        """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now)."""
+        """Cluster mode: stop accepting produce for ``partitions`` (another node leads them now, or will).
+
+        What is pending is due at once, not after ``linger.ms``: a partition handed over waits for it.
+        """
+        if not partitions:
+            return
         with self._cond:
             self.led = frozenset(self.led or ()) - set(partitions)
             self._forget_sequences(set(partitions))
+            pending = bool(self._pending)
+            if pending:
+                self._due = min(self._due, time.monotonic())
+        if pending:
+            self._wake_at(0.0)
+
+    # -- hand-over of a partition (preferred-leader election) ------------------------
+
+    def drained(self, partition: int) -> bool:
+        """Cluster mode: ``partition`` is not accepted (any more) and every batch accepted for it is answered.
+
+        Answered means committed, or failed and so refused to its producer (who
+        retries at the new leader): nothing this node acknowledged for the
+        partition is left to commit, so the partition may move to another live node.
+        """
+        with self._cond:
+            led = self.led
+            accepted = led is None or partition in led
+            return not accepted and (partition >= len(self._in_flight) or self._in_flight[partition] == 0)
+
+    def _check_led(self, counts: np.ndarray) -> None:
+        """Refuse, under the lock, records for a partition dropped since :meth:`submit` looked (caller holds it).
+
+        The hand-over of a partition counts what is in flight for it once it
+        is dropped: nothing may join after that.
+        """
+        led = self.led
+        if led is None:
+            return
+        missing = [p for p in np.flatnonzero(counts).tolist() if p not in led]
+        if missing:
+            raise NotLeaderOrFollowerError(
+                f"this node does not lead partitions {missing} of topic '{self.topic}' (any more); retry"
+            )
+
+    def _settle_in_flight(self, items: list[Pending]) -> None:
+        """Take answered items off the in-flight counts (caller holds the lock)."""
+        for item in items:
+            counts = item.counts
+            self._in_flight = grown(self._in_flight, len(counts))
+            self._in_flight[: len(counts)] -= counts
 
     def _forget_sequences(self, partitions: frozenset[int] | set[int]) -> None:
         """Drop what this node knows of producers' sequences on ``partitions`` (caller holds the lock)."""

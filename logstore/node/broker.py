@@ -54,6 +54,7 @@ from logstore.log.wal import DirectoryLock, WriteAheadLog
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
 from logstore.node.committer import Committer
+from logstore.node.leader_election import report_drained
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
@@ -96,6 +97,8 @@ class TopicPipeline:
             broker.metrics,
             broker.node_id,
         )
+        self.drained = self._accumulator.drained
+        """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
         self._committer = Committer(
             self._accumulator,
             self.writer,
@@ -484,7 +487,7 @@ class Broker:
         me = self.cluster.node_id
         mine: dict[str, dict[int, int]] = {}
         for (topic, p), state in meta.partitions.items():
-            if state.leader == me:
+            if state.leader == me and state.handover_to is None:  # one being handed over is accepted no more
                 mine.setdefault(topic, {})[p] = state.leader_epoch
         for topic, epochs in sorted(mine.items()):
             if topic in self._pipelines or self.store.catalog.exists(topic):
@@ -492,6 +495,7 @@ class Broker:
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
+        report_drained(self.cluster, meta, self._pipelines)
 
     def _retention_partitions(self, topic: str) -> frozenset[int] | None:
         """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""

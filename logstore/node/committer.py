@@ -60,6 +60,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from logstore.common.logs import describe
 from logstore.common.workers import WorkerPool
 from logstore.errors import (
     FencedLeaderEpochError,
@@ -153,10 +154,8 @@ class Committer:
 
     def want(self, epochs: dict[int, int]) -> None:
         """Lead exactly these partitions, at these epochs (called from the cluster watch; applied on the next turn)."""
-        moved = set(self._acc.led or ()) - set(epochs)
-        if moved:
-            self._acc.drop_led(moved)  # refuse at once; the commit path stops at the new leader's fence
-        with self._want_lock:
+        with self._want_lock:  # with the lock: a claim finishing now cannot accept a partition dropped here
+            self._acc.drop_led(set(self._acc.led or ()) - set(epochs))  # refuse at once what is no longer led
             self._wanted = dict(epochs)
         self._acc.wake()
 
@@ -199,7 +198,9 @@ class Committer:
                     self._wanted = wanted  # try again on the next turn
             raise
         now = self._writer.leader_epochs
-        self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e))
+        with self._want_lock:  # a newer want that dropped a partition wins over this claim
+            latest = self._wanted if self._wanted is not None else wanted
+            self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e and latest.get(p) == e))
         return True
 
     def _fenced(self, error: FencedLeaderEpochError) -> bool:
@@ -302,7 +303,7 @@ class Committer:
             next_turn = time.monotonic()
         except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
             self._failures += 1
-            log.exception("topic %s: committer step failed (%d in a row)", self.topic, self._failures)
+            log.exception("topic %s: committer step failed (%d in a row), retrying", self.topic, self._failures)
             next_turn = time.monotonic() + min(5.0, 0.05 * 2**self._failures)
         if next_turn is not None:
             if next_turn <= time.monotonic():
@@ -390,7 +391,7 @@ class Committer:
             return
         except LogstoreError as e:
             self._attempts += 1
-            log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, e)
+            log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, describe(e))
             if self._acc.closing and self._attempts >= 5:
                 self._attempts = 0
                 self._finish(items, [e] * len(items))
@@ -423,7 +424,7 @@ class Committer:
                 if not retry:
                     raise
                 attempt += 1
-                log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, e)
+                log.warning("commit to topic %s failed (attempt %d): %s", self.topic, attempt, describe(e))
                 if self._acc.closing and attempt >= 5:
                     return [e] * len(items)
                 time.sleep(min(1.0, 0.01 * 2**attempt))

@@ -10,6 +10,10 @@ that
   handed on, and on a change calls ``on_change`` (the broker
   then opens the topics this node leads and tells each pipeline its
   partitions and their epochs);
+* while this node hands a partition over (preferred-leader election,
+  :mod:`logstore.cluster.rebalance`), calls ``on_change`` every
+  ``_HANDOVER_POLL_S`` too, so the broker says ``drained`` as soon as the
+  partition is;
 * every sixth of the session timeout makes one ZooKeeper round trip and
   keeps the time it *sent* the last one that succeeded: the node's **lease**.
 
@@ -52,6 +56,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
+from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
@@ -63,6 +68,8 @@ LEASE_FRACTION = 2 / 3
 """Share of the negotiated session timeout an acks=1 lease lasts after the round trip that renewed it was sent."""
 _WATCH_S = 1.0
 """Longest wait between two looks at the cached view (changes wake the watch at once)."""
+_HANDOVER_POLL_S = 0.02
+"""How often a node handing a partition over looks whether it has drained (the partition is unavailable meanwhile)."""
 
 
 def advertised_url(config: LogstoreConfig) -> str:
@@ -154,6 +161,11 @@ class ClusterMembership:
             self.node,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             placement="topic" if config.leader_placement == "topic" else "partition",
+            rebalance=(
+                config.auto_leader_rebalance_enable,
+                float(config.leader_imbalance_check_interval_seconds),
+                config.leader_imbalance_per_broker_percentage,
+            ),
             on_session=self._session_changed,
             on_change=self._changed.set,
         )
@@ -209,6 +221,14 @@ class ClusterMembership:
     def unregister_topic(self, topic: str) -> None:
         self.coordinator.unregister_topic(topic)
 
+    def report_drained(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """This node committed everything it accepted for a partition it hands over (preferred-leader election)."""
+        return self.coordinator.report_drained(topic, partition, leader_epoch)
+
+    def request_election(self, partitions: list[tuple[str, int]] | None) -> str:
+        """Ask the controller for a preferred-leader election (None: every partition); returns the request's znode."""
+        return self.coordinator.request_election(partitions)
+
     def recheck(self) -> None:
         """Hand the cluster's view to ``on_change`` again soon, on this object's thread, changed or not.
 
@@ -240,7 +260,8 @@ class ClusterMembership:
     def _run(self) -> None:
         next_ping = 0.0
         while not self._closed.is_set():
-            self._changed.wait(min(_WATCH_S, max(0.0, next_ping - time.monotonic())))
+            watch_s = _HANDOVER_POLL_S if self._seen is not None and self._handing_over(self._seen) else _WATCH_S
+            self._changed.wait(min(watch_s, max(0.0, next_ping - time.monotonic())))
             self._changed.clear()
             if self._closed.is_set():
                 return
@@ -250,20 +271,29 @@ class ClusterMembership:
                     next_ping = now + self.session_timeout_s / 6
                     self._ping()
                 meta = self.coordinator.metadata()
-                if meta != self._seen:
+                if meta != self._seen or self._handing_over(meta):
                     self._seen = meta
                     self._on_change(meta)
-            except Exception:  # the watch must outlive any one failure (a topic that cannot be opened now)
-                log.exception("node %d: applying the cluster's leadership failed; retrying", self.node_id)
+            except Exception as e:  # the watch must outlive any one failure (a topic that cannot be opened now)
+                log.exception(
+                    "node %d: applying the cluster's leadership failed, retrying: %s", self.node_id, describe(e)
+                )
                 self._seen = None
                 time.sleep(0.5)
+
+    def _handing_over(self, meta: ClusterMetadata) -> bool:
+        """Whether this node is handing a partition over and has not said it drained: look again until it has."""
+        me = self.node_id
+        return any(s.leader == me and s.handover_to is not None and not s.drained for s in meta.partitions.values())
 
     def _ping(self) -> None:
         sent = time.monotonic()
         try:
             self.coordinator.ping()
         except KazooException as e:
-            log.warning("node %d: ZooKeeper round trip failed (acks=1 lease not renewed): %s", self.node_id, e)
+            log.warning(
+                "node %d: ZooKeeper round trip failed (acks=1 lease not renewed): %s", self.node_id, describe(e)
+            )
             return
         self._lease_from = max(self._lease_from, sent)
 
@@ -272,7 +302,10 @@ class ClusterMembership:
         self._connected = connected
         if not connected:
             self._lease_from = -math.inf
-            log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
+            if self._closed.is_set():  # this node is leaving: its own session ends, not a fault
+                log.info("node %d: ZooKeeper session closed: left the cluster", self.node_id)
+            else:
+                log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
         else:
             self._log_negotiated()
         self._on_session(connected)

@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Collection, Sequence
 
+from logstore.common.logs import describe
 from logstore.errors import LogstoreError, UnknownServerError
 from logstore.log import promises
 from logstore.log.wal import Frame, WriteAheadLog, read_frames
@@ -53,8 +54,10 @@ def replay(writer: TopicWriter, wal: WriteAheadLog, metrics: Metrics) -> None:
             results = writer.append_held(chunk)
         except LogstoreError:
             raise  # the table cannot be written now: keep every frame and let start-up fail
-        except Exception:  # a frame the writer cannot take at all
-            log.exception("topic %s: replaying %d frames failed; retrying one by one", writer.topic, len(chunk))
+        except Exception as e:  # a frame the writer cannot take at all
+            log.exception(
+                "topic %s: replaying %d frames failed (%s); retrying one by one", writer.topic, len(chunk), describe(e)
+            )
             results = [UnknownServerError("replay failed")]
         if not all(isinstance(r, AppendResult) for r in results):
             # One frame at a time, so a bad frame takes neither its group nor the sequences

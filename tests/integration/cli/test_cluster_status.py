@@ -50,18 +50,28 @@ def test_an_embedded_node_is_a_healthy_one_node_cluster(tmp_path: Path, server: 
 
 
 class MetadataServer:
-    """An HTTP stand-in on loopback answering ``GET /v1/metadata`` with ``body`` (a cluster after a node died)."""
+    """An HTTP stand-in on loopback answering ``GET /v1/metadata`` with ``body`` (a cluster after a node died).
+
+    ``{self}`` in a node's URL is the stand-in's own, which answers ``GET /healthz`` (a live node).
+    """
 
     def __init__(self, body: dict[str, Any]) -> None:
-        self.body = body
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        for node in body["nodes"]:
+            node["url"] = node["url"].replace("{self}", self.url)
+        self.body = body
 
         async def metadata(request: Request) -> JSONResponse:
             return JSONResponse(self.body)
 
+        async def healthz(request: Request) -> JSONResponse:
+            return JSONResponse({"status": "ok"})
+
         config = uvicorn.Config(
-            Starlette(routes=[Route("/v1/metadata", metadata)]), port=self.port, log_level="warning"
+            Starlette(routes=[Route("/v1/metadata", metadata), Route("/healthz", healthz)]),
+            port=self.port,
+            log_level="warning",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -73,7 +83,10 @@ def degraded() -> Iterator[MetadataServer]:
         {
             "controller": None,
             "controller_epoch": 4,
-            "nodes": [{"node_id": 1, "url": "http://127.0.0.1:1"}],
+            "nodes": [
+                {"node_id": 1, "url": "{self}"},
+                {"node_id": 3, "url": f"http://127.0.0.1:{free_port()}"},  # registered, but killed: nothing answers
+            ],
             "topics": [
                 {
                     "name": "t",
@@ -81,6 +94,8 @@ def degraded() -> Iterator[MetadataServer]:
                         {"partition": 0, "leader": 1, "leader_epoch": 2},
                         {"partition": 1, "leader": 2, "leader_epoch": 5},  # its node is gone
                         {"partition": 2, "leader": -1, "leader_epoch": 3},  # no live node took it
+                        {"partition": 3, "leader": 3, "leader_epoch": 1},  # its node does not answer
+                        {"partition": 4, "leader": 1, "leader_epoch": 0, "handover_to": 3},
                     ],
                 }
             ],
@@ -101,11 +116,16 @@ def test_partitions_without_a_live_leader_are_under_led_and_fail_the_status(
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "Controller: none (election under way)\tControllerEpoch: 4"
-    assert lines[1] == "Node: 1\tUrl: http://127.0.0.1:1"
-    assert lines[2].endswith("Leader: 1\tLeaderEpoch: 2")
-    assert lines[3].endswith("Leader: 2\tLeaderEpoch: 5\tUNDER-LED")
-    assert lines[4].endswith("Leader: -1\tLeaderEpoch: 3\tUNDER-LED")
-    assert lines[5] == "Under-led partitions: 2: t-1, t-2"
+    assert lines[1] == f"Node: 1\tUrl: {degraded.url}"
+    assert lines[2].startswith("Node: 3\tUrl: http://127.0.0.1:") and lines[2].endswith("\tUNREACHABLE")
+    assert lines[3].endswith("Leader: 1\tLeaderEpoch: 2")
+    assert lines[4].endswith("Leader: 2\tLeaderEpoch: 5\tUNDER-LED (leader 2 not registered)")
+    assert lines[5].endswith("Leader: -1\tLeaderEpoch: 3\tUNDER-LED (no leader)")
+    assert lines[6].endswith("Leader: 3\tLeaderEpoch: 1\tUNDER-LED (leader 3 unreachable)")
+    assert lines[7].endswith("Leader: 1\tLeaderEpoch: 0\tHandingOverTo: 3")
+    assert lines[8] == (
+        "Under-led partitions: 3: t-1 (leader 2 not registered), t-2 (no leader), t-3 (leader 3 unreachable)"
+    )
 
 
 def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:

@@ -44,11 +44,13 @@ ACLS = [
     AclBinding("User:bob", C, "kafka-cluster", LIT, Operation.CREATE, A),
     # carol may describe the cluster (its metadata), not its topics
     AclBinding("User:carol", C, "kafka-cluster", LIT, Operation.DESCRIBE, A),
+    # olga operates the cluster: she may alter it (elect leaders), nothing else
+    AclBinding("User:olga", C, "kafka-cluster", LIT, Operation.ALTER, A),
     # everyone may describe "public", except eve
     AclBinding("User:*", T, "public", LIT, Operation.DESCRIBE, A),
     AclBinding("User:eve", T, "public", LIT, Operation.DESCRIBE, D),
 ]
-PRINCIPALS = ("admin", "alice", "bob", "carol", "eve")
+PRINCIPALS = ("admin", "alice", "bob", "carol", "eve", "olga")
 TOPICS = {"orders-eu", "orders-locked", "payments", "public"}
 GROUPS = {"orders-g", "payments-g"}
 
@@ -289,6 +291,11 @@ TABLE: list[Case] = [
     Case("GET /v1/metadata", "carol", "/v1/metadata", None, 200),  # lists only "public"
     Case("GET /v1/metadata", "alice", "/v1/metadata", None, 403, CF),
     Case("GET /v1/metadata", None, "/v1/metadata", None, 401, AUTH),
+    Case("POST /v1/cluster/elect-leaders", "olga", "/v1/cluster/elect-leaders", {"partitions": None}, 200),  # ALTER
+    Case("POST /v1/cluster/elect-leaders", "admin", "/v1/cluster/elect-leaders", None, 200),
+    Case("POST /v1/cluster/elect-leaders", "carol", "/v1/cluster/elect-leaders", None, 403, CF),  # DESCRIBE only
+    Case("POST /v1/cluster/elect-leaders", "bob", "/v1/cluster/elect-leaders", None, 403, CF),  # DESCRIBE, CREATE
+    Case("POST /v1/cluster/elect-leaders", None, "/v1/cluster/elect-leaders", None, 401, AUTH),
     Case("DELETE /v1/groups/{group}", "admin", "/v1/groups/none-{u}", None, 404, "GROUP_ID_NOT_FOUND"),
     Case("DELETE /v1/groups/{group}", "bob", "/v1/groups/payments-g", None, 403, GF),  # DESCRIBE is not DELETE
     Case("DELETE /v1/groups/{group}", None, "/v1/groups/payments-g", None, 401, AUTH),
