@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import socket
 import struct
@@ -60,27 +61,36 @@ def parse_listener(value: str, key: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def bind_listener(config: LogstoreConfig) -> socket.socket | None:
+def bind_listener(config: LogstoreConfig, *, insecure: bool = False) -> socket.socket | None:
     """Bind ``listeners`` before the node starts; None when it is off.
 
     When ``listeners`` is its default and the port is taken (several nodes on
     one host), log a warning and return None: the node serves HTTP without it.
 
     Raises:
-        InvalidConfigError: a malformed listener; a configured one that cannot be bound; cluster mode
-            with a configured listener (this slice serves embedded nodes only).
+        InvalidConfigError: a malformed listener; a configured one that cannot be bound; a configured one
+            in cluster mode or with ``security.enabled`` (this slice serves neither); a non-loopback one
+            without ``insecure``.
     """
     if not config.listeners.strip():
         return None
     default = config.listeners.strip() == DEFAULT_LISTENERS
-    if config.zookeeper_connect:
+    for unserved, why in ((config.zookeeper_connect, "zookeeper.connect"), (config.security_enabled, "security")):
+        if not unserved:
+            continue
         if default:
-            log.warning("the Kafka listener is off in cluster mode (it serves embedded nodes only for now)")
+            log.warning("the Kafka listener is off: it does not serve nodes with %s set yet", why)
             return None
         raise InvalidConfigError(
-            "listeners: the Kafka listener serves embedded nodes only for now; unset it with zookeeper.connect"
+            f"listeners={config.listeners}: the Kafka listener does not serve nodes with {why} set yet "
+            "(no SASL, ACLs or cluster metadata on it); set listeners to '' (empty)"
         )
     host, port = parse_listener(config.listeners, "listeners")
+    if not insecure and not _loopback(host):
+        raise InvalidConfigError(
+            f"refusing to serve the Kafka protocol on {host} with security.enabled=false: anyone who can reach it "
+            "could create, delete, produce to and read every topic. Listen on 127.0.0.1, or pass --insecure."
+        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -97,6 +107,15 @@ def bind_listener(config: LogstoreConfig) -> socket.socket | None:
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def advertised(config: LogstoreConfig, sock: socket.socket) -> Listener:

@@ -46,6 +46,6 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     from kafka_api.server import bind_listener, kafka_door
 
     # Bound before the node starts: a configured listener that cannot bind stops the start here.
-    sock = bind_listener(config)
+    sock = bind_listener(config, insecure=args.insecure)
     doors = [] if sock is None else [lambda broker: kafka_door(broker, config, sock)]
     serve(config, insecure=args.insecure, doors=doors)

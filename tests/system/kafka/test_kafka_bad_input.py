@@ -137,3 +137,29 @@ def test_a_malformed_listener_is_refused_by_name(tmp_path: object, bad: str) -> 
     )
     assert result.returncode != 0
     assert f"listeners={bad!r}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "listener", "message"),
+    [
+        (
+            {"LOGSTORE_SECURITY_ENABLED": "true"},
+            "PLAINTEXT://127.0.0.1:{port}",
+            "the Kafka listener does not serve nodes with security set yet",
+        ),
+        ({}, "PLAINTEXT://0.0.0.0:{port}", "refusing to serve the Kafka protocol on 0.0.0.0"),
+    ],
+    ids=["security-enabled", "not-loopback"],
+)
+def test_a_listener_that_would_open_the_node_is_refused(
+    tmp_path: object, env: dict[str, str], listener: str, message: str
+) -> None:
+    result = subprocess.run(
+        [*LOGSTORE, "--root", str(tmp_path), "serve", "--port", str(free_port())],
+        env=_env(LOGSTORE_LISTENERS=listener.format(port=free_port()), **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
