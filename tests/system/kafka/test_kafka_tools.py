@@ -1,0 +1,77 @@
+"""Kafka's own command-line tools (3.9, from ``make kafka``'s ``.cache/kafka``) against ``logstore serve``, unchanged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import Server, free_port
+
+_JARS = Path(__file__).resolve().parents[3] / ".cache" / "kafka"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("java") is None or not any(_JARS.glob("kafka_2.13-*.jar")),
+    reason="Kafka's tools need Java and 'make kafka' (Kafka's jars from Maven Central in .cache/kafka)",
+)
+
+
+def _tool(main: str, *args: str, stdin: str = "") -> str:
+    classpath = os.pathsep.join(str(j) for j in sorted(_JARS.glob("*.jar")))
+    out = subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, main, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout
+
+
+def test_console_producer_and_consumer_round_trip(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "console", "partitions": 1}).status_code in (200, 201)
+    lines = [f"key-{i}:value-{i}" for i in range(5)]
+    _tool(
+        "kafka.tools.ConsoleProducer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        "console",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        "--producer-property",
+        "acks=all",
+        stdin="\n".join(lines) + "\n",
+    )
+    out = _tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        "console",
+        "--partition",
+        "0",
+        "--offset",
+        "earliest",
+        "--max-messages",
+        "5",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=:",
+    )
+    assert out.splitlines() == lines
+    with s.client() as http:
+        records = http.get("/v1/topics/console/partitions/0/records", params={"offset": 0}).json()["records"]
+    assert [(r["offset"], f"{r['key']}:{r['value']}") for r in records] == list(enumerate(lines))
