@@ -1,4 +1,4 @@
-"""Kafka's own command-line tools (3.9, from ``make kafka``'s ``.cache/kafka``) against ``logstore serve``, unchanged."""
+"""Kafka's own command-line tools (3.9, from `make kafka`: .cache/kafka) against `logstore serve`, unchanged."""
 
 from __future__ import annotations
 
