@@ -81,12 +81,21 @@ class PartitionOut(BaseModel):
     size_bytes: int
     num_files: int = 0
     """Data files holding the partition (segments, in Kafka's words)."""
+    num_records: int = 0
+    """Records stored, from the data files' statistics (fewer than the offset span after key compaction)."""
 
 
 class TopicOut(BaseModel):
     name: str
+    topic_id: str | None = Field(
+        default=None,
+        description="the topic's ID (Kafka's, 22 characters of URL-safe base64): a topic deleted and created "
+        "again has a new one; null for a topic created before IDs existed",
+    )
     partitions: list[PartitionOut]
     config: dict[str, Any]
+    root: str | None = None
+    """The store's root (``logstore.root``) as the answering node sees it: Spark's ``logstore.root`` option."""
 
 
 class TopicList(BaseModel):
@@ -213,6 +222,11 @@ class MemberCommit(BaseModel):
     model_config = ConfigDict(extra="forbid")
     generation: int
     offsets: list[MemberOffset] = Field(description="next offset to read, per partition the member owns")
+
+
+class MemberSeek(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    positions: list[MemberOffset] = Field(description="the next offset to fetch, per partition the member owns")
 
 
 class MemberRecord(FetchedRecord):

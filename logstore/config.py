@@ -418,6 +418,16 @@ class LogstoreConfig:
             minimum=100,
         ),
     )
+    log_retention_check_interval_ms: int = field(
+        default=300_000,
+        metadata=_key(
+            "log.retention.check.interval.ms",
+            "How often the ingest node applies retention by itself (Kafka's key): it drops whole data files past "
+            "retention.ms or over retention.bytes in the partitions it leads of every topic whose cleanup.policy "
+            "contains delete, without Spark.",
+            minimum=1,
+        ),
+    )
     spark_jars_dir: str = field(
         default="",
         metadata=_key("spark.jars.dir", "Folder with Delta's jars; empty = the project's .cache/jars, else Maven."),

@@ -26,6 +26,7 @@ __all__ = [
     "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
+    "InconsistentTopicIdError",
     "InvalidConfigError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
@@ -352,6 +353,19 @@ class DuplicateBrokerRegistrationError(LogstoreError):
 
     code = 101
     name = "DUPLICATE_BROKER_REGISTRATION"
+
+
+class InconsistentTopicIdError(LogstoreError):
+    """The topic was deleted and created again since this reader, writer or query opened it.
+
+    What it held (offsets, a writer's high watermarks and epochs) belongs to the
+    old topic; the message names both topic IDs. Retriable: the topic's new
+    incarnation is opened afresh on the next request.
+    """
+
+    code = 103
+    name = "INCONSISTENT_TOPIC_ID"
+    retriable = True
 
 
 class NotCoordinatorError(LogstoreError):

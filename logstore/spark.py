@@ -5,7 +5,9 @@ Delta's jars come from Maven Central. ``make`` copies them once into
 on Spark's classpath, so a warm cache works offline. Without the folder it
 falls back to ``spark.jars.packages`` (Ivy, cached in ``~/.ivy2``).
 
-Importing this module does not start Spark; :func:`session` does.
+Importing this module does not start Spark (nor import pyspark); :func:`session` does.
+:func:`register` adds ``format("logstore")`` to a session built elsewhere
+(``spark-submit``, a notebook's ``spark``, Databricks).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from logstore.config import load_config
 from logstore.errors import InvalidConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrameWriter, SparkSession
     from pyspark.sql.datasource import DataSource
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "LOCAL_FS_JAR",
     "delta_jars",
     "local_file_system_conf",
+    "register",
     "session",
     "spark_home_without_python_zips",
 ]
@@ -123,9 +126,86 @@ def session(**overrides: str) -> SparkSession:
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    for source in data_sources():
-        spark.dataSource.register(source)
+    register(spark)
     return spark
+
+
+def register(spark: SparkSession) -> SparkSession:
+    """Register ``format("logstore")`` (read and write) on ``spark``, a session built anywhere; returns it.
+
+    For a session this process did not build — ``spark-submit``'s, a
+    notebook's, Databricks' — with the ``logstore`` distribution installed on
+    the driver and the workers. Spark's lookup of installed Python data sources
+    (modules named ``pyspark_*``) finds the source without this call too
+    (``pyspark_logstore``); registering is explicit, and also makes a batch
+    write without ``mode(...)`` append (see :func:`_append_by_default`).
+    Idempotent.
+    """
+    sources = data_sources()
+    for source in sources:
+        spark.dataSource.register(source)
+    _append_by_default({source.name().lower() for source in sources})
+    return spark
+
+
+_APPENDING_FORMATS: set[str] = set()
+
+
+def _append_by_default(formats: set[str]) -> None:
+    """Make PySpark's ``DataFrameWriter.save()`` of ``formats`` take the default save mode as ``Append``.
+
+    Spark's Kafka sink treats ``ErrorIfExists`` — the mode of a ``save()``
+    without ``mode(...)`` — as append and refuses ``Ignore`` and
+    ``Overwrite``. Spark itself refuses ``ErrorIfExists`` and ``Ignore`` for
+    any Python data source before the source sees the write, so a Kafka job
+    would fail after swapping the format. This wraps ``format``, ``mode``
+    and ``save`` of PySpark's classic ``DataFrameWriter`` (once per process):
+    a write to one of ``formats`` whose mode is unset or ``error`` /
+    ``errorifexists`` / ``default`` is sent as ``append``; ``ignore`` is
+    refused with ``INVALID_CONFIG`` (``overwrite`` by the sink itself). Other
+    formats are untouched. A Spark Connect writer is not wrapped: give it
+    ``mode("append")``.
+    """
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    first = not _APPENDING_FORMATS
+    _APPENDING_FORMATS.update(formats)
+    if not first:
+        return
+    wrapped_format, wrapped_mode, wrapped_save = DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save
+
+    def format(self: DataFrameWriter, source: str) -> DataFrameWriter:
+        self._logstore_format = source  # type: ignore[attr-defined]
+        return wrapped_format(self, source)
+
+    def mode(self: DataFrameWriter, saveMode: str | None) -> DataFrameWriter:
+        if saveMode is not None:
+            self._logstore_mode = saveMode  # type: ignore[attr-defined]
+        return wrapped_mode(self, saveMode)
+
+    def save(
+        self: DataFrameWriter,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        fmt = (format or getattr(self, "_logstore_format", None) or "").lower()
+        if fmt in _APPENDING_FORMATS:
+            chosen = (mode or getattr(self, "_logstore_mode", None) or "errorifexists").lower()
+            if chosen in ("error", "errorifexists", "default"):
+                mode = "append"
+            elif chosen == "ignore":
+                raise InvalidConfigError(
+                    f"format('{fmt}') does not support the Ignore save mode (nor does Spark's Kafka sink): "
+                    "use mode('append'), the default"
+                )
+        return wrapped_save(self, path, format=format, mode=mode, **kwargs)
+
+    format.__doc__, mode.__doc__, save.__doc__ = wrapped_format.__doc__, wrapped_mode.__doc__, wrapped_save.__doc__
+    DataFrameWriter.format = format  # type: ignore[method-assign]
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
+    DataFrameWriter.save = save  # type: ignore[method-assign,assignment]
 
 
 LOCAL_FS_JAR = Path(__file__).resolve().parent.parent / ".cache" / "localfs" / "logstore-localfs.jar"

@@ -18,6 +18,7 @@ from logstore.config import LogstoreConfig
 from logstore.errors import (
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
+    InconsistentTopicIdError,
     InvalidRequestError,
     LogstoreError,
     NonEmptyGroupError,
@@ -89,10 +90,19 @@ class LogStore:
         return info
 
     def delete_topic(self, name: str) -> None:
+        """Delete topic ``name``, its data, and every group's committed offsets on it (as Kafka does).
+
+        The table goes first, so no reader or commit check sees the topic any more,
+        then the offsets' rows (:meth:`OffsetsStore.delete_topic`).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
         with self._lock(name):
             self._writers.pop(name, None)
             self._readers.pop(name, None)
             self.catalog.delete_topic(name)
+            self.offsets.delete_topic(name)
 
     # records
     def writer(self, topic: str) -> TopicWriter:
@@ -105,7 +115,20 @@ class LogStore:
             return w
 
     def append(self, topic: str, batches: Sequence[ProducerBatch]) -> list[AppendResult | LogstoreError]:
-        """One group commit of ``batches`` to ``topic`` (see :meth:`TopicWriter.append`)."""
+        """One group commit of ``batches`` to ``topic`` (see :meth:`TopicWriter.append`).
+
+        A writer of a topic deleted and created again since (by another process)
+        is dropped, and the batches go to a writer of the new topic.
+        """
+        writer = self.writer(topic)
+        with self._lock(topic):
+            try:
+                return writer.append(batches)
+            except InconsistentTopicIdError:  # raised before anything was written
+                with self._guard:
+                    if self._writers.get(topic) is writer:
+                        del self._writers[topic]
+                writer.close()
         writer = self.writer(topic)
         with self._lock(topic):
             return writer.append(batches)

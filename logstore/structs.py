@@ -8,8 +8,13 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from logstore.config import TopicConfig
+from logstore.errors import LogstoreError
 
 __all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
     "AppendResult",
     "FetchResult",
     "GroupOffset",
@@ -22,11 +27,36 @@ __all__ = [
 ]
 
 
-class TopicPartition(NamedTuple):
-    """One partition of one topic."""
+OFFSET_BEGINNING = -2
+"""A :class:`TopicPartition` offset meaning the partition's log start offset (confluent-kafka's constant)."""
+OFFSET_END = -1
+"""A :class:`TopicPartition` offset meaning the high watermark: only records produced from now on."""
+OFFSET_STORED = -1000
+"""A :class:`TopicPartition` offset meaning the group's committed offset (else ``auto.offset.reset``)."""
+OFFSET_INVALID = -1001
+"""No offset: not set, not consumed yet, or nothing committed."""
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class TopicPartition:
+    """One partition of one topic, with an offset where one goes with it (confluent-kafka's ``TopicPartition``).
+
+    Equality, ordering and hashing use ``(topic, partition)`` only, as in
+    confluent-kafka: a partition with an offset finds its entry in a dict keyed
+    by partitions. ``offset`` is an offset of the partition or one of the
+    ``OFFSET_*`` constants; what it means depends on the call (the next offset
+    to read for :meth:`~logstore.client.Consumer.position`, a timestamp in ms
+    going into :meth:`~logstore.client.Consumer.offsets_for_times`).
+    """
 
     topic: str
-    partition: int
+    partition: int = -1
+    offset: int = field(default=OFFSET_INVALID, compare=False)
+    metadata: str | None = field(default=None, compare=False)
+    """Commit metadata (as committed with the offset), when there is any."""
+    leader_epoch: int | None = field(default=None, compare=False)
+    error: LogstoreError | None = field(default=None, compare=False)
+    """Set on a partition a call could not answer for (the others are answered)."""
 
 
 class GroupTopicPartition(NamedTuple):
@@ -60,6 +90,9 @@ class PartitionInfo:
     """Bytes of the partition's data files."""
     num_files: int = 0
     """Data files holding the partition (segments, in Kafka's words)."""
+    num_records: int = 0
+    """Records stored: the ``numRecords`` statistics of the live data files. Below
+    ``high_watermark - log_start_offset`` when key compaction left gaps in the offsets."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +105,8 @@ class TopicInfo:
     overrides: dict[str, str] = field(default_factory=dict)
     """The config keys set on the topic itself (the rest come from the defaults)."""
     table_version: int = 0
+    topic_id: str | None = None
+    """The topic's ID (:mod:`logstore.log.topic_id`); None for a topic created before IDs existed."""
 
 
 @dataclass(frozen=True)

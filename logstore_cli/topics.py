@@ -56,7 +56,7 @@ def describe(args: argparse.Namespace, config: LogstoreConfig) -> None:
     """``topics describe NAME``: one line for the topic and its config overrides, then a table of its partitions."""
     info = backend(args, config).describe_topic(args.name)
     overrides = ",".join(f"{k}={v}" for k, v in sorted(info.overrides.items()))
-    print(f"Topic: {info.name}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
+    print(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: {len(info.partitions)}\tConfigs: {overrides}")
     print_table(
         ["PARTITION", "LOG-START-OFFSET", "HIGH-WATERMARK", "SIZE-BYTES", "FILES"],
         [[p.partition, p.log_start_offset, p.high_watermark, p.size_bytes, p.num_files] for p in info.partitions],

@@ -6,11 +6,11 @@ job over topics, with a summary), :class:`Scheduler` (``maintain run``), and
 ``maintenance/job.py`` for ``spark-submit``.
 """
 
+from logstore.log.retention import plan_retention, run_retention
 from maintenance.cleaner import run_key_compaction
-from maintenance.job import JOBS, run_job
+from maintenance.job import JOBS, run_job, store_config
 from maintenance.offsets import run_offsets_compaction
 from maintenance.report import PartitionReport, RunReport
-from maintenance.retention import plan_retention, run_retention
 from maintenance.scheduler import Scheduler, jobs_for_policy
 from maintenance.segments import plan_segments, run_segment_compaction
 from maintenance.vacuum import DEFAULT_RETENTION_HOURS, run_vacuum
@@ -30,4 +30,5 @@ __all__ = [
     "run_retention",
     "run_segment_compaction",
     "run_vacuum",
+    "store_config",
 ]

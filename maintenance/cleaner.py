@@ -6,7 +6,7 @@ For a topic whose ``cleanup.policy`` contains ``compact``, per partition:
   are all older than ``min.compaction.lag.ms`` (file ``max.timestamp``
   statistic); it stops at the first file holding a younger record, so the
   active tail is never touched, and it ends only where no kept file holds an
-  offset below its end (:func:`maintenance._files.offset_prefix`: files with
+  offset below its end (:func:`logstore.log.file_changes.offset_prefix`: files with
   overlapping offset ranges, as Delta's ``OPTIMIZE`` leaves them, are
   cleaned together or not at all);
 * a record of the cleanable region is dropped when a later record of the
@@ -36,10 +36,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from logstore.log import tables
+from logstore.log import file_changes, tables
 from logstore.log.catalog import Catalog
 from logstore.log.files import DataFile
-from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
 if TYPE_CHECKING:
@@ -61,7 +60,9 @@ def _segment_writer(root: str, segment_bytes: int) -> Callable[[tuple[pa.Scalar,
         records = records.sort_by("offset")
         pieces = max(1, math.ceil(records.nbytes / segment_bytes))
         step = math.ceil(len(records) / pieces)
-        out = [_files.write_segment(root, partition, records.slice(i, step)) for i in range(0, len(records), step)]
+        out = [
+            file_changes.write_segment(root, partition, records.slice(i, step)) for i in range(0, len(records), step)
+        ]
         return pa.Table.from_pylist(
             [
                 {
@@ -116,7 +117,7 @@ def run_key_compaction(
         return []
     now = int(time.time() * 1000) if now_ms is None else now_ms
     lag_cutoff = now - config.min_compaction_lag_ms
-    by_part = _files.live_files(table)
+    by_part = file_changes.live_files(table)
     dirty: dict[int, list[DataFile]] = {}
     for p, files in by_part.items():
         old = 0
@@ -124,12 +125,12 @@ def run_key_compaction(
             if f.max_timestamp_ms is None or f.max_timestamp_ms >= lag_cutoff:
                 break
             old += 1
-        region = files[: _files.offset_prefix([f.min_offset for f in files], [f.max_offset for f in files], old)]
+        region = files[: file_changes.offset_prefix([f.min_offset for f in files], [f.max_offset for f in files], old)]
         if region:
             dirty[p] = region
 
     dropped: dict[int, int] = {}
-    written: dict[int, list[_files.NewFile]] = {}
+    written: dict[int, list[file_changes.NewFile]] = {}
     root = tables.table_path(table)
     if dirty:
         tombstone_cutoff = dt.datetime.fromtimestamp((now - config.delete_retention_ms) / 1000, dt.UTC)
@@ -162,7 +163,7 @@ def run_key_compaction(
                 )
                 for w in rows:
                     written.setdefault(int(w["partition"]), []).append(
-                        _files.NewFile(
+                        file_changes.NewFile(
                             w["log_path"],
                             int(w["partition"]),
                             int(w["size_bytes"]),
@@ -180,11 +181,11 @@ def run_key_compaction(
     for p in sorted(dropped):
         new = sorted(written.get(p, []), key=lambda f: f.min_offset)
         try:
-            versions[p] = _files.commit(table, dirty[p], new, data_change=True, operation="key-compaction")
+            versions[p] = file_changes.commit(table, dirty[p], new, data_change=True, operation="key-compaction")
         except CommitFailedError:
-            _files.discard(root, new)
+            file_changes.discard(root, new)
             progress(f"clean {topic}/{p}: skipped, other maintenance changed its files first")
-    starts = _files.log_start_offsets(catalog, topic)
+    starts = file_changes.log_start_offsets(catalog, topic)
     reports = []
     for p in range(count):
         done = p in versions

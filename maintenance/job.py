@@ -30,30 +30,29 @@ Locally, with pyspark's ``spark-submit`` from the venv::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
-    import os
-
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from logstore.config import load_config
-from logstore.errors import InvalidRequestError, LogstoreError
+from logstore.config import LogstoreConfig, load_config
+from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.log.catalog import Catalog
+from logstore.log.retention import run_retention
 from maintenance.cleaner import run_key_compaction
 from maintenance.offsets import OFFSETS_TABLE, run_offsets_compaction
 from maintenance.report import PartitionReport, Progress, RunReport, print_progress
-from maintenance.retention import run_retention
 from maintenance.segments import run_segment_compaction
 from maintenance.vacuum import DEFAULT_RETENTION_HOURS, run_vacuum
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JOBS", "SPARK_JOBS", "main", "run_job"]
+__all__ = ["JOBS", "SPARK_JOBS", "main", "run_job", "store_config"]
 
 JOBS = ("retention", "compact", "clean", "vacuum", "offsets")
 """Every job name, in the order a full pass runs them."""
@@ -127,6 +126,32 @@ def run_job(
     return report
 
 
+def store_config(root: str = "", spark: SparkSession | None = None, config_file: str | None = None) -> LogstoreConfig:
+    """The config of the store a notebook or job maintains; its root must be an existing directory.
+
+    The root is, first found: ``root`` (a notebook's ``root`` widget or
+    ``MAINTENANCE_ROOT``, the job's ``--root``), the Spark conf
+    ``spark.logstore.root`` of ``spark`` (a cluster's Spark config), then the
+    config as the CLI reads it: ``LOGSTORE_ROOT``, the config file's
+    ``logstore.root`` (``LOGSTORE_CONFIG`` or ``conf/logstore.toml`` under the
+    working directory), ``./data``.
+
+    Raises:
+        InvalidConfigError: the root is not a directory (a notebook run from
+            ``notebooks/`` would otherwise find no topics and succeed), naming it and the settings.
+    """
+    if not root and spark is not None:
+        root = spark.conf.get("spark.logstore.root", None) or ""
+    config = load_config(config_file, overrides={"logstore.root": root} if root else {})
+    if not os.path.isdir(config.root):
+        raise InvalidConfigError(
+            f"logstore.root '{config.root}' (from the working directory {os.getcwd()}) is not a directory: there "
+            "is no store there. Give the store's directory with the root parameter (widget or MAINTENANCE_ROOT), "
+            "the Spark conf spark.logstore.root, LOGSTORE_ROOT, or the config file's logstore.root"
+        )
+    return config
+
+
 def _compact_offsets(catalog: Catalog, _table: str, **kwargs: Any) -> list[PartitionReport]:
     return run_offsets_compaction(catalog.config.root, keep=catalog.config.offsets_history_commits, **kwargs)
 
@@ -145,9 +170,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``spark-submit maintenance/job.py`` and ``python -m maintenance``."""
     args = _parser().parse_args(argv)
-    overrides = {"logstore.root": args.root} if args.root else {}
     try:
-        catalog = Catalog(load_config(args.config_file, overrides=overrides))
+        catalog = Catalog(store_config(args.root or "", config_file=args.config_file))
     except LogstoreError as e:
         print(f"{e.name}: {e.message}", file=sys.stderr)
         return 1

@@ -1,37 +1,13 @@
-"""What a maintenance run did: per partition, then summed per run."""
+"""What a maintenance run did: per partition (:class:`~logstore.log.file_changes.PartitionReport`), summed per run."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from logstore.log.file_changes import PartitionReport, Progress, print_progress
+
 __all__ = ["PartitionReport", "Progress", "RunReport", "print_progress"]
-
-Progress = Callable[[str], None]
-"""Receives one line per topic and partition as a job goes (``print`` by default)."""
-
-
-def print_progress(line: str) -> None:
-    print(line, flush=True)
-
-
-@dataclass(frozen=True)
-class PartitionReport:
-    """One job's effect on one partition (one Delta commit, or none)."""
-
-    topic: str
-    partition: int
-    files_removed: int = 0
-    bytes_removed: int = 0
-    files_added: int = 0
-    bytes_added: int = 0
-    records_removed: int = 0
-    """Records gone from the log (retention, key compaction); 0 for segment compaction."""
-    log_start_offset: int = 0
-    """The partition's log start offset after the job."""
-    version: int | None = None
-    """The Delta version of the job's commit; None when it changed nothing."""
 
 
 @dataclass

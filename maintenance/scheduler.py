@@ -6,6 +6,11 @@ contains ``compact``, then ``compact`` (segment compaction) and ``vacuum`` for
 every topic; then ``offsets`` once (compaction and vacuum of the consumer-group
 offsets table). A failing job is logged with its traceback and the cycle goes
 on; the next cycle starts ``every_s`` seconds after the previous one started.
+
+Logging: one line per partition a job changed, then that job's summary; a job
+that changed nothing logs nothing (a quiet store logs nothing per cycle). A
+node already applies retention by itself (``log.retention.check.interval.ms``);
+the scheduler's retention covers stores without a running node.
 """
 
 from __future__ import annotations
@@ -106,19 +111,39 @@ class Scheduler:
         return reports
 
     def _run_one(self, job: str, topic: str | None, reports: list[RunReport]) -> None:
+        """Run one job; log one line per partition it changed, and its summary only when it did something.
+
+        The job's own progress lines are not logged: a cycle over topics with
+        nothing to do logs nothing.
+        """
         what = f"topic {topic}" if topic is not None else "the offsets table"
         try:
             report = self._run(
-                job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=log.info
+                job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=_quiet
             )
         except Exception:  # a job that raises (not a per-topic error in its report): counted, logged, retried
             log.exception("maintenance: %s of %s failed; the next cycle retries", job, what)
             self.failures += 1
             return
+        for p in report.partitions:
+            if p.files_removed or p.files_added:
+                log.info(
+                    "maintenance: %s %s/%d: removed %d files (%d bytes, %d records), wrote %d files (%d bytes); "
+                    "log start offset %d",
+                    job,
+                    p.topic,
+                    p.partition,
+                    p.files_removed,
+                    p.bytes_removed,
+                    p.records_removed,
+                    p.files_added,
+                    p.bytes_added,
+                    p.log_start_offset,
+                )
         if report.errors:
             self.failures += 1
             log.error("maintenance: %s", report.summary())
-        else:
+        elif report.files_removed or report.files_added:
             log.info("maintenance: %s", report.summary())
         reports.append(report)
 
@@ -126,9 +151,13 @@ class Scheduler:
         """Run cycles until :meth:`stop` (or ``cycles`` of them), ``every_s`` apart."""
         while not self._stop.is_set() and (cycles is None or self.cycles_done < cycles):
             started = time.monotonic()
-            log.info("maintenance: cycle %d starts", self.cycles_done + 1)
+            log.debug("maintenance: cycle %d starts", self.cycles_done + 1)
             self.run_cycle()
             self.cycles_done += 1
             if cycles is not None and self.cycles_done >= cycles:
                 break
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
+
+
+def _quiet(_line: str) -> None:
+    """A job's progress lines, dropped: the scheduler logs what changed from the job's report."""

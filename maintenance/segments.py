@@ -32,11 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 
-from logstore.log import tables
+from logstore.log import file_changes, tables
 from logstore.log.catalog import Catalog
 from logstore.log.files import DataFile
 from logstore.log.reader import offset_runs
-from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
 if TYPE_CHECKING:
@@ -70,12 +69,12 @@ def plan_segments(files: Sequence[DataFile], segment_bytes: int) -> list[list[Da
     return [b for b in bins if len(b) >= 2]
 
 
-def _rewrite_bin(task: tuple[str, int, list[str], int]) -> list[_files.NewFile]:
+def _rewrite_bin(task: tuple[str, int, list[str], int]) -> list[file_changes.NewFile]:
     """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process)."""
     root, partition, paths, pieces = task
-    data = pa.concat_tables([pq.read_table(p, schema=_files.FILE_SCHEMA) for p in paths]).sort_by("offset")
+    data = pa.concat_tables([pq.read_table(p, schema=file_changes.FILE_SCHEMA) for p in paths]).sort_by("offset")
     step = max(1, math.ceil(len(data) / max(1, pieces)))
-    return [_files.write_segment(root, partition, data.slice(i, step)) for i in range(0, len(data), step)]
+    return [file_changes.write_segment(root, partition, data.slice(i, step)) for i in range(0, len(data), step)]
 
 
 def run_segment_compaction(
@@ -95,7 +94,7 @@ def run_segment_compaction(
     dt = catalog.table(topic)
     count, config = catalog.topic_config(topic, dt)
     target = segment_bytes if segment_bytes is not None else config.segment_bytes
-    by_part = _files.live_files(dt)
+    by_part = file_changes.live_files(dt)
     root = tables.table_path(dt)
     plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
     tasks = [
@@ -107,7 +106,7 @@ def run_segment_compaction(
         written = spark.sparkContext.parallelize(tasks, len(tasks)).map(_rewrite_bin).collect()
     else:
         written = [_rewrite_bin(t) for t in tasks]
-    starts = _files.log_start_offsets(catalog, topic)
+    starts = file_changes.log_start_offsets(catalog, topic)
     reports = []
     i = 0
     for p in range(count):
@@ -118,9 +117,9 @@ def run_segment_compaction(
         version = None
         if removes:
             try:
-                version = _files.commit(dt, removes, new, data_change=False, operation="segment-compaction")
+                version = file_changes.commit(dt, removes, new, data_change=False, operation="segment-compaction")
             except CommitFailedError:
-                _files.discard(root, new)
+                file_changes.discard(root, new)
                 progress(f"compact {topic}/{p}: skipped, other maintenance changed its files first")
                 removes, new = [], []
         r = PartitionReport(

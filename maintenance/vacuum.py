@@ -15,9 +15,8 @@ from urllib.parse import unquote
 
 from deltalake.exceptions import DeltaError
 
-from logstore.log import tables
+from logstore.log import file_changes, tables
 from logstore.log.catalog import Catalog
-from maintenance import _files
 from maintenance.report import PartitionReport, Progress, print_progress
 
 __all__ = ["DEFAULT_RETENTION_HOURS", "run_vacuum"]
@@ -60,7 +59,7 @@ def run_vacuum(
         part = _partition_of(rel)
         n, size = by_part.get(part, (0, 0))
         by_part[part] = (n + 1, size + sizes.get(rel, 0))
-    starts = _files.log_start_offsets(catalog, topic)
+    starts = file_changes.log_start_offsets(catalog, topic)
     reports = []
     for p, start in enumerate(starts):
         n, size = by_part.get(p, (0, 0))

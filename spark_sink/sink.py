@@ -16,9 +16,23 @@ Where it runs and why it is exactly-once:
   come from the writer, gap-free, and a race with another committer (an ingest
   server) is retried, never fenced. The writer is closed after the batch (its
   lock file, checkpoint thread and fsync pool go with it). The commit is an idempotent producer
-  batch: producer id = the streaming query's id (from its checkpoint), sequence
-  = the batch id. A batch replayed after a crash — same query, same batch id —
-  finds its sequence already committed and writes nothing.
+  batch: producer id = the streaming query's id (from its checkpoint; with a
+  ``producerId`` option, that name joined to the query's id), sequence = the
+  batch id. A batch replayed after a crash — same query, same batch id — finds
+  its sequence already committed and writes nothing. A new checkpoint is a new
+  query, so a new producer whose batch ids start again at 0.
+
+Topics and save modes, as Spark's Kafka sink and a Kafka broker have them:
+
+* a missing ``topic`` is created (``num.partitions`` of the config's
+  partitions) unless the ``auto.create.topics.enable`` option is false; then
+  the write fails when Spark builds the writer, before any data is read. A
+  topic named only by the ``topic`` column is created at the commit.
+* a batch write appends (``Append``, and ``ErrorIfExists`` — Spark's default —
+  as Kafka's sink takes it; see :func:`logstore.spark.register`);
+  ``Overwrite`` is refused when Spark builds the writer.
+* ``kafka.*`` options of a Kafka job (``kafka.bootstrap.servers`` …) mean
+  nothing here: they are ignored with one log line.
 """
 
 from __future__ import annotations
@@ -35,7 +49,13 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from logstore.config import load_config
-from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
+from logstore.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    LogstoreError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import HEADERS_TYPE, INPUT_SCHEMA
@@ -69,6 +89,39 @@ class _Sink:
         self.root = opts.get("logstore.root") or load_config().root
         self.checkpoint = opts.get("checkpointlocation")
         self.producer_id = opts.get("producerid") or None
+        self.auto_create = _bool(opts.get("auto.create.topics.enable", "true"), "auto.create.topics.enable")
+        ignored = sorted(k for k in opts if k.startswith("kafka."))
+        if ignored:
+            log.info(
+                "format('logstore') ignores the Kafka client option(s) %s: it writes to the store at %s",
+                ", ".join(ignored),
+                self.root,
+            )
+        if self.topic is not None:
+            self._ensure_topic(self._catalog(), self.topic)
+
+    def _catalog(self) -> Catalog:
+        return Catalog(load_config(environ={}, path=None, overrides={"logstore.root": self.root}))
+
+    def _ensure_topic(self, catalog: Catalog, topic: str) -> None:
+        """Create ``topic`` when it is missing and ``auto.create.topics.enable`` (Kafka's broker default: true).
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic is missing and auto-creation is off.
+        """
+        if catalog.exists(topic):
+            return
+        if not self.auto_create:
+            raise UnknownTopicOrPartitionError(
+                f"topic '{topic}' does not exist in {self.root} and the sink's auto.create.topics.enable is false: "
+                "create it first (logstore topics create) or drop the option"
+            )
+        partitions = load_config().num_partitions
+        try:
+            catalog.create_topic(topic, partitions)
+            log.info("created topic '%s' with %d partition(s) (num.partitions)", topic, partitions)
+        except TopicAlreadyExistsError:
+            pass  # another writer created it meanwhile
 
     def _rows(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
         batches = list(iterator)
@@ -79,7 +132,7 @@ class _Sink:
 
     def _append(self, messages: list[SinkRows | None], producer_id: str | None, sequence: int | None) -> None:
         tables = [m.records for m in messages if m is not None and len(m.records)]
-        catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": self.root}))
+        catalog = self._catalog()
         data = _normalise(pa.concat_tables(tables, promote_options="permissive") if tables else _empty())
         if self.topic is not None:
             groups = {self.topic: data}
@@ -88,13 +141,20 @@ class _Sink:
                 raise InvalidRequestError("a row has a null 'topic' and no 'topic' option was given")
             groups = {str(t): data.filter(pc.equal(data["topic"], t)) for t in pc.unique(data["topic"]).to_pylist()}
         for topic, rows in sorted(groups.items()):
+            self._ensure_topic(catalog, topic)
             if producer_id is not None and sequence is not None:
                 table = catalog.table(topic)
                 committed = txn_version(table, app_producer_max(producer_id))
                 if committed is None:  # a table written before sequences were kept per partition
                     committed = txn_version(table, app_producer(producer_id))
                 if committed is not None and committed >= sequence:
-                    log.info("batch %d of %s is already in topic '%s'; skipped", sequence, producer_id, topic)
+                    # Only a replay of this very query's batch gets here: the producer id is the query's own.
+                    log.warning(
+                        "batch %d of %s is already in topic '%s' (a replay after a failure); not written again",
+                        sequence,
+                        producer_id,
+                        topic,
+                    )
                     continue
             else:
                 committed = None
@@ -113,7 +173,20 @@ class _Sink:
 
 
 class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):
-    """``df.write.format("logstore")``: all rows of the job in one commit per topic."""
+    """``df.write.format("logstore")``: all rows of the job in one commit per topic, appended.
+
+    Raises:
+        InvalidConfigError: ``overwrite`` (``mode("overwrite")``): a topic is a log, and Spark's
+            Kafka sink refuses that mode too.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, *, overwrite: bool = False) -> None:
+        if overwrite:
+            raise InvalidConfigError(
+                "format('logstore') does not support the Overwrite save mode (nor does Spark's Kafka sink): "
+                "a topic is a log, records are only appended; use mode('append')"
+            )
+        super().__init__(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
         return self._rows(iterator)
@@ -128,15 +201,18 @@ class LogstoreBatchWriter(_Sink, DataSourceArrowWriter):
 class LogstoreStreamWriter(_Sink, DataSourceStreamArrowWriter):
     """``df.writeStream.format("logstore")``: one idempotent commit per topic and micro-batch.
 
-    The producer id is the ``producerId`` option, else ``spark-<query id>``
-    read from ``<checkpointLocation>/metadata`` (Spark keeps a query's id
-    there for its whole life, across restarts; a new checkpoint is a new query).
+    The producer id is ``spark-<query id>``, or ``<producerId>-<query id>``
+    with a ``producerId`` option, the query id read from
+    ``<checkpointLocation>/metadata`` (Spark keeps a query's id there for its
+    whole life, across restarts). A new checkpoint is a new query: its batch
+    ids start at 0 again, and so does its producer's sequence, whatever
+    ``producerId`` it shares with an earlier query.
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
-        if self.producer_id is None:
-            self.producer_id = _query_producer_id(self.checkpoint)
+        query = _query_producer_id(self.checkpoint, self.producer_id)
+        self.producer_id = query if self.producer_id is None else f"{self.producer_id}-{query}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkRows:
         return self._rows(iterator)
@@ -148,11 +224,15 @@ class LogstoreStreamWriter(_Sink, DataSourceStreamArrowWriter):
         """Nothing reached a topic: rows only travel to the driver before the commit."""
 
 
-def _query_producer_id(checkpoint: str | None) -> str:
+def _query_producer_id(checkpoint: str | None, producer_id: str | None) -> str:
+    """``spark-<query id>`` of the query whose checkpoint is ``checkpoint``."""
     if not checkpoint:
+        also = (
+            f" (the producerId option '{producer_id}' alone cannot tell this query from another)" if producer_id else ""
+        )
         raise InvalidConfigError(
-            "writeStream.format('logstore') needs a checkpointLocation (its query id keeps replays "
-            "exactly-once) or an explicit 'producerId' option"
+            "writeStream.format('logstore') needs the checkpointLocation option: its query id keeps "
+            f"replays exactly-once{also}"
         )
     path = os.path.join(checkpoint.removeprefix("file:"), "metadata")
     try:
@@ -161,6 +241,13 @@ def _query_producer_id(checkpoint: str | None) -> str:
     except (OSError, ValueError, KeyError) as e:
         raise InvalidConfigError(f"cannot read the query id from {path}: {e}") from e
     return f"spark-{query_id}"
+
+
+def _bool(value: str, name: str) -> bool:
+    v = str(value).strip().lower()
+    if v not in ("true", "false"):
+        raise InvalidConfigError(f"{name} must be true or false, got {value!r}")
+    return v == "true"
 
 
 def _empty() -> pa.Table:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from logstore.config import load_config
 from logstore.errors import InvalidConfigError
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "SourceOptions"]
+
+log = logging.getLogger("spark_source")
 
 EARLIEST = -2
 """Kafka's JSON offset for "the log start offset"."""
@@ -22,6 +25,7 @@ OffsetSpec = str | dict[str, dict[str, int]]
 
 _KNOWN = {
     "subscribe",
+    "assign",
     "subscribepattern",
     "topic",
     "group",
@@ -37,6 +41,17 @@ _KNOWN = {
     "path",
 }
 
+_KAFKA_ONLY = {
+    "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+    "groupidprefix",
+    "minpartitions",
+    "maxtriggerdelay",
+    "minoffsetspertrigger",
+}
+"""Options of Spark's Kafka source about its Kafka consumer and triggers: nothing to tune here, so ignored (logged)."""
+
 
 @dataclass(frozen=True)
 class SourceOptions:
@@ -45,9 +60,11 @@ class SourceOptions:
     root: str
     """``logstore.root``; falls back to the config's ``logstore.root`` (``./data``)."""
     topics: tuple[str, ...]
-    """``subscribe`` (comma list) or ``topic``; empty with a pattern."""
+    """``subscribe`` (comma list), ``topic`` or the topics of ``assign``; empty with a pattern."""
     pattern: str | None
     """``subscribePattern``: a regular expression matched against whole topic names."""
+    assigned: dict[str, frozenset[int]] | None
+    """``assign`` (Kafka's JSON ``{"topic": [0, 1]}``): the only partitions read; none: every partition."""
     group: str | None
     """Consumer group whose offsets the query starts from and commits to; none: no commits."""
     starting: OffsetSpec
@@ -75,16 +92,25 @@ class SourceOptions:
             InvalidConfigError: an unknown option, a missing subscription, or a bad value (named).
         """
         opts = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in opts if k not in _KNOWN)
+        ignored = sorted(k for k in opts if k.startswith("kafka.") or k in _KAFKA_ONLY)
+        if ignored:
+            log.info(
+                "format('logstore') ignores the Kafka source option(s) %s: it reads the store at %s",
+                ", ".join(ignored),
+                opts.get("logstore.root") or load_config().root,
+            )
+        unknown = sorted(k for k in opts if k not in _KNOWN and k not in ignored)
         if unknown:
             raise InvalidConfigError(f"unknown option(s) of format('logstore'): {', '.join(unknown)}")
         subscribe = opts.get("subscribe") or opts.get("topic") or opts.get("path")
         pattern = opts.get("subscribepattern")
-        if bool(subscribe) == bool(pattern):
+        assigned = _assignment(opts["assign"]) if opts.get("assign") else None
+        if sum(map(bool, (subscribe, pattern, assigned))) != 1:
             raise InvalidConfigError(
-                "format('logstore') needs exactly one of 'subscribe' (or 'topic') and 'subscribePattern'"
+                "format('logstore') needs exactly one of 'subscribe' (or 'topic'), 'subscribePattern' and 'assign'"
             )
         topics = tuple(t.strip() for t in subscribe.split(",") if t.strip()) if subscribe else ()
+        topics = tuple(sorted(assigned)) if assigned else topics
         if pattern:
             try:
                 re.compile(pattern)
@@ -98,6 +124,7 @@ class SourceOptions:
             root=root,
             topics=topics,
             pattern=pattern or None,
+            assigned=assigned,
             group=opts.get("group") or None,
             starting=_offset_spec(
                 opts.get("startingoffsets", "latest" if streaming else "earliest"), "startingOffsets"
@@ -119,6 +146,28 @@ class SourceOptions:
         if self.pattern is not None:
             return re.fullmatch(self.pattern, topic) is not None
         return topic in self.topics
+
+    def reads(self, topic: str, partition: int) -> bool:
+        """Whether ``partition`` of a subscribed ``topic`` is read (``assign`` names only some)."""
+        return self.assigned is None or partition in self.assigned.get(topic, frozenset())
+
+
+def _assignment(value: str) -> dict[str, frozenset[int]]:
+    """Kafka's ``assign`` JSON, ``{"topicA": [0, 1], "topicB": [2]}``."""
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise InvalidConfigError(f'assign must be JSON like {{"topic": [0, 1]}}, got {value!r}') from e
+    if (
+        not isinstance(parsed, dict)
+        or not parsed
+        or not all(
+            isinstance(ps, list) and ps and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in ps)
+            for ps in parsed.values()
+        )
+    ):
+        raise InvalidConfigError(f'assign must be JSON like {{"topic": [0, 1]}} (partitions >= 0), got {value!r}')
+    return {str(t): frozenset(ps) for t, ps in parsed.items()}
 
 
 def _offset_spec(value: str, name: str) -> OffsetSpec:

@@ -2,7 +2,17 @@
 
 Offsets are Kafka's JSON, ``{topic: {partition: next_offset}}``, always with
 topics and partitions in sorted order so two equal positions serialise to the
-same text (Spark compares offsets as text).
+same text (Spark compares offsets as text). The offsets the stream reader
+hands Spark also carry, under the key :data:`TOPIC_IDS` (never a topic name:
+``@`` is not allowed in one), the ID of the topic each position is of
+(:mod:`logstore.log.topic_id`; null for a topic from before IDs)::
+
+    {"orders": {"0": 42, "1": 17}, "@topic_ids": {"orders": "qGfLm0JZR7ug8S7cSnqJdw"}}
+
+A position whose topic has another ID now is of a topic deleted and created
+again (:meth:`Planner.begin`). Offsets without the key (checkpoints of older
+versions, ``startingOffsets``) still load: their topics' IDs are unknown, and
+only the range checks apply.
 """
 
 from __future__ import annotations
@@ -10,15 +20,32 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from logstore.config import load_config
-from logstore.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logstore.errors import (
+    InconsistentTopicIdError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.log.catalog import Catalog
 from logstore.log.reader import PartitionView, TopicReader, offset_for_timestamp
 from spark_source._options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from spark_source._slices import ReadTask, TopicSlice, pack_slices, plan_slices
 
-__all__ = ["Offsets", "Planner", "Views", "canonical", "rate_limited"]
+__all__ = [
+    "TOPIC_IDS",
+    "Offsets",
+    "Planner",
+    "TopicIds",
+    "Views",
+    "canonical",
+    "ids_of",
+    "rate_limited",
+    "split_ids",
+    "with_ids",
+]
 
 log = logging.getLogger("spark_source")
 
@@ -26,6 +53,10 @@ Offsets = dict[str, dict[str, int]]
 """Kafka's offset JSON: topic → partition (as text) → next offset to read."""
 Views = dict[str, dict[int, PartitionView]]
 """Topic → partition → its files and bounds at one table version."""
+TopicIds = dict[str, str | None]
+"""Topic → the ID of the topic positions are of (None: a topic from before IDs)."""
+TOPIC_IDS = "@topic_ids"
+"""The key of the offset JSON that holds :data:`TopicIds` (``@`` cannot be in a topic name)."""
 
 
 class Planner:
@@ -36,8 +67,8 @@ class Planner:
         self.catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": options.root}))
         self._readers: dict[str, TopicReader] = {}
 
-    def topics(self) -> list[str]:
-        """The subscribed topics that exist now.
+    def topics(self, *, missing_ok: bool = False) -> list[str]:
+        """The subscribed topics that exist now (with ``missing_ok``, those named by ``subscribe`` that do).
 
         Raises:
             UnknownTopicOrPartitionError: a topic named by ``subscribe`` does not exist.
@@ -45,14 +76,20 @@ class Planner:
         if self.options.pattern is not None:
             return [t for t in self.catalog.list_topics() if self.options.matches(t)]
         missing = [t for t in self.options.topics if not self.catalog.exists(t)]
-        if missing:
+        if missing and not missing_ok:
             raise UnknownTopicOrPartitionError(f"subscribed topic(s) do not exist: {', '.join(missing)}")
-        return sorted(self.options.topics)
+        return sorted(t for t in self.options.topics if t not in missing)
 
-    def views(self) -> Views:
-        """Every partition of every subscribed topic at the topics' newest versions."""
+    def views(self, *, missing_ok: bool = False) -> Views:
+        """Every partition of every subscribed topic at the topics' newest versions.
+
+        ``missing_ok``: a subscribed topic that does not exist now (deleted, and
+        perhaps about to be created again) is left out, as one ``subscribePattern``
+        no longer matches is; a position of it is then gone, and the topic is read
+        from its start when it is back.
+        """
         out: Views = {}
-        for t in self.topics():
+        for t in self.topics(missing_ok=missing_ok):
             reader = self._readers.get(t)
             try:
                 if reader is None:
@@ -60,10 +97,10 @@ class Planner:
                 reader.refresh()
             except UnknownTopicOrPartitionError:  # deleted since it was listed
                 self._readers.pop(t, None)
-                if self.options.pattern is not None:
+                if self.options.pattern is not None or missing_ok:
                     continue  # as if listed a moment later
                 raise
-            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions())}
+            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions()) if self.options.reads(t, p)}
         return out
 
     def starting_offsets(self, views: Views, spec: OffsetSpec | None = None) -> Offsets:
@@ -92,16 +129,35 @@ class Planner:
                 out[t][str(p)] = o
         return canonical(out)
 
-    def begin(self, topic: str, partition: int, position: int | None, view: PartitionView) -> int:
+    def begin(
+        self, topic: str, partition: int, position: int | None, view: PartitionView, ids: TopicIds | None = None
+    ) -> int:
         """Where reading ``partition`` resumes from ``position`` (None: a new partition, from its start).
 
+        ``ids``: the topic IDs ``position`` is of, when known. A position of a
+        topic deleted and created again since (another ID) is data loss: the
+        records after it are gone, and the new topic is read from its start.
+
         Raises:
+            InconsistentTopicIdError: with ``failOnDataLoss=true``, the topic was
+                created again since the position was taken (the message names both IDs).
             OffsetOutOfRangeError: with ``failOnDataLoss=true``, the position is
                 outside [log start offset, high watermark].
         """
         if position is None:
             return view.log_start_offset
         lo, hw = view.log_start_offset, view.high_watermark
+        if ids is not None and topic in ids and ids[topic] != view.topic_id:
+            what = (
+                f"topic '{topic}' was deleted and created again: the query's offset {position} of partition "
+                f"{partition} is of topic ID {ids[topic]}, and the topic now has ID {view.topic_id}"
+            )
+            if self.options.fail_on_data_loss:
+                raise InconsistentTopicIdError(
+                    f"{what}; set failOnDataLoss=false to read the new topic from its log start offset {lo} instead"
+                )
+            log.warning("failOnDataLoss=false: %s; reading the new topic from offset %d", what, lo)
+            return lo
         if lo <= position <= hw:
             return position
         if position < lo:
@@ -121,12 +177,12 @@ class Planner:
         log.warning("failOnDataLoss=false: %s; continuing from offset %d", what, lo)
         return lo
 
-    def tasks(self, start: Offsets, end: Offsets, views: Views) -> list[ReadTask]:
+    def tasks(self, start: Offsets, end: Offsets, views: Views, ids: TopicIds | None = None) -> list[ReadTask]:
         """Spark's input partitions for ``start`` → ``end``: the :meth:`slices`, small ones packed together."""
-        return pack_slices(self.slices(start, end, views), self.options.max_records_per_partition)
+        return pack_slices(self.slices(start, end, views, ids), self.options.max_records_per_partition)
 
-    def slices(self, start: Offsets, end: Offsets, views: Views) -> list[TopicSlice]:
-        """Input partitions covering ``start`` → ``end`` from the files of ``views``."""
+    def slices(self, start: Offsets, end: Offsets, views: Views, ids: TopicIds | None = None) -> list[TopicSlice]:
+        """Input partitions covering ``start`` (of topic IDs ``ids``, when known) → ``end`` from ``views``' files."""
         out: list[TopicSlice] = []
         for t, parts in end.items():
             for p_text, e in parts.items():
@@ -134,7 +190,7 @@ class Planner:
                 view = views.get(t, {}).get(p)
                 if view is None:
                     raise UnknownTopicOrPartitionError(f"partition {p} of topic '{t}' does not exist")
-                s = self.begin(t, p, start.get(t, {}).get(p_text), view)
+                s = self.begin(t, p, start.get(t, {}).get(p_text), view, ids)
                 if s < e:
                     out += plan_slices(
                         t,
@@ -148,9 +204,35 @@ class Planner:
         return out
 
 
-def canonical(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
-    """``offsets`` with topics and partitions sorted (partitions numerically)."""
-    return {t: {p: int(offsets[t][p]) for p in sorted(offsets[t], key=int)} for t in sorted(offsets)}
+def canonical(offsets: Mapping[str, Any]) -> dict[str, Any]:
+    """``offsets`` with topics and partitions sorted (partitions numerically), topic IDs kept (sorted too)."""
+    positions, ids = split_ids(offsets)
+    return with_ids(positions, ids)
+
+
+def split_ids(offsets: Mapping[str, Any]) -> tuple[Offsets, TopicIds | None]:
+    """Offset JSON as Spark hands it back: (positions, topic IDs or None when it carries none)."""
+    positions = {
+        t: {p: int(parts[p]) for p in sorted(parts, key=int)} for t, parts in sorted(offsets.items()) if t != TOPIC_IDS
+    }
+    raw = offsets.get(TOPIC_IDS)
+    ids = None if raw is None else {str(t): (None if i is None else str(i)) for t, i in raw.items()}
+    return positions, ids
+
+
+def with_ids(positions: Mapping[str, Mapping[str, int]], ids: Mapping[str, str | None] | None) -> dict[str, Any]:
+    """The offset JSON of ``positions`` with the IDs of their topics (sorted; see the module docstring)."""
+    out: dict[str, Any] = {
+        t: {p: int(positions[t][p]) for p in sorted(positions[t], key=int)} for t in sorted(positions)
+    }
+    if ids is not None:
+        out[TOPIC_IDS] = {t: ids[t] for t in sorted(ids) if t in positions}
+    return out
+
+
+def ids_of(views: Views) -> TopicIds:
+    """The ID of each topic of ``views`` (as loaded with them)."""
+    return {t: next(iter(parts.values())).topic_id if parts else None for t, parts in views.items()}
 
 
 def rate_limited(

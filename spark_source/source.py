@@ -59,7 +59,17 @@ from pyspark.sql.streaming.datasource import (
 from logstore.groups.leases import GroupLease
 from logstore.groups.offsets import OffsetsStore
 from spark_source._options import SourceOptions
-from spark_source._planner import Offsets, Planner, Views, canonical, rate_limited
+from spark_source._planner import (
+    Offsets,
+    Planner,
+    TopicIds,
+    Views,
+    canonical,
+    ids_of,
+    rate_limited,
+    split_ids,
+    with_ids,
+)
 from spark_source._slices import HEADERS_DDL, KAFKA_SCHEMA_DDL, ReadTask, read_task
 
 if TYPE_CHECKING:
@@ -76,10 +86,11 @@ _PLANS_KEPT = 8
 class LogstoreDataSource(DataSource):
     """The ``logstore`` data source: Kafka-source-compatible reads, exactly-once writes.
 
-    Options (reads): ``subscribe`` / ``subscribePattern`` / ``topic``, ``group``,
+    Options (reads): ``subscribe`` / ``subscribePattern`` / ``assign`` / ``topic``, ``group``,
     ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
     ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``maxRecordsReadOnDriver``,
-    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``. Writes: see :mod:`spark_sink`.
+    ``failOnDataLoss``, ``includeHeaders``, ``logstore.root``; a Kafka job's ``kafka.*`` and consumer
+    options are ignored (logged). Writes: see :mod:`spark_sink`.
     """
 
     @classmethod
@@ -103,7 +114,7 @@ class LogstoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_sink import LogstoreBatchWriter
 
-        return LogstoreBatchWriter(dict(self.options), schema)
+        return LogstoreBatchWriter(dict(self.options), schema, overwrite=overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_sink import LogstoreStreamWriter
@@ -123,7 +134,8 @@ class LogstoreBatchReader(DataSourceReader):
         return planner.tasks(planner.starting_offsets(views), planner.ending_offsets(views), views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
+        if not isinstance(partition, ReadTask):  # nothing to read: Spark plans one InputPartition(None) for no tasks
+            return iter(())
         return read_task(partition)
 
 
@@ -139,9 +151,13 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict[tuple[str, str], int] = {}
         self._target: dict[tuple[str, int], int] | None = None
         self._plans: dict[str, Views] = {}
-        self._available: Offsets | None = None
-        self._initial: Offsets | None = None
-        """Where this run of the query starts when Spark has no committed position (resolved once)."""
+        self._available: dict[str, Any] | None = None
+        self._initial: dict[str, Any] | None = None
+        """Where this run of the query starts when Spark has no committed position (resolved once, with IDs)."""
+        self._committed_ids: TopicIds = {}
+        """The topic IDs the entries of ``_committed`` are of."""
+        self._current_ids: TopicIds = {}
+        """The topics' IDs as the newest plan read them."""
 
     # -- Spark's methods (driver-side worker) --------------------------------------
 
@@ -159,7 +175,8 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if t in start and str(p) in start[t]:
                         start[t][str(p)] = offset
                         self._committed[(t, str(p))] = offset
-            self._initial = start
+            self._committed_ids = self._current_ids = ids_of(views)
+            self._initial = with_ids(start, self._current_ids)
         return canonical(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -172,16 +189,20 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {(t, p): v.high_watermark for t, parts in views.items() for p, v in parts.items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        # The batch ending at `start` has completed: make the group's offsets reach it first.
-        self._commit_group(start)
         planner = self._planner_()
-        views = planner.views()
+        # failOnDataLoss=false: a topic deleted under the query is skipped while it is gone (read from its
+        # start when it is back), as the Kafka source does; true: the query fails, as on any data loss.
+        views = planner.views(missing_ok=not self.options.fail_on_data_loss)
+        positions, ids = split_ids(start)
+        self._current_ids = ids_of(views)
+        # The batch ending at `start` has completed: make the group's offsets reach it first.
+        self._commit_group(start, self._current_ids)
         self._hold(views)
         begin: dict[tuple[str, int], int] = {}
         until: dict[tuple[str, int], int] = {}
         for t, parts in views.items():
             for p, v in parts.items():
-                b = planner.begin(t, p, start.get(t, {}).get(str(p)), v)
+                b = planner.begin(t, p, positions.get(t, {}).get(str(p)), v, ids)
                 u = v.high_watermark
                 if self._target is not None:
                     u = min(u, self._target.get((t, p), b))  # a partition added after the start waits
@@ -191,7 +212,7 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: Offsets = {}
         for (t, p), o in until.items():
             end.setdefault(t, {})[str(p)] = o
-        end = canonical(end)
+        end = with_ids(end, self._current_ids)
         self._remember(end, views)
         self._available = _high_watermarks(views)
         return end
@@ -208,14 +229,15 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         views = self._plans.get(_key(end))
         if views is None:  # planned by an earlier run of the query (a replay after a restart)
             views = planner.views()
-        return planner.tasks(start, end, views)
+        (start_at, ids), (end_at, _) = split_ids(start), split_ids(end)
+        return planner.tasks(start_at, end_at, views, ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ReadTask)
         return read_task(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._commit_group(end)
+        self._commit_group(end, self._current_ids)
 
     def stop(self) -> None:
         if self._lease is not None:
@@ -244,10 +266,20 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._lease = GroupLease(self.options.root, self.options.group)
         self._lease.acquire(topics)
 
-    def _commit_group(self, offsets: dict[str, Any]) -> None:
+    def _commit_group(self, offsets: dict[str, Any], current: TopicIds) -> None:
+        """Commit ``offsets`` as the group's; not those of a topic whose ID is no longer ``current``'s.
+
+        A position of a topic deleted and created again is not a position in the new one.
+        """
         if self.options.group is None:
             return
-        for t, parts in offsets.items():
+        positions, ids = split_ids(offsets)
+        for t, parts in positions.items():
+            if t not in current or (ids is not None and t in ids and ids[t] != current[t]):
+                continue  # deleted since (its offsets with it), or deleted and created again
+            if t in current and self._committed_ids.get(t) != current[t]:
+                self._committed = {k: v for k, v in self._committed.items() if k[0] != t}
+                self._committed_ids[t] = current[t]
             changed = {int(p): int(o) for p, o in parts.items() if self._committed.get((t, p)) != o}
             if changed:
                 # A query that lost the topic to another query of its group must not move the
@@ -335,8 +367,10 @@ class PrefetchingStreamReader(_SimpleStreamReaderWrapper):
         return [t for t in self.reader.partitions(start, end) if isinstance(t, ReadTask)]
 
 
-def _high_watermarks(views: Views) -> Offsets:
-    return canonical({t: {str(p): v.high_watermark for p, v in parts.items()} for t, parts in views.items()})
+def _high_watermarks(views: Views) -> dict[str, Any]:
+    return with_ids(
+        {t: {str(p): v.high_watermark for p, v in parts.items()} for t, parts in views.items()}, ids_of(views)
+    )
 
 
 def _key(offsets: dict[str, Any]) -> str:

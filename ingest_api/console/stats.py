@@ -52,7 +52,8 @@ class TopicSample:
     """Wall-clock time of the sample, Unix milliseconds."""
     partitions: int
     records: int
-    """Records stored: the sum over partitions of high watermark - log start offset."""
+    """Records stored: the sum over partitions of the data files' record counts (Delta statistics), so a
+    compacted topic counts the records it keeps, not the offsets it spans."""
     size_bytes: int
     """Bytes of the topic's data files."""
     high_watermark_sum: int
@@ -192,7 +193,7 @@ class StatsSampler:
         self._hws[name] = tuple(p.high_watermark for p in info.partitions)
         hw = sum(self._hws[name])
         size = sum(p.size_bytes for p in info.partitions)
-        records = sum(p.high_watermark - p.log_start_offset for p in info.partitions)
+        records = sum(p.num_records for p in info.partitions)
         with self._lock:
             series = self.topic_series.setdefault(name, deque(maxlen=self.capacity))
             records_per_s = bytes_per_s = 0.0

@@ -18,8 +18,9 @@ from fastapi.responses import Response
 
 from ingest_api.deps import Access, AccessDep, BrokerDep, CoordinatorDep, checks, count_quota, requires
 from ingest_api.group_routing import route_to_coordinator
-from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords
+from ingest_api.models import Heartbeat, JoinGroup, MemberCommit, MemberOut, MemberRecords, MemberSeek
 from ingest_api.routes.records import _fetch_body, _json
+from logstore.errors import InvalidRequestError
 from logstore.groups.group import MemberState
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import TopicPartition
@@ -101,6 +102,9 @@ async def records(
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 500,
     max_bytes: Annotated[int, Query(ge=1)] = 1024 * 1024,
     wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
+    paused: Annotated[
+        list[str] | None, Query(description="partitions not to fetch, as topic:partition (the consumer paused them)")
+    ] = None,
 ) -> Response:
     """Records of the member's partitions from the group's positions; with ``wait_ms`` waits for new ones.
 
@@ -112,11 +116,14 @@ async def records(
     for topic in joined.topics:
         access.require(Operation.READ, Resource.topic(topic))
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
+    skip = frozenset(_topic_partition(p) for p in paused or ())
     deadline = time.monotonic() + wait_ms / 1000
     state = joined
     while True:
         slices = await run_in_threadpool(
-            lambda: coordinator.fetch(group, member, broker.fetch, max_records=max_records, max_bytes=max_bytes)
+            lambda: coordinator.fetch(
+                group, member, broker.fetch, max_records=max_records, max_bytes=max_bytes, paused=skip
+            )
         )
         left = deadline - time.monotonic()
         if slices or left <= 0:
@@ -150,8 +157,30 @@ async def commit(
     return Response(status_code=204)
 
 
+@router.post("/{member}/positions", status_code=204)
+async def seek(group: str, member: str, body: MemberSeek, coordinator: CoordinatorDep, access: AccessDep) -> Response:
+    """Move the group's fetch positions of partitions the member owns (``Consumer.seek``); nothing is committed."""
+    for topic in {o.topic for o in body.positions}:
+        access.require(Operation.READ, Resource.topic(topic))
+    positions = {TopicPartition(o.topic, o.partition): o.offset for o in body.positions}
+    await run_in_threadpool(coordinator.seek, group, member, positions)
+    return Response(status_code=204)
+
+
 @router.delete("/{member}", status_code=204)
 async def leave(group: str, member: str, coordinator: CoordinatorDep) -> Response:
     """Leave the group: the others rebalance at once."""
     await run_in_threadpool(coordinator.leave, group, member)
     return Response(status_code=204)
+
+
+def _topic_partition(text: str) -> TopicPartition:
+    """``"orders:3"`` → the partition (the topic name may hold colons; the last one splits).
+
+    Raises:
+        InvalidRequestError: no ``:partition`` number.
+    """
+    topic, _, partition = text.rpartition(":")
+    if not topic or not partition.isdigit():
+        raise InvalidRequestError(f"paused partitions are topic:partition, got '{text}'")
+    return TopicPartition(topic, int(partition))

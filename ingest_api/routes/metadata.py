@@ -38,6 +38,11 @@ class PartitionLeader(BaseModel):
 
 class TopicLeaders(BaseModel):
     name: str
+    topic_id: str | None = Field(
+        default=None,
+        description="the topic's ID (Kafka's, 22 characters): a topic deleted and created again has a new one; "
+        "null for a topic created before IDs existed",
+    )
     partitions: list[PartitionLeader] = Field(description="by partition number")
 
 
@@ -75,7 +80,9 @@ async def metadata(
         controller_epoch=cluster.controller_epoch,
         nodes=[NodeOut(node_id=n.node_id, url=n.url) for n in sorted(cluster.nodes, key=lambda n: n.node_id)],
         topics=[
-            TopicLeaders(name=name, partitions=sorted(parts, key=lambda p: p.partition))
+            TopicLeaders(
+                name=name, topic_id=cluster.topic_ids.get(name), partitions=sorted(parts, key=lambda p: p.partition)
+            )
             for name, parts in sorted(by_topic.items())
             if access.may(Operation.DESCRIBE, Resource.topic(name))
         ],

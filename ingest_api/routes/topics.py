@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
@@ -13,10 +15,13 @@ from logstore.structs import TopicInfo
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
 
 
-def topic_out(info: TopicInfo) -> TopicOut:
+def topic_out(info: TopicInfo, root: str) -> TopicOut:
+    """A topic as every answer shows it; ``root`` is the node's ``logstore.root`` made absolute."""
     return TopicOut.model_validate(
         {
             "name": info.name,
+            "root": os.path.abspath(root),
+            "topic_id": info.topic_id,
             "partitions": [
                 {
                     "partition": p.partition,
@@ -24,6 +29,7 @@ def topic_out(info: TopicInfo) -> TopicOut:
                     "high_watermark": p.high_watermark,
                     "size_bytes": p.size_bytes,
                     "num_files": p.num_files,
+                    "num_records": p.num_records,
                 }
                 for p in info.partitions
             ],
@@ -38,7 +44,7 @@ async def create_topic(body: CreateTopic, broker: BrokerDep, access: AccessDep) 
     access.require(Operation.CREATE, Resource.topic(body.name), Resource.cluster())
     info = await run_in_threadpool(broker.store.create_topic, body.name, body.partitions, body.config)
     await run_in_threadpool(broker.reconfigure, body.name)  # cluster mode: the controller gives it leaders
-    return topic_out(info)
+    return topic_out(info, broker.config.root)
 
 
 @router.get("", response_model=TopicList)
@@ -52,7 +58,7 @@ async def list_topics(broker: BrokerDep, access: AccessDep) -> TopicList:
     "/{topic}", response_model=TopicOut, dependencies=[requires(Operation.DESCRIBE, ResourceType.TOPIC, "topic")]
 )
 async def describe_topic(topic: str, broker: BrokerDep) -> TopicOut:
-    return topic_out(await run_in_threadpool(broker.store.describe_topic, topic))
+    return topic_out(await run_in_threadpool(broker.store.describe_topic, topic), broker.config.root)
 
 
 @router.patch(
@@ -63,11 +69,11 @@ async def alter_topic(topic: str, body: AlterTopic, broker: BrokerDep) -> TopicO
         lambda: broker.store.catalog.alter_topic(topic, config=body.config, partitions=body.partitions)
     )
     await run_in_threadpool(broker.reconfigure, topic)
-    return topic_out(info)
+    return topic_out(info, broker.config.root)
 
 
 @router.delete("/{topic}", status_code=204, dependencies=[requires(Operation.DELETE, ResourceType.TOPIC, "topic")])
 async def delete_topic(topic: str, broker: BrokerDep) -> Response:
     await run_in_threadpool(broker.forget, topic)
-    await run_in_threadpool(broker.store.catalog.delete_topic, topic)
+    await run_in_threadpool(broker.store.delete_topic, topic)  # its group offsets too
     return Response(status_code=204)

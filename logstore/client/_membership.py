@@ -24,7 +24,14 @@ from typing import Any
 import httpx
 
 from logstore.client._http import assigned_partitions, http_client, raise_for
-from logstore.errors import KafkaStorageError, LogstoreError, UnknownMemberIdError, UnknownServerError
+from logstore.errors import (
+    IllegalGenerationError,
+    KafkaStorageError,
+    LogstoreError,
+    NetworkExceptionError,
+    UnknownMemberIdError,
+    UnknownServerError,
+)
 from logstore.structs import TopicPartition
 
 __all__ = ["GroupMembership"]
@@ -90,7 +97,7 @@ class GroupMembership:
         raise_for(r)
         return r.json() if r.content else None
 
-    def unreachable(self, e: httpx.TransportError) -> KafkaStorageError:
+    def unreachable(self, e: httpx.TransportError) -> NetworkExceptionError:
         """Move every client to the next bootstrap server (the retry goes there) and describe the failure."""
         failed = self._url
         with self.lock:
@@ -98,7 +105,7 @@ class GroupMembership:
                 self._url = self._urls[(self._urls.index(failed) + 1) % len(self._urls)]
                 for client in (self.client, self._hb_client, self.commit_client):
                     client.base_url = httpx.URL(self._url)
-        return KafkaStorageError(f"cannot reach {failed}: {e}")
+        return NetworkExceptionError(f"cannot reach {failed}: {e}")
 
     # -- membership -------------------------------------------------------------
 
@@ -176,7 +183,7 @@ class GroupMembership:
             self._poll_exceeded = self._poll_exceeded_message()
         log.warning("%s", self._poll_exceeded)
         # already gone (the server enforces the bound too), or unreachable (its session then expires)
-        with contextlib.suppress(UnknownMemberIdError, KafkaStorageError):
+        with contextlib.suppress(UnknownMemberIdError, KafkaStorageError, NetworkExceptionError):
             self.call(self._hb_client, "DELETE", f"/v1/groups/{self.group}/members/{member}")
 
     def take_poll_exceeded(self) -> str | None:
@@ -184,6 +191,41 @@ class GroupMembership:
         with self.lock:
             exceeded, self._poll_exceeded = self._poll_exceeded, None
         return exceeded
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` as this member (on the committer's client); retried once after a rebalance."""
+        for attempt in range(2):
+            with self.lock:
+                member, generation = self.member_id, self.latest[0]
+            try:
+                self.call(
+                    self.commit_client,
+                    "POST",
+                    f"/v1/groups/{self.group}/members/{member}/offsets",
+                    json={
+                        "generation": generation,
+                        "offsets": [
+                            {"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in offsets.items()
+                        ],
+                    },
+                )
+                return
+            except IllegalGenerationError:
+                if attempt:
+                    raise
+                # The group moved on since our last heartbeat: learn the new generation (the partitions may
+                # still be ours, revoked but not yet acknowledged) and try once more.
+                self.heartbeat()
+
+    def seek(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Move the group's fetch positions of this member's partitions (the coordinator keeps them)."""
+        entries = [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in positions.items()]
+        self.call(
+            self.client,
+            "POST",
+            f"/v1/groups/{self.group}/members/{self.member_id}/positions",
+            json={"positions": entries},
+        )
 
     def close(self) -> None:
         """Stop the heartbeat thread, leave the group (the others rebalance at once), close the clients."""
@@ -208,7 +250,7 @@ class GroupMembership:
                 if self._stopped_polling():
                     self.leave_for_poll_interval()
                 self.heartbeat()
-            except KafkaStorageError as e:
+            except (KafkaStorageError, NetworkExceptionError) as e:
                 log.warning("heartbeat of group '%s' failed (%s); retrying in %.1f s", self.group, e, interval)
             except LogstoreError as e:
                 self._record_error(e)

@@ -1,4 +1,52 @@
-"""The Python :class:`Consumer`: a member of a consumer group on a logstore server, shaped like confluent-kafka's."""
+"""The Python :class:`Consumer`, shaped like confluent-kafka's: a group member, or a reader of assigned partitions.
+
+Two ways to read, as in Kafka: :meth:`Consumer.subscribe` joins the group and
+the coordinator assigns partitions (and keeps the group's fetch positions);
+:meth:`Consumer.assign` takes partitions by hand and the consumer keeps its own
+positions (:mod:`logstore.client._partition_reader`), committing to the group
+without membership. Either way :meth:`~Consumer.seek`, :meth:`~Consumer.position`,
+:meth:`~Consumer.pause` / :meth:`~Consumer.resume`, :meth:`~Consumer.committed`
+and :meth:`~Consumer.offsets_for_times` work on the partitions it reads.
+
+Config is a dict of Kafka's dotted keys (keyword arguments with ``_`` for
+``.`` are merged over it): ``bootstrap.servers`` (``host:port`` or URLs,
+several separated by commas; also ``url``; without a scheme ``http://``, or
+``https://`` with ``security.protocol=SSL``), ``group.id`` (required), ``auto.offset.reset`` (``latest``),
+``enable.auto.commit`` (True: positions are committed every
+``auto.commit.interval.ms`` and before a partition is given up),
+``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
+``max.poll.interval.ms`` (300000: see below),
+``partition.assignment.strategy`` (``range``, ``roundrobin`` or
+``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
+(a secured server's API key; default ``$LOGSTORE_API_KEY``) and
+``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server), ``ssl.certificate.location`` and
+``ssl.key.location`` (a client certificate and its key, for a server that asks for one).
+
+Threads: a heartbeat thread keeps the session alive and learns assignment
+changes; everything else — rebalance callbacks, revocation, auto commit —
+runs in the caller's thread inside :meth:`Consumer.poll`, as in confluent-kafka.
+Commits run on one committer thread, in order. An error of either thread
+is raised by the next :meth:`Consumer.poll` or :meth:`Consumer.commit`; neither thread ends
+before :meth:`Consumer.close`.
+
+Revocation is cooperative: a revoked partition's buffered records are
+dropped, ``on_revoke`` runs (commit there, or rely on auto commit), and
+only then does the next heartbeat acknowledge it, letting the coordinator
+give it to its new owner. So a consumer that commits after processing
+each message hands partitions over without duplicates. ``on_assign`` gets
+the partitions added (incremental, as with ``cooperative-sticky`` in
+confluent-kafka).
+
+``max.poll.interval.ms`` bounds the time the application spends between
+calls of :meth:`Consumer.poll` / :meth:`Consumer.consume`: past it, the heartbeat thread
+leaves the group (its partitions go to the others), and the next poll
+gives up the partitions (``on_revoke``) and raises
+:class:`~logstore.errors.UnknownMemberIdError`; the poll after that joins
+again. The server enforces the same bound from the member's last fetch,
+for clients that stop without leaving; a consumer that is draining
+buffered records fetches once per half interval so that it is not taken
+for a stopped one.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +54,20 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
+from logstore.client._config import client_config
 from logstore.client._http import raise_for
 from logstore.client._membership import GroupMembership
+from logstore.client._partition_reader import PartitionReader
+from logstore.client._subscription import SubscriptionState, key_of
 from logstore.client.message import TIMESTAMP_CREATE_TIME, Message, messages_of
+from logstore.client.remote import RemoteStore
 from logstore.errors import (
-    IllegalGenerationError,
     InvalidConfigError,
     InvalidRequestError,
     LogstoreError,
@@ -38,6 +88,7 @@ RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
 
 _CONSUMER_DEFAULTS: dict[str, Any] = {
     "bootstrap.servers": None,
+    "security.protocol": "PLAINTEXT",
     "group.id": None,
     "auto.offset.reset": "latest",
     "enable.auto.commit": True,
@@ -55,66 +106,32 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 
 
 class Consumer:
-    """A member of a consumer group on a logstore server, shaped like confluent-kafka's ``Consumer``.
+    """A member of a consumer group on a logstore server (or a reader of assigned partitions), as confluent-kafka's.
 
-    Config is a dict of Kafka's dotted keys (keyword arguments with ``_`` for
-    ``.`` are merged over it): ``bootstrap.servers`` (the server URL, also
-    ``url``), ``group.id`` (required), ``auto.offset.reset`` (``latest``),
-    ``enable.auto.commit`` (True: positions are committed every
-    ``auto.commit.interval.ms`` and before a partition is given up),
-    ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
-    ``max.poll.interval.ms`` (300000: see below),
-    ``partition.assignment.strategy`` (``range``, ``roundrobin`` or
-    ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
-    (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
-    ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server), ``ssl.certificate.location`` and
-    ``ssl.key.location`` (a client certificate and its key, for a server that asks for one).
-
-    Threads: a heartbeat thread keeps the session alive and learns assignment
-    changes; everything else — rebalance callbacks, revocation, auto commit —
-    runs in the caller's thread inside :meth:`poll`, as in confluent-kafka.
-    Commits run on one committer thread, in order. An error of either thread
-    is raised by the next :meth:`poll` or :meth:`commit`; neither thread ends
-    before :meth:`close`.
-
-    Revocation is cooperative: a revoked partition's buffered records are
-    dropped, ``on_revoke`` runs (commit there, or rely on auto commit), and
-    only then does the next heartbeat acknowledge it, letting the coordinator
-    give it to its new owner. So a consumer that commits after processing
-    each message hands partitions over without duplicates. ``on_assign`` gets
-    the partitions added (incremental, as with ``cooperative-sticky`` in
-    confluent-kafka).
-
-    ``max.poll.interval.ms`` bounds the time the application spends between
-    calls of :meth:`poll` / :meth:`consume`: past it, the heartbeat thread
-    leaves the group (its partitions go to the others), and the next poll
-    gives up the partitions (``on_revoke``) and raises
-    :class:`~logstore.errors.UnknownMemberIdError`; the poll after that joins
-    again. The server enforces the same bound from the member's last fetch,
-    for clients that stop without leaving; a consumer that is draining
-    buffered records fetches once per half interval so that it is not taken
-    for a stopped one.
+    Config: confluent-kafka's dict of Kafka's dotted keys, keyword arguments (``_`` for ``.``) merged over
+    it; the keys are listed in the module's documentation.
+    Threads, revocation and ``max.poll.interval.ms``: see the module's documentation.
 
     Raises:
         InvalidConfigError: an unknown key, or no ``bootstrap.servers`` / ``group.id``.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        conf = dict(config or {}) | {k.replace("_", "."): v for k, v in kwargs.items()}
-        if "url" in conf:
-            conf["bootstrap.servers"] = conf.pop("url")
-        unknown = sorted(set(conf) - set(_CONSUMER_DEFAULTS))
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown consumer config {', '.join(unknown)}; known: {', '.join(sorted(_CONSUMER_DEFAULTS))}"
-            )
-        conf = _CONSUMER_DEFAULTS | conf
-        for required in ("bootstrap.servers", "group.id"):
-            if not conf[required]:
-                raise InvalidConfigError(f"consumer config '{required}' is required")
+        conf = client_config("consumer", _CONSUMER_DEFAULTS, config, kwargs, {"url": "bootstrap.servers"})
+        if not conf["group.id"]:
+            raise InvalidConfigError("consumer config 'group.id' is required")
         self._conf = conf
         self.group: str = conf["group.id"]
         self._m = GroupMembership(conf, stopped_polling=self._stopped_polling, record_error=self._record)
+        cert = conf["ssl.certificate.location"]
+        remote = RemoteStore(
+            conf["bootstrap.servers"],
+            api_key=conf["api.key"],
+            ca_file=conf["ssl.ca.location"],
+            client_cert=(cert, conf["ssl.key.location"] or cert) if cert else None,
+        )
+        self._reader = PartitionReader(remote, self.group, conf["auto.offset.reset"], int(conf["max.poll.records"]))
+
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="logstore-commit")
         self._commits: list[Future[None]] = []
         self._errors_lock = threading.Lock()
@@ -124,9 +141,7 @@ class Consumer:
         self._on_revoke: RebalanceCallback | None = None
         self._applied = -1
         """The generation whose assignment :attr:`_assignment` is."""
-        self._assignment: set[TopicPartition] = set()
-        self._positions: dict[TopicPartition, int] = {}
-        self._buffer: deque[Message] = deque()
+        self._subs = SubscriptionState()
         self._next_auto_commit = time.monotonic() + conf["auto.commit.interval.ms"] / 1000
         self._closed = False
         self._max_poll_s = conf["max.poll.interval.ms"] / 1000
@@ -152,13 +167,83 @@ class Consumer:
             UnknownTopicOrPartitionError: a topic does not exist.
             GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
         """
+        if self._subs.manual:
+            raise InvalidRequestError("subscribe() after assign(): a consumer reads assigned or subscribed partitions")
         self._topics, self._on_assign, self._on_revoke = list(topics), on_assign, on_revoke
         self._join()
         self._m.start_heartbeats()
 
     def assignment(self) -> list[TopicPartition]:
-        """The partitions this consumer reads now (as applied by the last :meth:`poll`)."""
-        return sorted(self._assignment)
+        """The partitions this consumer reads now (as applied by the last :meth:`poll`, or given to :meth:`assign`)."""
+        return sorted(self._subs.assignment)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Read exactly ``partitions``, without group membership (replaces any earlier :meth:`assign`).
+
+        Each starts at its ``offset``: an offset, ``OFFSET_BEGINNING``,
+        ``OFFSET_END``, or ``OFFSET_STORED`` / none — the group's committed
+        offset, else ``auto.offset.reset``. Commits go to ``group.id``'s offsets.
+
+        Raises:
+            InvalidRequestError: the consumer subscribed (it is a group member).
+            UnknownTopicOrPartitionError: no such topic or partition.
+        """
+        if self._m.member_id is not None:
+            raise InvalidRequestError("assign() after subscribe(): a consumer reads assigned or subscribed partitions")
+        self._subs.assign({key_of(tp): self._reader.start_offset(tp) for tp in partitions})
+
+    def unassign(self) -> None:
+        """Stop reading the partitions given to :meth:`assign` (a group member's partitions are its group's)."""
+        if self._m.member_id is not None:
+            raise InvalidRequestError("unassign() of a group member: its partitions are the group's; close() to leave")
+        self._subs.unassign()
+
+    def seek(self, partition: TopicPartition) -> None:
+        """The next :meth:`poll` of ``partition`` returns the record at its ``offset`` (or an ``OFFSET_*`` end).
+
+        Records of the partition fetched already are dropped. For a group
+        member, the group's fetch position moves (nothing is committed).
+
+        Raises:
+            InvalidRequestError: the partition is not assigned to this consumer.
+        """
+        tp = self._subs.owned(partition, "seek")
+        offset = self._reader.start_offset(partition) if partition.offset < 0 else partition.offset
+        self._subs.drop_buffered([tp])
+        self._subs.positions[tp] = offset
+        if not self._subs.manual:
+            self._m.seek({tp: offset})
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The next offset this consumer returns of each partition; ``OFFSET_INVALID`` before it knows one.
+
+        As confluent-kafka's: the offset of the last record returned plus one
+        (or where :meth:`seek` / :meth:`assign` put it).
+        """
+        return self._subs.position(partitions)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        """The group's committed offsets of ``partitions`` (the next offset to read); ``OFFSET_INVALID`` where none."""
+        self._wait_commits()
+        return self._reader.committed(partitions)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` until :meth:`resume`; their fetched, unreturned records are dropped."""
+        rewind = self._subs.pause(partitions)
+        if rewind and not self._subs.manual:
+            self._m.seek(rewind)  # the group's position had moved past the dropped records
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        """Fetch ``partitions`` again, from where :meth:`pause` left them."""
+        self._subs.resume(partitions)
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        """Per partition, the earliest offset whose timestamp is >= its ``offset`` (ms); ``OFFSET_END`` (-1) if none."""
+        return self._reader.offsets_for_times(partitions)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None) -> tuple[int, int]:
+        """(log start offset, high watermark) of ``partition``, asked of the server."""
+        return self._reader.watermarks(partition)
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next record, waiting up to ``timeout`` seconds (None: forever); None when none came.
@@ -173,8 +258,10 @@ class Consumer:
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for the first (None: forever)."""
+        if self._subs.manual:
+            return self._consume_assigned(num_messages, timeout)
         if self._m.member_id is None:
-            raise InvalidRequestError("subscribe() before poll()")
+            raise InvalidRequestError("subscribe() or assign() before poll()")
         if self._stopped_polling():
             self._m.leave_for_poll_interval()  # late: the heartbeat thread had not got round to leaving
         self._in_poll = True
@@ -190,13 +277,9 @@ class Consumer:
             self._raise_errors()
             self._apply_assignment()
             self._maybe_auto_commit()
-            if self._buffer:
+            if self._subs.buffer:
                 self._keep_fetching()
-                out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
-                last = {(m._topic, m._partition): m._offset for m in out}  # offsets ascend within a partition
-                for (topic, partition), offset in last.items():
-                    self._positions[TopicPartition(topic, partition)] = offset + 1
-                return out
+                return self._subs.take(num_messages)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 self._keep_fetching()  # e.g. a rebalance took the whole timeout
@@ -207,10 +290,12 @@ class Consumer:
     def commit(
         self,
         message: Message | None = None,
-        offsets: Mapping[TopicPartition, int] | None = None,
+        offsets: Mapping[TopicPartition, int] | list[TopicPartition] | None = None,
         asynchronous: bool = True,
     ) -> None:
         """Commit the consumed positions (default), ``message``'s offset + 1, or ``offsets`` (next offset to read).
+
+        ``offsets`` is confluent-kafka's list of partitions with their offsets, or a dict partition → offset.
 
         ``asynchronous=True`` (confluent-kafka's default) returns at once; its
         error, if any, is raised by the next :meth:`poll` or :meth:`commit`.
@@ -222,10 +307,12 @@ class Consumer:
         self._raise_errors()
         if message is not None:
             todo = {TopicPartition(message.topic(), message.partition()): message.offset() + 1}
+        elif isinstance(offsets, list):
+            todo = {key_of(tp): tp.offset for tp in offsets}
         elif offsets is not None:
-            todo = dict(offsets)
+            todo = {key_of(tp): o for tp, o in offsets.items()}
         else:
-            todo = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
+            todo = self._subs.consumed()
         if not todo:
             return
         future = self._committer.submit(self._commit_now, todo)
@@ -245,13 +332,15 @@ class Consumer:
             return
         self._closed = True
         try:
-            if self._m.member_id is not None and self._conf["enable.auto.commit"] and not self._m.lost:
+            joined = self._m.member_id is not None or self._subs.manual
+            if joined and self._conf["enable.auto.commit"] and not self._m.lost:
                 with contextlib.suppress(LogstoreError):
                     self.commit(asynchronous=False)
             self._wait_commits()
         finally:
             self._committer.shutdown(wait=True)
             self._m.close()
+            self._reader.remote.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -260,6 +349,21 @@ class Consumer:
         self.close()
 
     # -- internals --------------------------------------------------------------
+
+    def _consume_assigned(self, num_messages: int, timeout: float | None) -> list[Message]:
+        """Up to ``num_messages`` records of the assigned partitions, fetched from this consumer's positions."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            self._raise_errors()
+            self._maybe_auto_commit()
+            if self._subs.buffer:
+                return self._subs.take(num_messages)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            fetched, resets = self._reader.fetch(self._subs.readable(), 0.5 if left is None else min(left, 0.5))
+            self._subs.positions.update(resets)
+            self._subs.buffer.extend(fetched)
 
     def _join(self) -> None:
         self._m.join(self._topics)
@@ -272,10 +376,10 @@ class Consumer:
     def _apply_assignment(self) -> None:
         """Apply what the coordinator sent: revoke (callbacks, commits), then assign; acknowledge."""
         if self._m.lost:
-            lost = sorted(self._assignment)
-            self._buffer.clear()
-            self._assignment.clear()
-            self._positions.clear()
+            lost = sorted(self._subs.assignment)
+            self._subs.buffer.clear()
+            self._subs.assignment.clear()
+            self._subs.positions.clear()
             if lost and self._on_revoke is not None:
                 self._on_revoke(self, lost)  # fenced already: its commits would be refused
             exceeded = self._m.take_poll_exceeded()
@@ -286,15 +390,15 @@ class Consumer:
             generation, target = self._m.latest
         if generation == self._applied:
             return
-        revoked = self._assignment - target
-        added = target - self._assignment
+        revoked = self._subs.assignment - target
+        added = target - self._subs.assignment
         if revoked:
-            self._buffer = deque(m for m in self._buffer if TopicPartition(m.topic(), m.partition()) not in revoked)
+            self._subs.drop_buffered(revoked)
             self._wait_commits()
             if self._on_revoke is not None:
                 self._on_revoke(self, sorted(revoked))
             if self._conf["enable.auto.commit"]:
-                owed = {tp: o for tp, o in self._positions.items() if tp in revoked}
+                owed = {tp: o for tp, o in self._subs.positions.items() if tp in revoked}
                 try:
                     if owed:
                         self.commit(offsets=owed, asynchronous=False)
@@ -303,8 +407,8 @@ class Consumer:
                     log.warning("group '%s': commit of revoked partitions failed: %s", self.group, e)
             self._wait_commits()
             for tp in revoked:
-                self._positions.pop(tp, None)
-        self._assignment = set(target)
+                self._subs.positions.pop(tp, None)
+        self._subs.assignment = set(target)
         self._applied = generation
         with self._m.lock:
             self._m.acked = generation
@@ -329,7 +433,11 @@ class Consumer:
         try:
             r = self._m.client.get(
                 f"/v1/groups/{self.group}/members/{self._m.member_id}/records",
-                params={"max_records": max_records or int(self._conf["max.poll.records"]), "wait_ms": wait_ms},
+                params={
+                    "max_records": max_records or int(self._conf["max.poll.records"]),
+                    "wait_ms": wait_ms,
+                    "paused": [f"{tp.topic}:{tp.partition}" for tp in sorted(self._subs.paused)],
+                },
                 headers={"Accept": ARROW_STREAM},
             )
         except httpx.TransportError as e:
@@ -351,38 +459,17 @@ class Consumer:
         topics = records["topic"].to_pylist()
         partitions = records["partition"].to_pylist()
         fetched = {TopicPartition(t, p) for t, p in set(zip(topics, partitions, strict=True))}
-        if not fetched <= self._assignment:
+        if not fetched <= self._subs.assignment:
             # The coordinator gave us a partition our heartbeat has not told us of yet: learn it now
             # rather than drop its records (the group's position has already moved past them).
             self._m.heartbeat()
             self._apply_assignment()
-        dropped = {(tp.topic, tp.partition) for tp in fetched - self._assignment}
-        self._buffer.extend(messages_of(records, topics, partitions, dropped))
+        dropped = {(tp.topic, tp.partition) for tp in fetched - self._subs.assignment}
+        self._subs.buffer.extend(messages_of(records, topics, partitions, dropped))
 
     def _commit_now(self, offsets: Mapping[TopicPartition, int]) -> None:
         """One commit on the committer thread; retried once with a fresh generation after a rebalance."""
-        for attempt in range(2):
-            with self._m.lock:
-                member, generation = self._m.member_id, self._m.latest[0]
-            try:
-                self._m.call(
-                    self._m.commit_client,
-                    "POST",
-                    f"/v1/groups/{self.group}/members/{member}/offsets",
-                    json={
-                        "generation": generation,
-                        "offsets": [
-                            {"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in offsets.items()
-                        ],
-                    },
-                )
-                return
-            except IllegalGenerationError:
-                if attempt:
-                    raise
-                # The group moved on since our last heartbeat: learn the new generation (the partitions may
-                # still be ours, revoked but not yet acknowledged) and try once more.
-                self._m.heartbeat()
+        (self._reader if self._subs.manual else self._m).commit(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if not self._conf["enable.auto.commit"] or time.monotonic() < self._next_auto_commit:

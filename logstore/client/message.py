@@ -8,16 +8,24 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "Message", "messages_of"]
+from logstore.errors import LogstoreError
 
+__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_NOT_AVAILABLE", "Message", "messages_of"]
+
+TIMESTAMP_NOT_AVAILABLE = 0
+"""confluent-kafka's timestamp type when a message has none (a delivery report of a record sent without one)."""
 TIMESTAMP_CREATE_TIME = 1
 """confluent-kafka's timestamp type of a producer-set (or append-time) timestamp."""
 
 
 class Message:
-    """One consumed record, with confluent-kafka's accessors."""
+    """One record, with confluent-kafka's accessors: consumed, or in a producer's delivery report.
 
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp_ms", "_topic", "_value")
+    A delivery report's message has the offset the record got (``OFFSET_INVALID``
+    when it failed, or with ``acks=0``) and, when it failed, the error in :meth:`error`.
+    """
+
+    __slots__ = ("_error", "_headers", "_key", "_offset", "_partition", "_timestamp_ms", "_topic", "_value")
 
     def __init__(
         self,
@@ -27,10 +35,12 @@ class Message:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, bytes | None]] | None,
-        timestamp_ms: int,
+        timestamp_ms: int | None,
+        error: LogstoreError | None = None,
     ) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
         self._key, self._value, self._headers, self._timestamp_ms = key, value, headers, timestamp_ms
+        self._error = error
 
     def topic(self) -> str:
         return self._topic
@@ -54,12 +64,17 @@ class Message:
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
-        """``(TIMESTAMP_CREATE_TIME, ms since the epoch)``, as confluent-kafka returns it."""
+        """``(TIMESTAMP_CREATE_TIME, ms since the epoch)``, as confluent-kafka returns it.
+
+        ``(TIMESTAMP_NOT_AVAILABLE, 0)`` in a delivery report of a record produced without a timestamp.
+        """
+        if self._timestamp_ms is None:
+            return TIMESTAMP_NOT_AVAILABLE, 0
         return TIMESTAMP_CREATE_TIME, self._timestamp_ms
 
-    def error(self) -> None:
-        """Always None: errors are raised by :meth:`Consumer.poll`, not delivered as messages."""
-        return None
+    def error(self) -> LogstoreError | None:
+        """A delivery report's error; always None for a consumed record (the consumer raises errors instead)."""
+        return self._error
 
     def __repr__(self) -> str:
         return f"Message({self._topic}-{self._partition}@{self._offset})"

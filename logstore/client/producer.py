@@ -1,10 +1,12 @@
 """The Python :class:`Producer`: batching, routing to partition leaders, idempotent retries, delivery callbacks.
 
 It follows confluent-kafka and aiokafka: ``produce()`` only buffers; a sender
-thread sends one batch per topic when ``linger_ms`` has passed or
-``batch_records`` are waiting, and retries retriable failures with the same
+thread sends one batch per topic when ``linger.ms`` has passed or
+``batch.num.messages`` are waiting, and retries retriable failures with the same
 ``(producer_id, sequence)`` — idempotent by default, so a retry never writes a
-record twice. Delivery callbacks run on the sender thread.
+record twice. Delivery callbacks run as confluent-kafka's do: in the
+application's thread, inside :meth:`Producer.poll`, :meth:`Producer.flush`
+and :meth:`Producer.close`; the sender thread only queues their reports.
 
 Routing (docs/design.md §8): the sender asks the cluster for its metadata at start,
 every ``metadata_max_age_ms`` and when a topic is unknown to it, splits each
@@ -31,23 +33,28 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pyarrow as pa
 
+from logstore.client._config import producer_config
 from logstore.client._http import raise_for
 from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes
+from logstore.client.message import Message
 from logstore.errors import (
-    KafkaStorageError,
     LogstoreError,
+    NetworkExceptionError,
+    UnknownServerError,
 )
 from logstore.log.schema import HEADERS_TYPE
+from logstore.structs import OFFSET_INVALID
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 
-__all__ = ["DeliveryCallback", "Producer", "RecordMetadata"]
+__all__ = ["DeliveryCallback", "Producer"]
 
 log = logging.getLogger("logstore.client")
 
@@ -55,17 +62,12 @@ _UNKNOWN_TOPIC_REFRESH_S = 0.1
 """Least time between two metadata refreshes for a topic the view does not know (Kafka's retry.backoff.ms)."""
 
 
-@dataclass(frozen=True)
-class RecordMetadata:
-    """Where a produced record landed."""
+DeliveryCallback = Callable[[LogstoreError | None, Message], None]
+"""``on_delivery(err, msg)`` as confluent-kafka's: ``err`` is None when the record was written, and
+``msg.topic()``, ``msg.partition()``, ``msg.offset()`` say where (``msg.error()`` is ``err``)."""
 
-    topic: str
-    partition: int
-    offset: int
-
-
-DeliveryCallback = Callable[[LogstoreError | None, RecordMetadata | None], None]
-"""``on_delivery(error, metadata)``: exactly one of them is None."""
+Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
+"""A dict, or (key, value) pairs in order (a key may repeat), as confluent-kafka takes them."""
 
 
 @dataclass(frozen=True)
@@ -86,61 +88,65 @@ class _TopicBuffer:
 
 
 class Producer:
-    """Buffers records and sends them in batches to the leaders of their partitions.
+    """Buffers records and sends them in batches to the leaders of their partitions, shaped like confluent-kafka's.
 
-    Args:
-        url: the bootstrap servers, e.g. ``http://127.0.0.1:8080``, or several separated by commas
-            (``"http://a:8080,http://b:8080"``, like Kafka's ``bootstrap.servers``): any of them that
-            answers tells the producer every node of the cluster.
-        acks: ``"0"``, ``"1"`` or ``"all"`` (default): see docs/design.md §3.
-        linger_ms: how long a batch waits for more records before it is sent.
-        batch_records: records that trigger a send without waiting for linger_ms.
-        enable_idempotence: send ``producer_id`` + ``sequence`` so retries never duplicate.
-        delivery_timeout_ms: give up on a batch (error to its callbacks) after this long.
-        api_key: the API key of a secured server (default: ``$LOGSTORE_API_KEY``).
-        ca_file: a PEM CA bundle to verify an ``https://`` server with (default: the system's).
-        metadata_max_age_ms: refresh the cluster metadata at least this often, even without an error.
-        client_cert: (certificate, private key) PEM files to present to a server that asks for
-            client certificates; with no API key, the certificate names the principal.
-        retry_backoff_max_ms: the longest wait between two retries of a request to the same node (the wait
-            doubles from 10 ms; Kafka's ``retry.backoff.max.ms``); a retry to another node (a new leader) waits 10 ms.
+    Config is confluent-kafka's dict of Kafka's dotted keys; keyword arguments
+    name the same keys with ``_`` for ``.`` and are merged over it
+    (``Producer({"bootstrap.servers": "127.0.0.1:8080", "linger.ms": 5})``,
+    ``Producer("http://127.0.0.1:8080", linger_ms=5)``). Keys:
+
+    * ``bootstrap.servers`` (also the first argument, or ``url``): ``host:port``
+      or URLs, several separated by commas; any that answers tells the
+      producer every node of the cluster. Without a scheme: ``http://``, or
+      ``https://`` with ``security.protocol=SSL``.
+    * ``acks``: ``all`` (default, also ``-1``), ``1`` or ``0`` (docs/design.md §3).
+    * ``linger.ms`` (5): how long a batch waits for more records;
+      ``batch.num.messages`` (1000; also ``batch_records``): records that trigger a send at once.
+    * ``enable.idempotence`` (true): send ``producer_id`` + ``sequence`` so retries never duplicate.
+    * ``delivery.timeout.ms`` (120000): give up on a batch (an error to its callbacks) after this long.
+    * ``metadata.max.age.ms`` (300000): refresh the cluster metadata at least this often.
+    * ``retry.backoff.max.ms`` (1000): the longest wait between two retries to the same node (the wait
+      doubles from 10 ms); a retry to another node (a new leader) waits 10 ms.
+    * ``api.key``: a secured server's API key (default ``$LOGSTORE_API_KEY``); ``ssl.ca.location`` (also
+      ``ca_file``): a PEM CA bundle for ``https://``; ``ssl.certificate.location`` and ``ssl.key.location``
+      (also ``client_cert=(cert, key)``): a client certificate, which names the principal without an API key.
+    * ``on_delivery``: the delivery callback of records produced without one.
+
+    Delivery callbacks run in the caller's thread inside :meth:`poll`, :meth:`flush` and :meth:`close`
+    (an exception a callback raises comes out of that call).
 
     Raises:
-        ValueError: an invalid ``acks`` or no bootstrap URL.
+        InvalidConfigError: an unknown key (named, with the known ones), a value of the wrong type,
+            or no ``bootstrap.servers``.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        acks: str = "all",
-        linger_ms: int = 5,
-        batch_records: int = 1000,
-        enable_idempotence: bool = True,
-        delivery_timeout_ms: int = 120_000,
-        api_key: str | None = None,
-        ca_file: str | None = None,
-        metadata_max_age_ms: int = 300_000,
-        client_cert: tuple[str, str] | None = None,
-        retry_backoff_max_ms: int = 1000,
-    ) -> None:
-        if acks not in ("0", "1", "all"):
-            raise ValueError("acks must be '0', '1' or 'all'")
-        self._nodes = Nodes(url, timeout_s=30, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
-        self._metadata_max_age = metadata_max_age_ms / 1000
+    def __init__(self, config: Mapping[str, Any] | str | None = None, /, **kwargs: Any) -> None:
+        conf = producer_config(config, kwargs)
+        cert_file = conf["ssl.certificate.location"]
+        self._nodes = Nodes(
+            conf["bootstrap.servers"],
+            timeout_s=30,
+            api_key=conf["api.key"],
+            ca_file=conf["ssl.ca.location"],
+            client_cert=(cert_file, conf["ssl.key.location"] or cert_file) if cert_file else None,
+        )
+        self._metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self._sequences: dict[str, int] = {}
         """Topic → the next sequence of this producer id there; the sender thread's alone."""
         self._unknown_asked: dict[str, float] = {}
         """Topic the metadata did not know → when it was last refreshed for it; the sender thread's alone."""
-        self._acks = acks
-        self._linger = linger_ms / 1000
-        self._batch_records = batch_records
-        self._producer_id = f"py-{uuid.uuid4().hex}" if enable_idempotence else None
-        self._delivery_timeout = delivery_timeout_ms / 1000
-        self._retry_backoff_max = retry_backoff_max_ms / 1000
+        self._acks: str = conf["acks"]
+        self._linger = conf["linger.ms"] / 1000
+        self._batch_records: int = conf["batch.num.messages"]
+        self._producer_id = f"py-{uuid.uuid4().hex}" if conf["enable.idempotence"] else None
+        self._delivery_timeout = conf["delivery.timeout.ms"] / 1000
+        self._retry_backoff_max = conf["retry.backoff.max.ms"] / 1000
+        self._on_delivery: DeliveryCallback | None = conf["on_delivery"]
         self._buffers: dict[str, _TopicBuffer] = {}
         self._cond = threading.Condition()
         self._in_flight = 0
+        self._reports: deque[tuple[DeliveryCallback, LogstoreError | None, Message]] = deque()
+        """Delivery reports the sender queued for :meth:`poll` to run."""
         self._closed = False
         self._sender = threading.Thread(target=self._run, name="logstore-producer", daemon=True)
         self._sender.start()
@@ -148,24 +154,38 @@ class Producer:
     def produce(
         self,
         topic: str,
-        value: bytes | str | None,
+        value: bytes | str | None = None,
         key: bytes | str | None = None,
-        headers: Mapping[str, bytes | str | None] | None = None,
         partition: int | None = None,
-        timestamp_ms: int | None = None,
         on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Headers | None = None,
+        *,
+        callback: DeliveryCallback | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
-        """Buffer one record for ``topic``; it is sent by the sender thread."""
+        """Buffer one record for ``topic``; the sender thread sends it, :meth:`poll` reports its delivery.
+
+        As confluent-kafka's ``produce``: ``partition`` None or -1 lets the key
+        choose (murmur2, as Kafka's), ``timestamp`` is ms since the epoch (0:
+        none, the node stamps the record), ``on_delivery`` (or ``callback``)
+        overrides the config's. ``timestamp_ms`` is ``timestamp`` where 0 means
+        the epoch itself.
+
+        Raises:
+            ValueError: a partition or timestamp out of range.
+            TypeError: a value, key or header that is not bytes, str or None (a header key: str).
+            RuntimeError: the producer is closed.
+        """
+        if partition == -1:
+            partition = None
         if partition is not None and not 0 <= partition < 2**31:
-            raise ValueError(f"partition must be in 0..2^31-1, got {partition}")
+            raise ValueError(f"partition must be in 0..2^31-1 (or -1: by key), got {partition}")
+        if timestamp_ms is None and timestamp:
+            timestamp_ms = timestamp
         if timestamp_ms is not None and not -(2**63) <= timestamp_ms < 2**63:
-            raise ValueError(f"timestamp_ms must be an int64 (ms since the epoch), got {timestamp_ms}")
-        raw_key = key.encode() if isinstance(key, str) else key
-        record = _Record(
-            _raw(value),
-            [{"key": k, "value": _raw(v)} for k, v in headers.items()] if headers else None,
-            timestamp_ms,
-        )
+            raise ValueError(f"timestamp must be an int64 (ms since the epoch), got {timestamp_ms}")
+        record, raw_key = _record_of(value, key, headers, timestamp_ms)
         with self._cond:
             if self._closed:
                 raise RuntimeError("producer is closed")
@@ -175,25 +195,53 @@ class Producer:
             buf.records.append(record)
             buf.keys.append(raw_key)
             buf.partitions.append(partition)
-            buf.callbacks.append(on_delivery)
+            buf.callbacks.append(on_delivery or callback or self._on_delivery)
             self._cond.notify()
+
+    def poll(self, timeout: float | None = None) -> int:
+        """Run the delivery callbacks of records delivered (or failed) since; returns how many ran.
+
+        Waits up to ``timeout`` seconds for the first report (None or a
+        negative value: until one comes; 0: not at all), as confluent-kafka's ``poll``.
+        """
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        with self._cond:
+            while not self._reports and (deadline is None or time.monotonic() < deadline):
+                self._cond.wait(0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic())))
+        return self._serve()
 
     def flush(self, timeout: float | None = None) -> int:
-        """Wait until every buffered record is delivered (or failed); returns how many remain."""
+        """Wait until every buffered record is delivered (or failed), running their callbacks.
+
+        Returns how many records are still waiting for delivery or for their
+        callback (0: all done), as confluent-kafka's ``flush``; ``timeout`` in
+        seconds, None: no limit.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._serve()
+            with self._cond:
+                left = self._pending() + len(self._reports)
+                if not left or (deadline is not None and time.monotonic() >= deadline):
+                    return left
+                self._cond.notify()
+                if not self._reports:
+                    wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+                    self._cond.wait(wait)
+
+    def __len__(self) -> int:
+        """Records buffered, in flight, or delivered with their callback not run yet (confluent-kafka's ``len``)."""
         with self._cond:
-            self._cond.notify()
-            while self._pending() and (deadline is None or time.monotonic() < deadline):
-                self._cond.wait(0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic())))
-            return self._pending()
+            return self._pending() + len(self._reports)
 
     def close(self) -> None:
-        """Flush, then stop the sender thread."""
+        """Flush (running every callback), then stop the sender thread."""
         self.flush()
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._sender.join()
+        self._serve()
         self._nodes.close()
 
     def __enter__(self) -> Producer:
@@ -201,6 +249,17 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _serve(self) -> int:
+        """Run the queued delivery callbacks in this thread, in order; one that raises leaves the rest queued."""
+        served = 0
+        while True:
+            with self._cond:
+                if not self._reports:
+                    return served
+                cb, err, msg = self._reports.popleft()
+            cb(err, msg)
+            served += 1
 
     def _pending(self) -> int:
         return sum(len(b.records) for b in self._buffers.values()) + self._in_flight
@@ -232,6 +291,12 @@ class Producer:
                 self._in_flight += n
             try:
                 self._send(ready, records, keys, parts, callbacks)
+            except Exception as e:  # a bug must fail these records, never end the sender (flush would wait forever)
+                log.exception("producer: sending %d records of topic '%s' failed", len(records), ready)
+                failed: list[LogstoreError | None] = [UnknownServerError(f"could not send: {e!r}")] * len(records)
+                reports = _delivery_reports(ready, records, keys, parts, callbacks, [None] * len(records), failed)
+                with self._cond:
+                    self._reports.extend(reports)
             finally:
                 with self._cond:
                     self._in_flight -= len(records)
@@ -289,14 +354,11 @@ class Producer:
             for j, i in enumerate(route.indexes):
                 results[i] = offsets[j] if offsets is not None else None
                 errors[i] = error if offsets is None else None
-        for i, cb in enumerate(callbacks):
-            if cb is None:
-                continue
-            if errors[i] is not None:
-                cb(errors[i], None)
-            else:
-                o = results[i]
-                cb(None, RecordMetadata(topic, o["partition"], o["offset"]) if o else None)
+        reports = _delivery_reports(topic, records, keys, parts, callbacks, results, errors)
+        if reports:
+            with self._cond:
+                self._reports.extend(reports)  # run by poll() in the application's thread, never here
+                self._cond.notify_all()
 
     def _deliver(
         self,
@@ -328,7 +390,7 @@ class Producer:
                 raise_for(r)
                 return (r.json()["offsets"] if r.status_code == 200 else [None] * len(keys)), None
             except httpx.TransportError as e:
-                error = KafkaStorageError(f"cannot reach {url}: {e}")
+                error = NetworkExceptionError(f"cannot reach {url}: {e}")
                 url, forward = self._retarget(topic, keys, parts, avoid=url)
             except LogstoreError as e:
                 error = e
@@ -370,6 +432,50 @@ class Producer:
                 return named, False
             return route.url, route.forward
         return any_url, True
+
+
+def _record_of(
+    value: bytes | str | None, key: bytes | str | None, headers: Headers | None, timestamp_ms: int | None
+) -> tuple[_Record, bytes | None]:
+    """A record as the sender keeps it, and its key as bytes.
+
+    Raises:
+        TypeError: a value, key or header value that is not bytes, str or None, or a header key that is not a str.
+    """
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    for what, v in [("value", value), ("key", key), *((f"header '{k}'", hv) for k, hv in pairs)]:
+        if v is not None and not isinstance(v, bytes | str):
+            raise TypeError(f"a record's {what} must be bytes, str or None, got {type(v).__name__}")
+    if any(not isinstance(k, str) for k, _ in pairs):
+        raise TypeError("header keys must be str")
+    hs = [{"key": k, "value": _raw(v)} for k, v in pairs] if pairs else None
+    return _Record(_raw(value), hs, timestamp_ms), _raw(key)
+
+
+def _delivery_reports(
+    topic: str,
+    records: list[_Record],
+    keys: list[bytes | None],
+    parts: list[int | None],
+    callbacks: list[DeliveryCallback | None],
+    results: list[Any],
+    errors: list[LogstoreError | None],
+) -> list[tuple[DeliveryCallback, LogstoreError | None, Message]]:
+    """A sent batch's delivery reports: (callback, error, message) for each record that has a callback."""
+    reports = []
+    for i, cb in enumerate(callbacks):
+        if cb is None:
+            continue
+        r, o = records[i], results[i]
+        if o:
+            partition, offset = o["partition"], o["offset"]
+        else:  # failed, or acks=0: no offset
+            partition, offset = (parts[i] if parts[i] is not None else -1), OFFSET_INVALID
+        headers = [(str(h["key"]), _raw(h["value"])) for h in r.headers] if r.headers else None
+        reports.append(
+            (cb, errors[i], Message(topic, partition, offset, keys[i], r.value, headers, r.timestamp_ms, errors[i]))
+        )
+    return reports
 
 
 def _named_leader(r: httpx.Response) -> str | None:

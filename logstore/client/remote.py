@@ -48,6 +48,10 @@ class RemoteStore:
         self.url = url
         self._nodes = Nodes(url, timeout_s=timeout_s, api_key=api_key, ca_file=ca_file, client_cert=client_cert)
 
+    def close(self) -> None:
+        """Close its connections."""
+        self._nodes.close()
+
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         return self._nodes.call(method, path, **kw)
 
@@ -88,9 +92,19 @@ class RemoteStore:
         self._call("DELETE", f"/v1/topics/{name}")
 
     def fetch(
-        self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1 << 20
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
     ) -> FetchResult:
-        """A slice of ``partition`` from ``offset``, as the embedded store returns it (asked of its leader first)."""
+        """A slice of ``partition`` from ``offset``, as the embedded store returns it (asked of its leader first).
+
+        With ``wait_ms`` the server waits up to that long for a record at or past ``offset`` (a long poll).
+        """
         if self._nodes.refreshed_at == 0:
             self._nodes.refresh()
         view = self._nodes.view
@@ -100,7 +114,7 @@ class RemoteStore:
             [leader, *(u for u in urls if u != leader)] if leader else urls,
             "GET",
             f"/v1/topics/{topic}/partitions/{partition}/records",
-            params={"offset": offset, "max_records": max_records, "max_bytes": max_bytes},
+            params={"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms},
         )
         recs = body["records"]
         table = input_table(
@@ -112,6 +126,13 @@ class RemoteStore:
         )
         table = table.append_column("offset", pa.array([r["offset"] for r in recs], pa.int64()))
         return FetchResult(table, body["high_watermark"], body["log_start_offset"])
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset of ``partition`` whose timestamp is at or after ``timestamp_ms`` (the HW if none is)."""
+        body = self._call(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets", params={"timestamp": timestamp_ms}
+        )
+        return int(body["offset"])
 
     def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]:
         """``group``'s latest commits on ``topic``; the API reports neither commit time (0) nor metadata (None)."""
@@ -182,11 +203,16 @@ class RemoteStore:
 def _topic(body: dict[str, Any]) -> TopicInfo:
     parts = tuple(
         PartitionInfo(
-            p["partition"], p["log_start_offset"], p["high_watermark"], p["size_bytes"], p.get("num_files", 0)
+            p["partition"],
+            p["log_start_offset"],
+            p["high_watermark"],
+            p["size_bytes"],
+            p.get("num_files", 0),
+            p.get("num_records", 0),
         )
         for p in body["partitions"]
     )
     config = TopicConfig.from_overrides(body.get("config", {}))
     defaults = TopicConfig().to_dict()
     overrides = {k: str(v) for k, v in config.to_dict().items() if v != defaults[k]}
-    return TopicInfo(body["name"], parts, config, overrides)
+    return TopicInfo(body["name"], parts, config, overrides, topic_id=body.get("topic_id"))

@@ -9,8 +9,10 @@ Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
 * ``/controller_epoch`` — the controller epoch, bumped by every election in
   the same transaction that creates ``/controller``, so exactly one node wins
   each epoch.
-* ``/brokers/topics/<t>`` — ``{"partitions": n}``, written by whoever creates
-  or first serves the topic; ``/brokers/topics/<t>/partitions/<p>/state`` —
+* ``/brokers/topics/<t>`` — ``{"partitions": n, "topic_id": id}``, written by
+  whoever creates or first serves the topic (``topic_id`` as Kafka's: the
+  topic's ID, :mod:`logstore.log.topic_id`; absent for a topic from before
+  IDs); ``/brokers/topics/<t>/partitions/<p>/state`` —
   ``{"leader", "leader_epoch"}``, written only by the controller, only in a
   transaction that checks ``/controller_epoch`` is still the one it was
   elected with: a deposed controller's writes fail and change nothing.
@@ -89,6 +91,8 @@ class ClusterMetadata:
     """Live nodes, by id."""
     partitions: dict[TopicPartitionKey, PartitionState] = field(default_factory=dict)
     """Every partition that has been given a leader."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """Topic → its ID, for the topics known that have one (a topic created again has a new one)."""
 
     def leader(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -210,6 +214,8 @@ class ZooKeeperController:
         self._epoch: int | None = None
         self._epoch_version = -1
         self._states: dict[TopicPartitionKey, PartitionState] = {}
+        self._topic_ids: dict[str, str | None] = {}
+        """Topic → its ID as the last round read it, whose partitions ``_states`` holds."""
         self._reregister = False
         self._resigning = False
         self._controller: tuple[int | None, int] = (None, 0)
@@ -280,28 +286,46 @@ class ZooKeeperController:
                 doc = json.loads(data.data)
                 nodes.append(NodeInfo(int(doc["node_id"]), str(doc["url"])))
         partitions: dict[TopicPartitionKey, PartitionState] = {}
+        topic_ids: dict[str, str] = {}
         for topic in cache.get_children(TOPICS) or ():
+            data = cache.get_data(f"{TOPICS}/{topic}")
+            if data is not None and data.data:
+                topic_id = json.loads(data.data).get("topic_id")
+                if topic_id:
+                    topic_ids[topic] = str(topic_id)
             for p in cache.get_children(f"{TOPICS}/{topic}/partitions") or ():
                 data = cache.get_data(_state_path(topic, int(p)))
                 if data is not None and data.data:
                     doc = json.loads(data.data)
                     partitions[(topic, int(p))] = PartitionState(int(doc["leader"]), int(doc["leader_epoch"]))
         controller, epoch = self._controller
-        return ClusterMetadata(controller, epoch, tuple(sorted(nodes, key=lambda n: n.node_id)), partitions)
+        nodes_sorted = tuple(sorted(nodes, key=lambda n: n.node_id))
+        return ClusterMetadata(controller, epoch, nodes_sorted, partitions, topic_ids)
 
-    def register_topic(self, topic: str, partitions: int) -> None:
-        """Make ``topic`` known to the controller (idempotent; a larger count adds partitions)."""
+    def register_topic(self, topic: str, partitions: int, topic_id: str | None = None) -> None:
+        """Make ``topic`` known to the controller (idempotent; a larger count adds partitions).
+
+        ``topic_id`` (the topic's ID, None for a topic from before IDs) replaces
+        another one a znode left by the deleted topic holds, with the new count:
+        every node watching sees the topic was created again.
+        """
         path = f"{TOPICS}/{topic}"
+        doc: dict[str, Any] = {"partitions": partitions}
+        if topic_id is not None:
+            doc["topic_id"] = topic_id
         try:
-            self._zk.create(path, _dumps({"partitions": partitions}), makepath=True)
+            self._zk.create(path, _dumps(doc), makepath=True)
         except NodeExistsError:
             data, stat = self._zk.get(path)
-            known = json.loads(data).get("partitions", 0) if data else 0
-            if partitions > known:
+            known = json.loads(data) if data else {}
+            other = topic_id is not None and known.get("topic_id") != topic_id
+            if other or partitions > known.get("partitions", 0):
+                if not other:
+                    doc = known | {"partitions": partitions}
                 try:
-                    self._zk.set(path, _dumps({"partitions": partitions}), version=stat.version)
+                    self._zk.set(path, _dumps(doc), version=stat.version)
                 except BadVersionError:
-                    self.register_topic(topic, partitions)
+                    self.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
         """Forget a deleted topic and its partition states."""
@@ -388,15 +412,21 @@ class ZooKeeperController:
         if self._resigning:
             live = [n for n in live if n != self.node.node_id]
         wanted: list[TopicPartitionKey] = []
+        ids: dict[str, str | None] = {}
         for topic in self._zk.get_children(TOPICS):
             try:
                 data, _ = self._zk.get(f"{TOPICS}/{topic}")
             except NoNodeError:
                 continue
-            count = int(json.loads(data).get("partitions", 0)) if data else 0
+            doc = json.loads(data) if data else {}
+            count = int(doc.get("partitions", 0))
+            ids[topic] = doc.get("topic_id")
             wanted += [(topic, p) for p in range(count)]
-        known = set(wanted)
-        self._states = {tp: s for tp, s in self._states.items() if tp[0] in {t for t, _ in known}}
+        # A topic deleted and created again between two rounds has a new ID: the states cached for the
+        # old one (their znodes went with it) must not stand for the new one's.
+        same = {t for t, i in ids.items() if self._topic_ids.get(t, i) == i}
+        self._topic_ids = ids
+        self._states = {tp: s for tp, s in self._states.items() if tp[0] in same}
         changes = place_leaders(wanted, self._states, live, self._placement)
         if changes:
             self._write_states(changes)

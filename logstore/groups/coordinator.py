@@ -88,6 +88,11 @@ class GroupStore(Protocol):
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
 
 
+PausedSet = frozenset[TopicPartition]
+"""Partitions a member paused (``Consumer.pause``): its fetches skip them."""
+_NONE: PausedSet = frozenset()
+
+
 class GroupCoordinator:
     """The embedded coordinator of every group of one store (thread-safe, no threads of its own).
 
@@ -331,10 +336,20 @@ class GroupCoordinator:
                 with self._offsets_lock:
                     self._store.commit_offsets(group, topic, offs)
 
+    def seek(self, group: str, member_id: str, positions: Mapping[TopicPartition, int]) -> None:
+        """Move the fetch positions of partitions the member owns (``Consumer.seek``): :meth:`ConsumerGroup.seek`.
+
+        An offset out of range is reset by ``auto.offset.reset`` at the next fetch; nothing is committed.
+        """
+        g = self._group(group)
+        with g.lock:
+            self._expire_group(g)
+            g.seek(member_id, positions)
+
     def fetch(
-        self, group: str, member_id: str, fetch: FetchFn, *, max_records: int, max_bytes: int
+        self, group: str, member_id: str, fetch: FetchFn, *, max_records: int, max_bytes: int, paused: PausedSet = _NONE
     ) -> list[tuple[str, FetchResult]]:
-        """Records of the member's partitions from the group's positions, which move past them.
+        """Records of the member's partitions (but ``paused`` ones) from the group's positions, which move past them.
 
         Partitions are read in turn from a cursor that moves one partition on at
         every call, so a busy partition never starves the others; at most
@@ -344,7 +359,7 @@ class GroupCoordinator:
         Raises:
             UnknownMemberIdError: the member left or its session expired.
         """
-        plan = self._plan(group, member_id)
+        plan = [(tp, pos) for tp, pos in self._plan(group, member_id) if tp not in paused]
         out: list[tuple[str, FetchResult]] = []
         moved: dict[TopicPartition, tuple[int, int]] = {}
         left_records, left_bytes = max_records, max_bytes

@@ -120,6 +120,22 @@ class ConsumerGroup:
             raise UnknownMemberIdError(f"consumer group '{self.name}' has no member '{member_id}' ({why}); join again")
         return m
 
+    def seek(self, member_id: str, positions: Mapping[TopicPartition, int]) -> None:
+        """Set the group's fetch positions of partitions the live member ``member_id`` owns (under the group's lock).
+
+        Raises:
+            UnknownMemberIdError: the member left or expired.
+            IllegalGenerationError: it does not own one of the partitions (nothing is moved).
+        """
+        m = self.live(member_id)
+        for tp in positions:
+            if tp not in m.assigned:
+                raise IllegalGenerationError(
+                    f"member '{member_id}' of group '{self.name}' does not own {tp.topic}-{tp.partition}: "
+                    "seek only partitions of the current assignment"
+                )
+        self.positions.update(positions)
+
     def member_for_commit(self, member_id: str, generation: int) -> Member:
         """The member that may commit with ``generation``.
 

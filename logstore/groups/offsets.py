@@ -15,6 +15,12 @@ So two committers whose clocks disagree can never move a group back. Rows writte
 ordered among themselves by ``commit_time``. Commits of different groups
 never conflict.
 
+Deleting a topic deletes every group's offsets on it, as Kafka does
+(:meth:`OffsetsStore.delete_topic`, one Delta commit that removes the rows, as
+:meth:`OffsetsStore.delete_group` removes a group's): a group reading the topic
+created again under the same name starts from its ``auto.offset.reset`` /
+``startingOffsets``, as a new group does.
+
 The latest committed offsets, in Spark SQL (:data:`LATEST_OFFSETS_SQL`)::
 
     SELECT `group`, topic, `partition`,
@@ -275,10 +281,23 @@ class OffsetsStore:
         Raises:
             KafkaStorageError: the table could not be read or changed.
         """
+        return self._delete_where('"group" = ' + _sql_text(group), f"the offsets of group '{group}'")
+
+    def delete_topic(self, topic: str) -> int:
+        """Remove every group's committed offsets on ``topic`` (Kafka deletes them with it); returns how many rows went.
+
+        As :meth:`delete_group`, one Delta commit, durable when it returns: a group that commits on a
+        topic created again under that name starts a fresh history.
+
+        Raises:
+            KafkaStorageError: the table could not be read or changed.
+        """
+        return self._delete_where("topic = " + _sql_text(topic), f"the offsets of topic '{topic}'")
+
+    def _delete_where(self, predicate: str, what: str) -> int:
         dt = self._table()
         if dt is None:
             return 0
-        predicate = '"group" = \'' + group.replace("'", "''") + "'"
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
                 tables.refresh(dt)
@@ -286,10 +305,10 @@ class OffsetsStore:
                 tables.sync_commits(self.path, dt.version())
             except CommitFailedError as e:
                 if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise tables.translate(e, f"deletion of group '{group}'") from e
+                    raise tables.translate(e, f"deletion of {what}") from e
                 continue
             except (DeltaError, OSError) as e:
-                raise KafkaStorageError(f"cannot delete the offsets of group '{group}': {e}") from e
+                raise KafkaStorageError(f"cannot delete {what}: {e}") from e
             return int(metrics.get("num_deleted_rows", 0))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -400,3 +419,8 @@ def _run_starts(t: pa.Table) -> np.ndarray:
         c = t[col].combine_chunks()
         starts[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     return starts
+
+
+def _sql_text(value: str) -> str:
+    """``value`` as a SQL string literal (quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"

@@ -3,7 +3,8 @@
 Kafka keeps this in ``storage/…/log`` (``UnifiedLog`` and its collaborators); here:
 
 * :mod:`~logstore.log.schema` — the topic table's columns; :mod:`~logstore.log.partitioner` — which
-  partition a record goes to; :mod:`~logstore.log.catalog` — topics as tables (create, describe, delete).
+  partition a record goes to; :mod:`~logstore.log.catalog` — topics as tables (create, describe, delete);
+  :mod:`~logstore.log.topic_id` — a topic's ID, which tells a re-created topic from the one deleted.
 * :mod:`~logstore.log.writer` — :class:`~logstore.log.writer.TopicWriter`, the one committer of a topic,
   given its collaborators: :mod:`~logstore.log.validator` (records checked and stamped before append),
   :mod:`~logstore.log.producer_state` (idempotent producers' sequences),

@@ -14,9 +14,15 @@ carries what it does not model (a deletion vector).
 
 Commit files appear whole (put-if-absent by link or rename, by every engine), so
 a file that exists can be read to its end. A table deleted and created again
-under the same path (a topic re-created, by this process or another) has a new
-``_delta_log`` directory: the tail notices by the directory's inode and loads
-the new table afresh. Not thread-safe: one reader's thread.
+under the same path (a topic re-created, by this process or another) starts its
+versions again at 0, so its commits must never be read as the next ones of the
+table loaded. Before each step the tail reads the topic's ID file
+(:mod:`logstore.log.topic_id`) and stats ``_delta_log``: a new ID, or a new
+directory, means a new table, loaded afresh. The inode alone is not enough: a
+file system reuses it (ext4 hands a directory created right after one was
+removed the same inode), and then a re-created topic read nothing until its
+version passed the old one's, then only offsets above the old high watermark.
+Not thread-safe: one reader's thread.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from deltalake import DeltaTable
 
 from logstore.log import _delta
 from logstore.log.files import DataFile, data_files, offset_range
+from logstore.log.topic_id import id_in, read_id_file
 
 __all__ = ["MAX_STEP", "LogTail"]
 
@@ -47,9 +54,11 @@ class LogTail:
     """Live data files, table configuration and ``txn`` app versions of one table at :attr:`version`."""
 
     def __init__(self, table: DeltaTable) -> None:
+        self.loads = 0
+        """How many times the snapshot was loaded whole: a new count may be another table at the same version."""
         self._root = _delta.table_path(table)
         self._log = os.path.join(self._root, "_delta_log")
-        self._load(table)
+        self._load(table, self._identity_now())
 
     @property
     def table(self) -> DeltaTable:
@@ -66,6 +75,11 @@ class LogTail:
         """The table's properties (``metaData.configuration``)."""
         return self._configuration
 
+    @property
+    def topic_id(self) -> str | None:
+        """The ID of the topic whose table this is (None: a topic created before IDs existed)."""
+        return id_in(self._configuration)
+
     def transaction_version(self, app_id: str) -> int | None:
         """The version the newest ``txn`` action of ``app_id`` recorded, or None if there is none."""
         if app_id in self._txn:
@@ -79,8 +93,9 @@ class LogTail:
             FileNotFoundError: the table's ``_delta_log`` is gone (the table was deleted).
             DeltaError, KafkaStorageError, OSError: the table could not be read.
         """
-        if _identity(self._log) != self._identity:  # re-created: its versions start again at 0
-            self._load(_delta.open_table(self._root))
+        identity = self._identity_now()
+        if identity != self._identity:  # re-created: its versions start again at 0
+            self._load(_delta.open_table(self._root), identity)
             return self.version
         try:
             commits = list(self._new_commits())
@@ -88,13 +103,27 @@ class LogTail:
                 self._apply(actions)
         except _Unfollowable:
             _delta.refresh(self._dt)
-            self._load(self._dt)
+            self._load(self._dt, self._identity)
             return self.version
         self.version += len(commits)
         return self.version
 
-    def _load(self, table: DeltaTable) -> None:
-        self._identity = _identity(self._log)
+    def _identity_now(self) -> tuple[str | None, int, int]:
+        """(topic ID file, device and inode of ``_delta_log``): what tells a re-created table from the one loaded.
+
+        Read before the table it describes is opened, so a table re-created in
+        between is seen as new at the next step.
+
+        Raises:
+            FileNotFoundError: the table's ``_delta_log`` is gone (the table was deleted).
+        """
+        topic_id = read_id_file(self._root)
+        st = os.stat(self._log)
+        return topic_id, st.st_dev, st.st_ino
+
+    def _load(self, table: DeltaTable, identity: tuple[str | None, int, int]) -> None:
+        self._identity = identity
+        self.loads += 1
         self._dt = table
         self.version: int = table.version()
         self._files: dict[str, DataFile] = {f.log_path: f for f in data_files(table)}
@@ -163,12 +192,6 @@ class LogTail:
             log_path=log_path,
             max_timestamp_ms=_epoch_ms(highs.get("timestamp")),
         )
-
-
-def _identity(log_dir: str) -> tuple[int, int]:
-    """(device, inode) of a table's ``_delta_log`` directory: what tells a re-created table from the one loaded."""
-    st = os.stat(log_dir)
-    return st.st_dev, st.st_ino
 
 
 def _epoch_ms(iso: object) -> int | None:

@@ -24,12 +24,14 @@ from logstore.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     KafkaStorageError,
+    LogstoreError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from logstore.log import _delta
 from logstore.log._tail import LogTail
 from logstore.log.schema import TOPIC_SCHEMA
+from logstore.log.topic_id import TOPIC_ID_PROPERTY, id_in, new_topic_id, read_id_file, write_id_file
 from logstore.structs import PartitionInfo, TopicInfo
 
 __all__ = [
@@ -99,6 +101,17 @@ class Catalog:
         except TableNotFoundError as e:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist") from e
 
+    def topic_id(self, name: str) -> str | None:
+        """Topic ``name``'s ID from its ID file (one small read); None for a topic from before IDs, or none.
+
+        Raises:
+            KafkaStorageError: the ID file could not be read.
+        """
+        try:
+            return read_id_file(self.topic_path(name))
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the ID of topic '{name}': {e}") from e
+
     def exists(self, name: str) -> bool:
         return os.path.isdir(os.path.join(self.topic_path(name), "_delta_log"))
 
@@ -116,9 +129,14 @@ class Catalog:
         overrides = self._validated_overrides(config or {})
         if self.exists(name):
             raise TopicAlreadyExistsError(f"topic '{name}' already exists")
-        properties = {_delta.PARTITIONS_PROPERTY: str(count)}
+        topic_id = new_topic_id()
+        properties = {_delta.PARTITIONS_PROPERTY: str(count), TOPIC_ID_PROPERTY: topic_id}
         properties |= {_delta.CONFIG_PREFIX + k: v for k, v in overrides.items()}
         properties["delta.checkpointInterval"] = str(self.config.checkpoint_interval)
+        try:
+            write_id_file(path, topic_id)  # before the first commit: a table at the path always has its ID file
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create topic '{name}': {e}") from e
         try:
             DeltaTable.create(
                 path,
@@ -131,10 +149,27 @@ class Catalog:
             )
         except DeltaError as e:
             if "already exists" in str(e).lower():
+                self._restore_id_file(name, path)
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists") from e
             raise KafkaStorageError(f"cannot create topic '{name}': {e}") from e
         self._sync(path, 0, f"cannot create topic '{name}'")
         return self.describe_topic(name)
+
+    def _restore_id_file(self, name: str, path: str) -> None:
+        """After losing a creation race: put the winner's ID back in the ID file this call overwrote.
+
+        Every creator writes the ID file before its first commit, so the last
+        write is either the winner's, before its commit, or a loser's repair,
+        after it: the file ends up holding the ID of the table that exists.
+        """
+        try:
+            winner = id_in(self.table(name).metadata().configuration)
+            if winner is not None:
+                write_id_file(path, winner)
+        except (LogstoreError, DeltaError, OSError) as e:
+            raise KafkaStorageError(
+                f"topic '{name}' was created meanwhile, and its ID file cannot be restored: {e}"
+            ) from e
 
     def list_topics(self) -> list[str]:
         """Topic names, sorted."""
@@ -161,8 +196,9 @@ class Catalog:
         for p in range(count):
             mine = [f for f in files if f.partition == p]
             hw = high_watermark(dt, p, mine)
-            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, sum(f.size_bytes for f in mine), len(mine)))
-        return TopicInfo(name, tuple(parts), config, overrides, version)
+            size, records = sum(f.size_bytes for f in mine), sum(f.num_records for f in mine)
+            parts.append(PartitionInfo(p, log_start_offset(dt, p, hw), hw, size, len(mine), records))
+        return TopicInfo(name, tuple(parts), config, overrides, version, id_in(configuration))
 
     def topic_config(self, name: str, table: DeltaTable | None = None) -> tuple[int, TopicConfig]:
         """(partition count, effective config) of a topic, from its table properties only."""
@@ -175,7 +211,9 @@ class Catalog:
         overrides = {
             k.removeprefix(_delta.CONFIG_PREFIX): v
             for k, v in props.items()
-            if k.startswith(_delta.CONFIG_PREFIX) and k != _delta.PARTITIONS_PROPERTY and v not in ("", None)
+            if k.startswith(_delta.CONFIG_PREFIX)
+            and k not in (_delta.PARTITIONS_PROPERTY, TOPIC_ID_PROPERTY)
+            and v not in ("", None)
         }
         count = partition_count_in(props)
         return count, TopicConfig.from_overrides(overrides, self.config.topic_defaults), overrides
@@ -231,7 +269,7 @@ class Catalog:
             raise KafkaStorageError(f"{what}: {e}") from e
 
     def delete_topic(self, name: str) -> None:
-        """Delete topic ``name`` and all its data.
+        """Delete topic ``name`` and all its data (its ID file too; group offsets are the store's to delete).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.

@@ -28,12 +28,18 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore.config import TopicConfig
-from logstore.errors import ConcurrentTransactionsError, FencedLeaderEpochError, KafkaStorageError
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
+    KafkaStorageError,
+)
 from logstore.log import _delta
 from logstore.log.append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.log.catalog import Catalog, high_watermark
 from logstore.log.epochs import LeaderEpochs, is_leader_app, rival_claim
 from logstore.log.producer_state import ProducerStateManager
+from logstore.log.topic_id import id_in, read_id_file
 
 __all__ = ["LogState", "Replan"]
 
@@ -76,6 +82,9 @@ class LogState:
         self.config = TopicConfig()
         self.hw: list[int] = []
         """Per partition, the offset its next record gets."""
+        self.topic_id: str | None = id_in(table.metadata().configuration)
+        """The ID of the topic this writer writes (:mod:`logstore.log.topic_id`); it never changes."""
+        self._root = catalog.topic_path(topic)
         self._catalog = catalog
         self._dt = table
         self._appender = appender
@@ -94,9 +103,31 @@ class LogState:
             FencedLeaderEpochError: a newer committer claimed the topic (or, in cluster mode, partitions of it).
             KafkaStorageError: the table could not be re-read.
         """
+        self.check_topic_id()
         _moved, full = self.absorb(self.version + 1)
         if full:
             self.refresh()
+
+    def check_topic_id(self) -> None:
+        """Make sure the table at the topic's path is still the one this writer opened (one small read).
+
+        A topic deleted and created again starts its versions again at 0: this
+        writer's next version, high watermarks and epochs belong to the old one,
+        and a commit made from them would land in the new table as if it followed.
+
+        Raises:
+            InconsistentTopicIdError: the topic was deleted (and perhaps created again) since.
+            KafkaStorageError: the topic's ID file could not be read.
+        """
+        try:
+            now = read_id_file(self._root)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the ID of topic '{self.topic}': {e}") from e
+        if now != self.topic_id:
+            raise InconsistentTopicIdError(
+                f"topic '{self.topic}' was deleted or created again since this writer opened it "
+                f"(topic ID {self.topic_id} then, {now} now); its new incarnation is opened afresh"
+            )
 
     def commit(
         self,
@@ -261,7 +292,17 @@ class LogState:
         self._epochs.reloaded(self.table_epoch())
 
     def load(self) -> None:
-        """Partition count, config, high watermarks and leader epochs from the handle's snapshot."""
+        """Partition count, config, high watermarks and leader epochs from the handle's snapshot.
+
+        Raises:
+            InconsistentTopicIdError: the handle now reads another table at the topic's path (re-created).
+        """
+        loaded = id_in(self._dt.metadata().configuration)
+        if loaded != self.topic_id:
+            raise InconsistentTopicIdError(
+                f"topic '{self.topic}' was created again since this writer opened it "
+                f"(topic ID {self.topic_id} then, {loaded} now); its new incarnation is opened afresh"
+            )
         self.num_partitions, self.config = self._catalog.topic_config(self.topic, self._dt)
         by_part: dict[int, list[_delta.DataFile]] = {p: [] for p in range(self.num_partitions)}
         for f in _delta.data_files(self._dt):

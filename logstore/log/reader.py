@@ -90,6 +90,8 @@ class PartitionView:
     log_start_offset: int
     """See :func:`logstore.log.catalog.log_start_offset`: moved only by retention."""
     high_watermark: int
+    topic_id: str | None = None
+    """The ID of the topic these offsets are of (:mod:`logstore.log.topic_id`); None: created before IDs."""
 
 
 class TopicReader:
@@ -103,7 +105,8 @@ class TopicReader:
         self._catalog = catalog
         self._tail = LogTail(catalog.table(topic))
         self._views: dict[int, PartitionView] = {}
-        self._view_version = -1
+        self._view_version: tuple[int, int] = (-1, -1)
+        """(the tail's loads, its version) the views are of: a re-created table may be at the old version."""
         self._num_partitions = 0
 
     @property
@@ -115,6 +118,11 @@ class TopicReader:
     def version(self) -> int:
         """The table version last loaded."""
         return self._tail.version
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic's ID at the version last loaded; a re-created topic has a new one (:meth:`refresh` loads it)."""
+        return self._tail.topic_id
 
     def refresh(self) -> int:
         """Load the newest table version (reading only the commits since the last); returns it.
@@ -144,7 +152,7 @@ class TopicReader:
         Raises:
             UnknownTopicOrPartitionError: the partition does not exist.
         """
-        version = self._tail.version
+        version = (self._tail.loads, self._tail.version)
         if version != self._view_version:
             count = self.num_partitions()
             by_partition: dict[int, list[_delta.DataFile]] = {p: [] for p in range(count)}
@@ -154,7 +162,7 @@ class TopicReader:
             for p in range(count):
                 mine = sorted(by_partition[p], key=lambda f: f.min_offset)
                 hw = high_watermark(self._tail, p, mine)
-                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._tail, p, hw), hw)
+                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._tail, p, hw), hw, self.topic_id)
             self._views, self._view_version, self._num_partitions = views, version, count
         view = self._views.get(partition)
         if view is None:
@@ -204,7 +212,7 @@ class TopicReader:
         except FileNotFoundError:
             # The topic was deleted and recreated, or vacuumed past this version: start over once.
             self._tail = LogTail(self._catalog.table(self.topic))
-            self._view_version = -1
+            self._view_version = (-1, -1)
             view = self.partition_view(partition)
             if not view.log_start_offset <= offset <= view.high_watermark:
                 raise OffsetOutOfRangeError(

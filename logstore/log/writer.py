@@ -192,6 +192,11 @@ class TopicWriter:
         return self._log.config
 
     @property
+    def topic_id(self) -> str | None:
+        """The ID of the topic this writer writes (:mod:`logstore.log.topic_id`); None: created before IDs."""
+        return self._log.topic_id
+
+    @property
     def epoch(self) -> int:
         """Embedded mode: the table-wide leader epoch this writer commits under."""
         return self._epochs.epoch

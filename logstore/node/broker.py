@@ -56,6 +56,8 @@ from logstore.node.committer import Committer
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
+from logstore.node.retention import RetentionThread
+from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -78,6 +80,7 @@ class TopicPipeline:
             LogstoreError: the table cannot be written now (the WAL's frames are kept).
         """
         self.topic = topic
+        self._table_root = broker.store.catalog.topic_path(topic)
         cluster = broker.cluster is not None
         self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
         self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
@@ -104,6 +107,7 @@ class TopicPipeline:
             pool=broker.committers,
             cluster=cluster,
             replay_departed=lambda: self._replay_departed(broker),
+            on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
             # This node's own frames from a previous run are replayed with the other nodes' ones,
@@ -127,6 +131,10 @@ class TopicPipeline:
         replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
         if self.wal.recovered():
             self.wal.discard_recovered()
+
+    def current(self) -> bool:
+        """Whether the topic at the path is still the one this pipeline opened (one read of its ID file)."""
+        return is_current(self.writer, self._table_root)
 
     def set_leadership(self, epochs: dict[int, int]) -> None:
         """Cluster mode: lead exactly these partitions of the topic, at these ZooKeeper epochs."""
@@ -204,6 +212,7 @@ class Broker:
         see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
+        self._retirements = Retirements()
         self.cluster: ClusterMembership | None = None
         if config.zookeeper_connect:
             self.cluster = ClusterMembership(
@@ -212,6 +221,10 @@ class Broker:
             membership = self.cluster
             self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
             self.metrics.acks1_lease.set_function(lambda: membership.lease_s)
+        self.retention = RetentionThread(
+            self.store.catalog, self._retention_partitions, self.metrics, config.log_retention_check_interval_ms
+        )
+        """Retention of the partitions this node leads, every ``log.retention.check.interval.ms``."""
 
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
@@ -226,7 +239,8 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start()
             for topic in self.store.list_topics():
-                self.cluster.register_topic(topic, self.partition_count(topic))
+                self.cluster.register_topic(topic, self.partition_count(topic), self.store.catalog.topic_id(topic))
+            self.retention.start()
             self.ready = True
             return
         for name in sorted(os.listdir(self.wal_dir)):
@@ -234,6 +248,7 @@ class Broker:
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
             if has_frames and self.store.catalog.exists(name):
                 self.pipeline(name)
+        self.retention.start()
         self.ready = True
 
     def pipeline(self, topic: str) -> TopicPipeline:
@@ -245,6 +260,7 @@ class Broker:
         p = self._pipelines.get(topic)
         if p is not None:
             return p
+        self._retirements.wait(topic)
         with self._lock:
             p = self._pipelines.get(topic)
             if p is None:
@@ -255,7 +271,7 @@ class Broker:
                 p = TopicPipeline(self, topic)
                 self._pipelines[topic] = p
         if self.cluster is not None:
-            self.cluster.register_topic(topic, p.writer.num_partitions)
+            self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)
         return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
@@ -294,6 +310,34 @@ class Broker:
         if self.cluster is not None:
             self.cluster.unregister_topic(topic)
 
+    def retire(self, pipeline: TopicPipeline) -> None:
+        """Close the pipeline and reader of a topic deleted or created again since they opened.
+
+        They belong to the old topic (its writer's versions, offsets and epochs);
+        the next request, or in cluster mode the next look at the leaders, opens
+        the new one. :meth:`pipeline` waits for the close (the write-ahead log
+        directory is the topic name's).
+        """
+        topic = pipeline.topic
+        with self._lock:
+            if self._pipelines.get(topic) is not pipeline:
+                return
+            del self._pipelines[topic]
+            self._readers.pop(topic, None)
+            self._counts.pop(topic, None)
+            done = self._retirements.begin(topic)
+        log.info("topic %s: deleted or created again since its pipeline opened; closing it", topic)
+        try:
+            pipeline.close()
+        finally:
+            done()
+
+    def retire_in_background(self, pipeline: TopicPipeline) -> None:
+        """:meth:`retire` on a thread of its own (from the pipeline's committer, which the close waits for)."""
+        retire_on_thread(
+            pipeline.topic, lambda: self.retire(pipeline), self.cluster.recheck if self.cluster is not None else None
+        )
+
     def reconfigure(self, topic: str) -> None:
         """Pick up a created topic or a changed partition count (cluster mode: tell the controller)."""
         self._counts.pop(topic, None)
@@ -301,7 +345,7 @@ class Broker:
         if p is not None:
             p.reconfigure()
         if self.cluster is not None:
-            self.cluster.register_topic(topic, self.partition_count(topic))
+            self.cluster.register_topic(topic, self.partition_count(topic), self.store.catalog.topic_id(topic))
 
     # -- cluster mode -----------------------------------------------------------
 
@@ -318,13 +362,18 @@ class Broker:
             return self.cluster.metadata()
         me = max(self.config.node_id, 0)
         partitions: dict[tuple[str, int], PartitionState] = {}
+        topic_ids: dict[str, str] = {}
         for topic in self.store.list_topics():
             try:
                 count = self.partition_count(topic)
+                topic_id = self.store.catalog.topic_id(topic)
             except UnknownTopicOrPartitionError:
                 continue  # deleted meanwhile
             partitions.update(((topic, p), PartitionState(me, 0)) for p in range(count))
-        return ClusterMetadata(me, 0, (NodeInfo(me, self_url or advertised_url(self.config)),), partitions)
+            if topic_id is not None:
+                topic_ids[topic] = topic_id
+        me_node = (NodeInfo(me, self_url or advertised_url(self.config)),)
+        return ClusterMetadata(me, 0, me_node, partitions, topic_ids)
 
     def lease_valid(self) -> bool:
         """Whether an acks=1 promise may be answered now: always embedded; in a cluster, while the lease holds."""
@@ -422,6 +471,9 @@ class Broker:
     def _leadership_changed(self, meta: ClusterMetadata) -> None:
         """The cluster watch saw new leaders: open the topics this node leads, tell every pipeline its partitions."""
         assert self.cluster is not None
+        for pipeline in list(self._pipelines.values()):
+            if not pipeline.current():  # deleted, or deleted and created again, by any node
+                self.retire(pipeline)
         me = self.cluster.node_id
         mine: dict[str, dict[int, int]] = {}
         for (topic, p), state in meta.partitions.items():
@@ -433,6 +485,14 @@ class Broker:
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
+
+    def _retention_partitions(self, topic: str) -> frozenset[int] | None:
+        """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""
+        if self.cluster is None:
+            return None
+        me = self.cluster.node_id
+        meta = self.cluster.metadata()
+        return frozenset(p for (t, p), state in meta.partitions.items() if t == topic and state.leader == me)
 
     def _session_changed(self, connected: bool) -> None:
         self.available = connected
@@ -466,6 +526,7 @@ class Broker:
         to expire) and the node leaves.
         """
         self.ready = False
+        self.retention.stop()
         with self._lock:
             pipelines, self._pipelines = list(self._pipelines.values()), {}
         for p in pipelines:

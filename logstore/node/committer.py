@@ -61,7 +61,13 @@ from collections.abc import Callable
 import numpy as np
 
 from logstore.common.workers import WorkerPool
-from logstore.errors import FencedLeaderEpochError, LogstoreError, NotLeaderOrFollowerError, UnknownServerError
+from logstore.errors import (
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
+    LogstoreError,
+    NotLeaderOrFollowerError,
+    UnknownServerError,
+)
 from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
 from logstore.log.writer import TopicWriter
@@ -102,8 +108,11 @@ class Committer:
         pool: WorkerPool,
         cluster: bool = False,
         replay_departed: Callable[[], None] = lambda: None,
+        on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
+        self._on_stale = on_stale
+        """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
         self._replay_departed = replay_departed
         self._want_lock = threading.Lock()
@@ -271,6 +280,9 @@ class Committer:
             if not self._fenced(e):
                 self._die(e, [])
             return
+        except InconsistentTopicIdError:
+            self._on_stale()
+            return
         self._acc.resync()
 
     # -- committing --------------------------------------------------------------
@@ -369,6 +381,12 @@ class Committer:
                 self._commit(items, wait=wait)  # again: the batches of the fenced partitions now fail alone
             else:
                 self._die(e, items)
+            return
+        except InconsistentTopicIdError as e:
+            # Never committable by this writer: they fail now (retriable), and the node opens the new topic.
+            self._attempts = 0
+            self._finish(items, [e] * len(items))
+            self._on_stale()
             return
         except LogstoreError as e:
             self._attempts += 1

@@ -199,12 +199,23 @@ class ClusterMembership:
         """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
         return self.coordinator.metadata()
 
-    def register_topic(self, topic: str, partitions: int) -> None:
-        """Make a topic (or its added partitions) known to the controller, which gives them leaders."""
-        self.coordinator.register_topic(topic, partitions)
+    def register_topic(self, topic: str, partitions: int, topic_id: str | None = None) -> None:
+        """Make a topic (or its added partitions) known to the controller, which gives them leaders.
+
+        ``topic_id``: the topic's ID, kept in its znode as Kafka keeps it in ``/brokers/topics/<t>``.
+        """
+        self.coordinator.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
         self.coordinator.unregister_topic(topic)
+
+    def recheck(self) -> None:
+        """Hand the cluster's view to ``on_change`` again soon, on this object's thread, changed or not.
+
+        After the node retired a pipeline of a re-created topic: the new one opens with its leadership.
+        """
+        self._seen = None
+        self._changed.set()
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Controlled shutdown: hand this node's partitions to others, then leave (after the node drained)."""

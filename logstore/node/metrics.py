@@ -126,3 +126,25 @@ class Metrics:
             registry=r,
         )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)
+        self.retention_files_removed = Counter(
+            "logstore_retention_files_removed",
+            "Data files the node's own retention removed (log.retention.check.interval.ms), per topic",
+            ["topic"],
+            registry=r,
+        )
+        self.retention_bytes_removed = Counter(
+            "logstore_retention_bytes_removed",
+            "Bytes of the data files retention removed, per topic",
+            ["topic"],
+            registry=r,
+        )
+        self.retention_failures = Counter(
+            "logstore_retention_failures",
+            "Topics a retention pass could not finish (logged with the reason)",
+            registry=r,
+        )
+        self.retention_last_run = Gauge(
+            "logstore_retention_last_run_timestamp_seconds",
+            "When the node's last retention pass ended (Unix seconds; 0 before the first)",
+            registry=r,
+        )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from logstore.client.message import Message
 from logstore.log.catalog import Catalog
 from logstore.log.files import data_files
 
@@ -34,3 +37,16 @@ def assert_gap_free(catalog: Catalog, topic: str) -> dict[int, list[bytes]]:
         assert offsets == list(range(len(offsets))), f"partition {p} offsets are not 0..n-1: {offsets[:20]}…"
         out[p] = rows["value"].to_pylist()
     return out
+
+
+class Landed(NamedTuple):
+    """Where a delivery report says a record landed (topic, partition, offset): comparable in assertions."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def landed(msg: Message) -> Landed | None:
+    """A producer delivery report's message as :class:`Landed`; None for a record that failed."""
+    return None if msg.error() is not None else Landed(msg.topic(), msg.partition(), msg.offset())

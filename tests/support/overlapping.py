@@ -13,12 +13,11 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logstore.log import tables
+from logstore.log import file_changes, tables
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from maintenance import _files
 
 HOUR_MS = 3600 * 1000
 NOW_MS = 1_800_000_000_000
@@ -54,17 +53,17 @@ def write_files(store: LogStore, topic: str, ts_ms: Callable[[int], int]) -> Non
 def optimize_like(store: LogStore, topic: str, picks: list[int]) -> None:
     """Commit what OPTIMIZE commits when it bins the (offset-ordered) files ``picks`` of partition 0 together."""
     dt = store.catalog.table(topic)
-    files = _files.live_files(dt)[0]
+    files = file_changes.live_files(dt)[0]
     chosen = [files[i] for i in picks]
-    data = pa.concat_tables([pq.read_table(f.path, schema=_files.FILE_SCHEMA) for f in chosen])
-    merged = _files.write_segment(tables.table_path(dt), 0, data)
-    _files.commit(dt, chosen, [merged], data_change=False, operation="OPTIMIZE")
+    data = pa.concat_tables([pq.read_table(f.path, schema=file_changes.FILE_SCHEMA) for f in chosen])
+    merged = file_changes.write_segment(tables.table_path(dt), 0, data)
+    file_changes.commit(dt, chosen, [merged], data_change=False, operation="OPTIMIZE")
     assert_interleaved(store, topic)
 
 
 def layout(store: LogStore, topic: str) -> list[tuple[int, int]]:
     """Partition 0's live files as (min, max) offsets, by min offset."""
-    return [(f.min_offset, f.max_offset) for f in _files.live_files(store.catalog.table(topic)).get(0, [])]
+    return [(f.min_offset, f.max_offset) for f in file_changes.live_files(store.catalog.table(topic)).get(0, [])]
 
 
 def overlapping(ranges: list[tuple[int, int]]) -> bool:

@@ -4,6 +4,7 @@
 import uPlot from "./vendor/uPlot.esm.js";
 
 const REFRESH_MS = 2000;
+const PAGE_SIZE = 50; // topics per page of the overview's table
 const KEY = "logstore.apiKey";
 const view = document.getElementById("view");
 let timer = null;
@@ -217,7 +218,12 @@ async function overview() {
     )}
     ${section(
       "Topics",
-      `<table data-testid="topics"><thead><tr><th>Topic</th><th class="num">Partitions</th><th class="num">Records</th>
+      `<form class="inline" id="topic-filter"><label>Filter<input name="filter" type="search" data-testid="topic-filter"
+          placeholder="part of a topic name" autocomplete="off"></label>
+        <span class="pager"><button type="button" data-testid="prev-page">‹ Previous</button>
+        <span data-testid="page"></span><button type="button" data-testid="next-page">Next ›</button></span></form>
+        <table data-testid="topics"><thead><tr><th>Topic</th><th class="num">Partitions</th>
+        <th class="num" title="records stored, from the data files' statistics">Records</th>
         <th class="num">Size</th><th class="num">Records/s</th></tr></thead><tbody></tbody></table>`,
     )}
     ${section(
@@ -227,6 +233,50 @@ async function overview() {
         <button type="submit">Create</button><span id="create-result"></span></form>`,
     )}`;
   const select = document.getElementById("chart-topic");
+  let page = 0;
+  let shown = { topics: [], stats: { topics: [] } }; // the last listing, for filtering and paging without a call
+  const filterInput = document.querySelector("[data-testid=topic-filter]");
+  filterInput.oninput = () => {
+    page = 0;
+    renderTopics();
+  };
+  document.getElementById("topic-filter").onsubmit = (ev) => ev.preventDefault();
+  document.querySelector("[data-testid=prev-page]").onclick = () => {
+    page = Math.max(0, page - 1);
+    renderTopics();
+  };
+  document.querySelector("[data-testid=next-page]").onclick = () => {
+    page += 1;
+    renderTopics();
+  };
+
+  function renderTopics() {
+    // the topics whose name holds the filter text (any case), PAGE_SIZE a page
+    const needle = filterInput.value.trim().toLowerCase();
+    const matching = shown.topics.filter((t) => t.toLowerCase().includes(needle));
+    const pages = Math.max(1, Math.ceil(matching.length / PAGE_SIZE));
+    page = Math.min(page, pages - 1);
+    const latest = new Map(shown.stats.topics.map((s) => [s.topic, s.latest]));
+    const rows = matching.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE).map((t) => {
+      const s = latest.get(t);
+      const cells = s
+        ? `<td class="num">${s.partitions}</td><td class="num">${fmtInt(s.records)}</td>
+           <td class="num" data-bytes="${s.size_bytes}">${fmtBytes(s.size_bytes)}</td>
+           <td class="num">${fmtRate(s.records_per_s)}</td>`
+        : `<td colspan="4" class="muted">not sampled yet</td>`;
+      return `<tr data-topic="${esc(t)}"><td><a href="${topicHref(t)}">${esc(t)}</a></td>${cells}</tr>`;
+    });
+    document.querySelector("[data-testid=topics] tbody").innerHTML =
+      rows.join("") || `<tr><td colspan="5" class="muted">${needle ? "no topic matches" : "no topics yet"}</td></tr>`;
+    const label = document.querySelector("[data-testid=page]");
+    label.dataset.page = String(page + 1);
+    label.dataset.pages = String(pages);
+    label.dataset.matching = String(matching.length);
+    label.textContent = `page ${page + 1} of ${pages} (${matching.length} of ${shown.topics.length} topics)`;
+    document.querySelector("[data-testid=prev-page]").disabled = page === 0;
+    document.querySelector("[data-testid=next-page]").disabled = page >= pages - 1;
+  }
+
   document.getElementById("create-topic").onsubmit = async (ev) => {
     ev.preventDefault();
     const f = new FormData(ev.target);
@@ -258,17 +308,8 @@ async function overview() {
   async function refresh() {
     const [list, stats, md] = await Promise.all([api("/v1/topics"), api("/v1/stats/topics"), metadata()]);
     document.querySelector("[data-testid=nodes]").innerHTML = nodeCards(md);
-    const latest = new Map(stats.topics.map((s) => [s.topic, s.latest]));
-    const rows = list.topics.map((t) => {
-      const s = latest.get(t);
-      const cells = s
-        ? `<td class="num">${s.partitions}</td><td class="num">${fmtInt(s.records)}</td>
-           <td class="num" data-bytes="${s.size_bytes}">${fmtBytes(s.size_bytes)}</td>
-           <td class="num">${fmtRate(s.records_per_s)}</td>`
-        : `<td colspan="4" class="muted">not sampled yet</td>`;
-      return `<tr data-topic="${esc(t)}"><td><a href="${topicHref(t)}">${esc(t)}</a></td>${cells}</tr>`;
-    });
-    document.querySelector("[data-testid=topics] tbody").innerHTML = rows.join("");
+    shown = { topics: list.topics, stats };
+    renderTopics();
     const chosen = select.value;
     if (select.options.length !== list.topics.length) {
       const busiest = [...stats.topics].sort((a, b) => b.latest.records_per_s - a.latest.records_per_s)[0];
@@ -300,10 +341,13 @@ function throughput(el, s) {
 async function topicPage(topic) {
   const enc = encodeURIComponent(topic);
   view.innerHTML = `<h1>Topic <code>${esc(topic)}</code></h1>
+    <p class="muted">Topic ID <code data-testid="topic-id"></code></p>
     ${section(
       "Partitions",
       `<table data-testid="partitions"><thead><tr><th class="num">Partition</th><th class="num">Log start offset</th>
-        <th class="num">High watermark</th><th class="num">Records</th><th class="num">Size</th><th class="num">Files</th>
+        <th class="num">High watermark</th><th class="num" title="records stored, from the data files' statistics;
+        fewer than high watermark - log start offset after key compaction">Records</th><th class="num">Size</th>
+        <th class="num">Files</th>
         <th>Leader</th><th class="num">Epoch</th></tr></thead><tbody></tbody></table>`,
     )}
     ${section("Throughput", `<span id="rate-now" data-testid="rate-now" class="muted"></span><div id="chart" class="chart"></div>`)}
@@ -331,11 +375,7 @@ async function topicPage(topic) {
     )}
     ${section(
       "Read it from Spark",
-      `<p class="muted">Delta table <code>&lt;root&gt;/topics/${esc(topic)}/</code> on the node's store.</p>
-        <pre data-testid="snippet">from logstore.spark import session
-spark = session()
-df = spark.read.format("logstore").option("subscribe", ${esc(JSON.stringify(topic))}).load()
-df.show()</pre>`,
+      `<p class="muted" data-testid="table-path"></p><pre data-testid="snippet"></pre>`,
     )}`;
   let info = null;
   document.getElementById("browse").onsubmit = async (ev) => {
@@ -394,6 +434,7 @@ df.show()</pre>`,
       metadata(topic),
     ]);
     info = described;
+    document.querySelector("[data-testid=topic-id]").textContent = info.topic_id || "none (created before topic IDs)";
     const leaders = new Map(((md && md.topics.find((t) => t.name === topic)) || { partitions: [] }).partitions.map((p) => [p.partition, p]));
     const live = new Set(md ? md.nodes.map((n) => n.node_id) : []);
     const leaderCells = (partition) => {
@@ -406,11 +447,15 @@ df.show()</pre>`,
       .map(
         (p) => `<tr data-partition="${p.partition}"><td class="num">${p.partition}</td>
           <td class="num">${p.log_start_offset}</td><td class="num">${p.high_watermark}</td>
-          <td class="num">${p.high_watermark - p.log_start_offset}</td>
+          <td class="num" data-records="${p.num_records}">${fmtInt(p.num_records)}</td>
           <td class="num" data-bytes="${p.size_bytes}">${fmtBytes(p.size_bytes)}</td><td class="num">${p.num_files}</td>
           ${leaderCells(p.partition)}</tr>`,
       )
       .join("");
+    const root = info.root || "<root>";
+    document.querySelector("[data-testid=table-path]").innerHTML =
+      `Delta table <code>${esc(root)}/topics/${esc(topic)}/</code> on the node's store.`;
+    document.querySelector("[data-testid=snippet]").textContent = sparkSnippet(root, topic);
     document.querySelector("[data-testid=config] tbody").innerHTML = Object.entries(info.config)
       .map(([k, v]) => `<tr><td><code>${esc(k)}</code></td><td>${esc(JSON.stringify(v))}</td></tr>`)
       .join("");
@@ -430,6 +475,20 @@ df.show()</pre>`,
     if (stats) throughput(document.getElementById("chart"), stats);
   }
   return refresh;
+}
+
+function sparkSnippet(root, topic) {
+  // Python string literals: JSON's quoting is valid Python for these
+  return `from logstore.spark import session
+
+spark = session()
+df = (
+    spark.read.format("logstore")
+    .option("logstore.root", ${JSON.stringify(root)})
+    .option("subscribe", ${JSON.stringify(topic)})
+    .load()
+)
+df.show()`;
 }
 
 function renderValue(v, as) {
@@ -596,6 +655,7 @@ async function route() {
   const tick = async () => {
     try {
       await refresh();
+      document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
       ready();
     } catch (e) {
       view.insertAdjacentHTML("afterbegin", `<p class="error" data-testid="error">${esc(errorText(e))}</p>`);

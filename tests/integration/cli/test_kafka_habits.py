@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
-import select
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,14 +28,25 @@ def produce(root: Path, topic: str, lines: str, *args: str) -> None:
 
 
 def read_lines(proc: subprocess.Popen[str], count: int, timeout_s: float = 60) -> list[str]:
-    """``count`` lines of ``proc``'s stdout, failing (not hanging) when they do not come within ``timeout_s``."""
+    """``count`` lines of ``proc``'s stdout, failing (not hanging) when they do not come within ``timeout_s``.
+
+    A thread reads the lines (select() on the pipe would not see lines already in the text stream's buffer:
+    two lines arriving in one write would read as one).
+    """
     assert proc.stdout is not None
-    lines = []
-    while len(lines) < count:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-        assert ready, f"only {lines} within {timeout_s} s"
-        lines.append(proc.stdout.readline().rstrip("\n"))
-    return lines
+    lines: queue.Queue[str] = getattr(proc, "_lines", None) or queue.Queue()
+    if not hasattr(proc, "_lines"):
+        proc._lines = lines  # type: ignore[attr-defined]
+        stdout = proc.stdout
+        threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in stdout], daemon=True).start()
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        try:
+            got.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"only {got} within {timeout_s} s") from None
+    return got
 
 
 def test_a_server_without_a_scheme_is_http(tmp_path: Path, server: StartServer) -> None:
@@ -91,7 +104,9 @@ def test_consume_follows_new_records_until_ctrl_c_and_commits_what_it_printed(tm
         assert read_lines(proc, 1) == ["c"]
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)  # stdout is the reader thread's; stderr is small
+        assert proc.stderr is not None
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,26 +6,28 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from logstore.client import Producer, RecordMetadata, RemoteStore
+from logstore.client import Message, Producer, RemoteStore
 from logstore.config import load_config
 from logstore.errors import LogstoreError, MessageTooLargeError
 from logstore.groups.offsets import OffsetsStore
 from logstore.log.catalog import Catalog
 from logstore.log.partitioner import murmur2, to_positive
-from tests.support.helpers import assert_gap_free
+from tests.support.helpers import Landed, assert_gap_free, landed
 from tests.support.server import LOGSTORE, Server
 
 
 def test_producer_batches_and_reports_offsets(server: Callable[..., Server]) -> None:
     srv = server()
     RemoteStore(srv.url).create_topic("t", 3, {"message.max.bytes": 1000})
-    delivered: list[tuple[LogstoreError | None, RecordMetadata | None]] = []
+    delivered: list[tuple[LogstoreError | None, Landed | None]] = []
+
+    def report(e: LogstoreError | None, m: Message) -> None:
+        delivered.append((e, landed(m)))
+
     with Producer(srv.url, linger_ms=20, batch_records=50) as p:
         for i in range(200):
-            p.produce(
-                "t", f"v{i}", key=f"k{i % 7}", headers={"n": str(i)}, on_delivery=lambda e, m: delivered.append((e, m))
-            )
-        p.produce("t", "x" * 2000, on_delivery=lambda e, m: delivered.append((e, m)))
+            p.produce("t", f"v{i}", key=f"k{i % 7}", headers={"n": str(i)}, on_delivery=report)
+        p.produce("t", "x" * 2000, on_delivery=report)
         assert p.flush(timeout=60) == 0
     errors = [e for e, _ in delivered if e is not None]
     assert len(errors) == 1 and isinstance(errors[0], MessageTooLargeError)
@@ -62,13 +64,13 @@ def test_repeated_header_keys_survive_a_fetch(server: Callable[..., Server]) -> 
 def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[..., Server]) -> None:
     srv = server()
     RemoteStore(srv.url).create_topic("t", 2)
-    acked: list[RecordMetadata] = []
+    acked: list[Message] = []
     lock = threading.Lock()
 
-    def ok(e: LogstoreError | None, m: RecordMetadata | None) -> None:
+    def ok(e: LogstoreError | None, m: Message) -> None:
         assert e is None, e
         with lock:
-            acked.append(m)  # type: ignore[arg-type]
+            acked.append(m)
 
     with Producer(srv.url, linger_ms=1, batch_records=20) as p:
         for i in range(300):
@@ -86,19 +88,19 @@ def test_producer_rides_out_a_server_crash_without_duplicates(server: Callable[.
 def test_a_request_that_timed_out_does_not_block_the_producers_later_records(server: Callable[..., Server]) -> None:
     srv = server()
     RemoteStore(srv.url).create_topic("t", 1)
-    delivered: list[tuple[LogstoreError | None, RecordMetadata | None]] = []
+    delivered: list[tuple[LogstoreError | None, Landed | None]] = []
     with Producer(srv.url, linger_ms=1, delivery_timeout_ms=500) as p:
         for value in ("before", "lost", "after"):
             if value == "lost":
                 srv.kill()
-            p.produce("t", value, on_delivery=lambda e, m: delivered.append((e, m)))
+            p.produce("t", value, on_delivery=lambda e, m: delivered.append((e, landed(m))))
             assert p.flush(timeout=30) == 0
             if value == "lost":
                 # its sequence never reached the server: sent under the same producer id, the next one skips ahead
                 srv.restart()
-    assert delivered[0] == (None, RecordMetadata("t", 0, 0))
+    assert delivered[0] == (None, Landed("t", 0, 0))
     assert delivered[1][0] is not None and delivered[1][0].retriable
-    assert delivered[2] == (None, RecordMetadata("t", 0, 1))
+    assert delivered[2] == (None, Landed("t", 0, 1))
 
 
 def cli(srv: Server, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -21,9 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route as HttpRoute
 
-from logstore.client import Producer, RecordMetadata, RemoteStore
+from logstore.client import Producer, RemoteStore
 from logstore.client._routing import record_partition
 from logstore.errors import LogstoreError
+from tests.support.helpers import Landed, landed
 from tests.support.server import Server, free_port
 
 StartServer = Callable[..., Server]
@@ -32,9 +33,9 @@ StartServer = Callable[..., Server]
 # -- against real servers --------------------------------------------------------
 
 
-def deliveries() -> tuple[list[tuple[LogstoreError | None, RecordMetadata | None]], Any]:
-    out: list[tuple[LogstoreError | None, RecordMetadata | None]] = []
-    return out, lambda e, m: out.append((e, m))
+def deliveries() -> tuple[list[tuple[LogstoreError | None, Landed | None]], Any]:
+    out: list[tuple[LogstoreError | None, Landed | None]] = []
+    return out, lambda e, m: out.append((e, landed(m)))
 
 
 def test_producer_routes_keyed_records_of_an_embedded_node_to_their_partitions(server: StartServer) -> None:
@@ -68,7 +69,7 @@ def test_producer_learns_a_topic_created_after_it_started(server: StartServer) -
         assert p.flush(timeout=30) == 0
         view = p._nodes.view  # the metadata it routed by
     assert view is not None and view.leaders == {"late": (0, 0)}
-    assert got == [(None, RecordMetadata("late", record_partition(b"a", None, 2) or 0, 0))]
+    assert got == [(None, Landed("late", record_partition(b"a", None, 2) or 0, 0))]
 
 
 def test_remote_store_fails_over_between_bootstrap_servers(server: StartServer) -> None:
@@ -156,7 +157,7 @@ def test_a_421_sends_the_same_request_to_the_leader_it_names(stale: StaleNode) -
     with Producer(stale.url, linger_ms=1) as p:
         p.produce("t", "v", key="k", on_delivery=on_delivery)
         assert p.flush(timeout=30) == 0
-    assert got[0][0] is None and got[0][1] == RecordMetadata("t", 0, 0)
+    assert got[0][0] is None and got[0][1] == Landed("t", 0, 0)
     ((params, headers, body),) = stale.produce_requests
     assert params == {"acks": "all", "forward": "false"}  # the leader by the metadata, told not to forward
     # the leader committed that very producer id and sequence: sending it again is a duplicate

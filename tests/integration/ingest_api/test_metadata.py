@@ -11,17 +11,28 @@ StartServer = Callable[..., Server]
 
 def test_embedded_node_is_the_controller_and_leads_every_partition(server: StartServer) -> None:
     srv = server()
+    ids = {}
     with srv.client() as c:
         for name, n in (("orders", 3), ("audit", 1)):
-            assert c.post("/v1/topics", json={"name": name, "partitions": n}).status_code == 201
+            r = c.post("/v1/topics", json={"name": name, "partitions": n})
+            assert r.status_code == 201
+            ids[name] = r.json()["topic_id"]
         body = c.get("/v1/metadata").json()
     assert body == {
         "controller": 0,
         "controller_epoch": 0,
         "nodes": [{"node_id": 0, "url": srv.url}],
         "topics": [
-            {"name": "audit", "partitions": [{"partition": 0, "leader": 0, "leader_epoch": 0}]},
-            {"name": "orders", "partitions": [{"partition": p, "leader": 0, "leader_epoch": 0} for p in range(3)]},
+            {
+                "name": "audit",
+                "topic_id": ids["audit"],
+                "partitions": [{"partition": 0, "leader": 0, "leader_epoch": 0}],
+            },
+            {
+                "name": "orders",
+                "topic_id": ids["orders"],
+                "partitions": [{"partition": p, "leader": 0, "leader_epoch": 0} for p in range(3)],
+            },
         ],
     }
 

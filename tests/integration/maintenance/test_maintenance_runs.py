@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logstore.config import LogstoreConfig
+from logstore.log.file_changes import live_files
 from logstore.store import LogStore
 from logstore_cli import main
 from maintenance import Scheduler
-from maintenance._files import live_files
 from tests.support.commits import old_commits
 from tests.support.paths import REPO
 
@@ -40,7 +40,7 @@ def test_scheduler_runs_two_cycles_and_survives_a_failing_topic(
 
     assert scheduler.cycles_done == 2
     assert scheduler.failures == 2  # the broken topic, once per cycle
-    assert "compact: removed 0 files" in caplog.text and "FAILED" in caplog.text
+    assert "compact: removed 0 files" in caplog.text and f"failed: {broken}" in caplog.text
     info = store.describe_topic(deleting).partitions[0]
     assert (info.log_start_offset, info.num_files) == (6, 1)  # retention, then nothing left to merge
     assert store.fetch(compacted, 0, store.describe_topic(compacted).partitions[0].log_start_offset).records[

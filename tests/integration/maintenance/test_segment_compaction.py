@@ -10,11 +10,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
+from logstore.log.file_changes import live_files
 from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import run_segment_compaction
-from maintenance._files import live_files
 from tests.support.commits import small_commits
 from tests.support.helpers import assert_gap_free
 

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from logstore.log import file_changes
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from maintenance import _files, run_key_compaction
+from maintenance import run_key_compaction
 from tests.support.overlapping import (
     FILES,
     HOUR_MS,
@@ -74,7 +75,9 @@ def test_spark_optimize_layout_reads_every_record_once(
         # Files 1, 3, 4 and 6..9 carry big values: above OPTIMIZE's minFileSize, they are left alone.
         pad = 0 if f in MERGED else 2_000
         w.append([ProducerBatch(input_table([0] * PER_FILE, [value_of(o) + os.urandom(pad) for o in offsets]))])
-    small = max(f.size_bytes for f in _files.live_files(store.catalog.table(t))[0] if f.min_offset // 10 in MERGED)
+    small = max(
+        f.size_bytes for f in file_changes.live_files(store.catalog.table(t))[0] if f.min_offset // 10 in MERGED
+    )
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(small + 1))
     try:
         spark.sql(f"OPTIMIZE delta.`{store.catalog.topic_path(t)}`")

@@ -32,7 +32,7 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.client import Producer, RecordMetadata
+from logstore.client import Message, Producer
 from logstore.client._routing import record_partition
 from logstore.config import load_config
 from logstore.errors import LogstoreError
@@ -105,17 +105,17 @@ class _Feeder:
         finally:
             producer.close()
 
-    def _report(self, value: str, partition: int) -> Callable[[LogstoreError | None, RecordMetadata | None], None]:
+    def _report(self, value: str, partition: int) -> Callable[[LogstoreError | None, Message | None], None]:
         produced = time.monotonic()
 
-        def on_delivery(error: LogstoreError | None, md: RecordMetadata | None) -> None:
+        def on_delivery(error: LogstoreError | None, md: Message | None) -> None:
             now = time.monotonic()
             with self.lock:
                 if error is not None:
                     self.failed.append((value, f"{error.name}: {error}"))
                     return
                 assert md is not None
-                got_partition, offset = md.partition, md.offset
+                got_partition, offset = md.partition(), md.offset()
                 if got_partition != partition:
                     self.misplaced.append(value)
                 self.acked[value] = (got_partition, offset)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
-from logstore.client import Producer, RecordMetadata
+from logstore.client import Message, Producer
 from logstore.client._routing import record_partition
 from logstore.config import load_config
 from logstore.errors import LogstoreError
@@ -113,12 +113,12 @@ def test_one_producer_id_writes_every_partition_through_any_node(
     delivered: dict[str, tuple[int, int]] = {}
     failed: list[str] = []
 
-    def report(value: str) -> Callable[[LogstoreError | None, RecordMetadata | None], None]:
-        def on_delivery(error: LogstoreError | None, md: RecordMetadata | None) -> None:
+    def report(value: str) -> Callable[[LogstoreError | None, Message | None], None]:
+        def on_delivery(error: LogstoreError | None, md: Message | None) -> None:
             if error is not None:
                 failed.append(f"{value}: {error}")
             elif md is not None:
-                delivered[value] = (md.partition, md.offset)
+                delivered[value] = (md.partition(), md.offset())
 
         return on_delivery
 

@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.client import Consumer
-from logstore.errors import KafkaStorageError, NotCoordinatorError
+from logstore.errors import KafkaStorageError, NetworkExceptionError, NotCoordinatorError
 from tests.support.server import Server
 from tests.system.cluster.cluster_helpers import PARTITIONS, SESSION_MS, create_topic, produce_ok, until
 
@@ -63,7 +63,7 @@ def poll_some(consumers: list[Consumer], seen: list[tuple[int, int]], until_s: f
                 seen.extend((m.partition(), m.offset()) for m in batch)
                 if batch:
                     c.commit(asynchronous=False)
-            except (KafkaStorageError, NotCoordinatorError):
+            except (KafkaStorageError, NetworkExceptionError, NotCoordinatorError):
                 pass  # a node left: the consumer moved to the next bootstrap server, the next poll rejoins
 
 

@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from logstore.config import load_config
+from logstore.log import file_changes, tables
+from logstore.log.catalog import Catalog
 from logstore.security import AclBinding, FileSecurityStore, Operation, PatternType, Permission, ResourceType, new_key
 from tests.support.paths import REPO
 from tests.support.server import Server
@@ -34,6 +38,7 @@ ARGS = [
 ]
 SHOTS = REPO / ".artifacts" / "console"
 TOPICS, PARTITIONS, GROUPS = 200, 12, 50
+PAGE_SIZE = 50
 LOAD_BUDGET_MS = 300
 SAMPLE_MS = 1000
 
@@ -131,12 +136,13 @@ def test_every_page_loads_within_budget_with_200_topics_and_50_groups(page: Page
 def test_overview_shows_the_apis_numbers(page: Page, big: Server) -> None:
     _open(page, big, "/")
     rows = page.locator("[data-testid=topics] tbody tr")
-    expect(rows).to_have_count(TOPICS)
+    expect(rows).to_have_count(PAGE_SIZE)
     expect(page.get_by_test_id("nodes")).to_contain_text("leader of every partition")
     with big.client() as c:
         for t in ("t000", "t001", "t150"):
+            page.get_by_test_id("topic-filter").fill(t)
             info = c.get(f"/v1/topics/{t}").json()
-            records = sum(p["high_watermark"] - p["log_start_offset"] for p in info["partitions"])
+            records = sum(p["num_records"] for p in info["partitions"])
             size = sum(p["size_bytes"] for p in info["partitions"])
             row = page.locator(f"[data-testid=topics] tr[data-topic='{t}']")
             partitions_cell, records_cell, size_cell = (row.locator("td").nth(i) for i in (1, 2, 3))
@@ -155,12 +161,15 @@ def test_topic_page_shows_partitions_config_and_records(page: Page, big: Server)
             str(p["partition"]),
             str(p["log_start_offset"]),
             str(p["high_watermark"]),
-            str(p["high_watermark"] - p["log_start_offset"]),
+            str(p["num_records"]),
         ]
         assert cells[5] == str(p["num_files"])
         assert cells[6:] == [f"node 0 ({big.url.split('://')[1]})", "0"]  # the embedded node leads, epoch 0
     expect(page.get_by_test_id("config")).to_contain_text("retention.ms")
+    expect(page.get_by_test_id("topic-id")).to_have_text(info["topic_id"])
     expect(page.get_by_test_id("snippet")).to_contain_text('.option("subscribe", "t000")')
+    root = str(big.root.resolve())
+    expect(page.get_by_test_id("snippet")).to_contain_text(f'.option("logstore.root", "{root}")')
     # partition 0 holds JSON values, then one binary value: JSON pretty-printed, binary as hex
     browse = page.locator("#browse")
     browse.locator("input[name=offset]").fill("0")
@@ -356,3 +365,51 @@ def test_with_security_on_the_console_asks_for_a_key_and_shows_only_what_it_may_
         expect(page.locator("[data-testid=partitions] tbody tr")).to_have_count(0)
     finally:
         srv.stop()
+
+
+def test_long_topic_lists_are_paged_and_filtered(page: Page, big: Server) -> None:
+    with big.client() as c:
+        listed = c.get("/v1/topics").json()["topics"]  # TOPICS, and those other tests created
+    _open(page, big, "/")
+    rows = page.locator("[data-testid=topics] tbody tr")
+    label = page.get_by_test_id("page")
+    expect(label).to_have_attribute("data-pages", str(-(-len(listed) // PAGE_SIZE)))
+    expect(rows.first).to_have_attribute("data-topic", listed[0])
+    expect(page.get_by_test_id("prev-page")).to_be_disabled()
+    page.get_by_test_id("next-page").click()
+    expect(label).to_have_attribute("data-page", "2")
+    expect(rows).to_have_count(PAGE_SIZE)
+    expect(rows.first).to_have_attribute("data-topic", listed[PAGE_SIZE])
+    page.get_by_test_id("topic-filter").fill("T15")  # any case; back to the first page of the matches
+    expect(label).to_have_attribute("data-matching", "10")  # t150..t159
+    expect(label).to_have_attribute("data-page", "1")
+    expect(rows).to_have_count(10)
+    expect(page.get_by_test_id("next-page")).to_be_disabled()
+    refreshes = int(page.evaluate("document.body.dataset.refreshes"))
+    page.wait_for_function(f"Number(document.body.dataset.refreshes) > {refreshes}")  # the next refresh (2 s)...
+    expect(rows).to_have_count(10)  # ... keeps the filter
+    page.get_by_test_id("topic-filter").fill("no such topic")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("no topic matches")
+    _shot(page, "overview-filtered")
+
+
+def test_a_compacted_topic_shows_the_records_it_holds_not_its_offset_span(page: Page, big: Server) -> None:
+    with big.client() as c:
+        assert c.post("/v1/topics", json={"name": "compacted", "partitions": 1}).status_code == 201
+        records = [{"key": f"k{i % 2}", "value": f"v{i}"} for i in range(10)]
+        assert c.post("/v1/topics/compacted/records", json={"records": records}).is_success
+    # What key compaction commits (as maintenance/cleaner.py does): the file rewritten to the last record per key.
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(big.root)}))
+    dt = catalog.table("compacted")
+    (old,) = file_changes.live_files(dt)[0]
+    kept = pq.read_table(old.path, schema=file_changes.FILE_SCHEMA).slice(8, 2)
+    merged = file_changes.write_segment(tables.table_path(dt), 0, kept)
+    file_changes.commit(dt, [old], [merged], data_change=True, operation="key-compaction")
+
+    _open(page, big, "/topics/compacted")
+    cells = _cells(page, "[data-testid=partitions] tr[data-partition='0']")
+    assert cells[1:4] == ["0", "10", "2"]  # log start 0, high watermark 10, and 2 records stored
+    _open(page, big, "/")
+    page.get_by_test_id("topic-filter").fill("compacted")
+    expect(page.locator("[data-testid=topics] tr[data-topic='compacted'] td").nth(2)).to_have_text("2")

@@ -1,4 +1,5 @@
-"""The maintenance notebooks run unchanged in a local kernel (no dbutils: defaults and env)."""
+"""The maintenance notebooks run unchanged in a local kernel (no dbutils: defaults and env), take the store's root
+as the CLI does, and fail naming the setting when there is no store there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from logstore.config import LogstoreConfig
 from logstore.store import LogStore
@@ -48,6 +50,40 @@ def test_retention_notebook(
     assert f"retention {t}/0: removed 3 files" in out
     assert "retention: removed 3 files" in out and "vacuum: removed 0 files" in out
     assert store.describe_topic(t).partitions[0].log_start_offset == 6
+
+
+def test_the_retention_notebook_reads_the_root_of_logstore_root(
+    store: LogStore,
+    config: LogstoreConfig,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = make_topic(partitions=1, retention_ms=HOUR_MS)
+    old_commits(store, t, 2)
+    monkeypatch.delenv("MAINTENANCE_ROOT", raising=False)
+    monkeypatch.setenv("LOGSTORE_ROOT", config.root)
+
+    out = execute("retention.ipynb", tmp_path)
+
+    assert f"store {config.root}: 1 topics" in out
+    assert f"retention {t}/0: removed 1 files" in out
+
+
+@pytest.mark.parametrize("name", ["retention.ipynb", "compaction.ipynb"])
+def test_a_notebook_without_a_store_fails_naming_the_setting(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("MAINTENANCE_ROOT", "LOGSTORE_ROOT", "LOGSTORE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MAINTENANCE_SPARK_MASTER", "local[1]")
+    # Run from a folder without ./data (as from notebooks/): the default root is not a store.
+    with pytest.raises(CellExecutionError) as failure:
+        execute(name, tmp_path)
+    message = str(failure.value)
+    assert "INVALID_CONFIG" in message or "InvalidConfigError" in message
+    assert f"logstore.root '{Path('data')}'" in message or "logstore.root './data'" in message
+    assert "is not a directory" in message and "LOGSTORE_ROOT" in message and "MAINTENANCE_ROOT" in message
 
 
 @pytest.mark.spark

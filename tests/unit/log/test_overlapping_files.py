@@ -21,9 +21,10 @@ import pyarrow as pa
 import pytest
 
 from logstore.errors import OffsetOutOfRangeError
+from logstore.log import file_changes
 from logstore.log.reader import offset_for_timestamp
 from logstore.store import LogStore
-from maintenance import _files, run_retention, run_segment_compaction
+from maintenance import run_retention, run_segment_compaction
 from spark_source._slices import plan_slices, read_slice
 from tests.support.overlapping import (
     HOUR_MS,
@@ -102,7 +103,7 @@ def test_retention_by_size_never_cuts_into_an_interleaved_run(
     t = make_topic(partitions=1)
     write_files(store, t, lambda o: NOW_MS)
     optimize_like(store, t, MERGED)
-    files = _files.live_files(store.catalog.table(t))[0]  # [0,59] [10,19] [30,39] [40,49] [60,69] … [90,99]
+    files = file_changes.live_files(store.catalog.table(t))[0]  # [0,59] [10,19] [30,39] [40,49] [60,69] … [90,99]
     store.alter_topic(t, config={"retention.bytes": sum(f.size_bytes for f in files[-kept_files:])})
 
     (report,) = run_retention(store.catalog, t, now_ms=NOW_MS, progress=lambda _: None)
@@ -113,7 +114,7 @@ def test_retention_by_size_never_cuts_into_an_interleaved_run(
 
 
 def test_segment_compaction_repairs_the_layout(store: LogStore, interleaved: str) -> None:
-    size = _files.live_files(store.catalog.table(interleaved))[0][1].size_bytes
+    size = file_changes.live_files(store.catalog.table(interleaved))[0][1].size_bytes
     run_segment_compaction(store.catalog, interleaved, segment_bytes=int(size * 2.5), progress=lambda _: None)
     assert_disjoint(store, interleaved)
     assert fetch_all(store, interleaved, 0) == list(range(N))

@@ -10,13 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from logstore.log import tables
+from logstore.log import file_changes, tables
 from logstore.log.files import DataFile
 from logstore.log.reader import _read_bounded
 from logstore.log.schema import input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
-from maintenance import _files
 
 
 def produce(store: LogStore, topic: str, partition: int, n: int, tag: str) -> None:
@@ -142,9 +141,11 @@ def test_fetch_steps_over_gaps_that_compaction_left(store: LogStore, make_topic:
         produce(store, t, 0, 10, f"c{i}-")
     # What key compaction commits: files [0, 9] and [10, 19] rewritten to hold only offsets 17 and 18.
     dt = store.catalog.table(t)
-    old = _files.live_files(dt)[0][:2]
-    kept = pq.read_table(old[1].path, schema=_files.FILE_SCHEMA).slice(7, 2)
-    _files.commit(dt, old, [_files.write_segment(tables.table_path(dt), 0, kept)], data_change=True, operation="clean")
+    old = file_changes.live_files(dt)[0][:2]
+    kept = pq.read_table(old[1].path, schema=file_changes.FILE_SCHEMA).slice(7, 2)
+    file_changes.commit(
+        dt, old, [file_changes.write_segment(tables.table_path(dt), 0, kept)], data_change=True, operation="clean"
+    )
 
     assert store.fetch(t, 0, 0, max_records=3).records["offset"].to_pylist() == [17, 18, 20]
     assert store.fetch(t, 0, 0, max_records=1).records["value"].to_pylist() == [b"c1-7"]

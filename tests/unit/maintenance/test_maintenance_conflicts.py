@@ -7,12 +7,13 @@ from collections.abc import Callable
 import pytest
 from deltalake.exceptions import CommitFailedError
 
+from logstore.log import file_changes
 from logstore.log.catalog import app_log_start
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import AppendResult, ProducerBatch
-from maintenance import _files, run_retention, run_segment_compaction
+from maintenance import run_retention, run_segment_compaction
 
 
 def setup_topic(store: LogStore, make_topic: Callable[..., str], commits: int = 4) -> tuple[str, TopicWriter]:
@@ -45,10 +46,10 @@ def test_a_writer_racing_retention_stays_gap_free(store: LogStore, make_topic: C
 def test_maintenance_on_a_stale_snapshot_rebases_over_appends(store: LogStore, make_topic: Callable[..., str]) -> None:
     t, w = setup_topic(store, make_topic)
     stale = store.catalog.table(t)
-    first = _files.live_files(stale)[0][0]
+    first = file_changes.live_files(stale)[0][0]
     w.append([ProducerBatch(input_table([0], [b"meanwhile"]))])
     txns = {app_log_start(0): first.max_offset + 1}
-    version = _files.commit(stale, [first], [], data_change=True, operation="retention", txns=txns)
+    version = file_changes.commit(stale, [first], [], data_change=True, operation="retention", txns=txns)
     assert version == store.catalog.table(t).version()
     assert store.describe_topic(t).partitions[0].log_start_offset == 2
     assert store.describe_topic(t).partitions[0].high_watermark == 9
@@ -57,11 +58,11 @@ def test_maintenance_on_a_stale_snapshot_rebases_over_appends(store: LogStore, m
 def test_two_maintenance_commits_removing_one_file_conflict(store: LogStore, make_topic: Callable[..., str]) -> None:
     t, _ = setup_topic(store, make_topic)
     a, b = store.catalog.table(t), store.catalog.table(t)
-    first = _files.live_files(a)[0][0]
-    _files.commit(a, [first], [], data_change=True, operation="retention")
+    first = file_changes.live_files(a)[0][0]
+    file_changes.commit(a, [first], [], data_change=True, operation="retention")
     version = store.catalog.table(t).version()
     with pytest.raises(CommitFailedError):
-        _files.commit(b, [first], [], data_change=True, operation="retention")
+        file_changes.commit(b, [first], [], data_change=True, operation="retention")
     assert store.catalog.table(t).version() == version
     # the job itself re-plans from the new snapshot and finishes
     (report,) = run_retention(store.catalog, t, progress=lambda _: None)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
+from logstore.log.file_changes import live_files
 from logstore.store import LogStore
 from maintenance import Scheduler, run_retention, run_vacuum
-from maintenance._files import live_files
 from tests.support.commits import old_commits
 
 HOUR_MS = 3600 * 1000
@@ -49,3 +49,24 @@ def test_a_topic_whose_config_cannot_be_read_is_skipped_and_the_others_maintaine
     assert "cannot read topic aaa-broken" in caplog.text
     assert store.describe_topic(deleting).partitions[0].log_start_offset == 6  # retention ran after the failure
     assert any(deleting in r.summary() for r in reports)
+
+
+def test_a_cycle_logs_what_it_did_once_and_a_quiet_cycle_logs_nothing(
+    store: LogStore, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    deleting = make_topic(partitions=1, retention_ms=HOUR_MS)
+    for _ in range(4):
+        make_topic(partitions=1)  # nothing to do on these
+    old_commits(store, deleting, 4)
+    caplog.set_level("INFO", logger="logstore.maintenance")
+    scheduler = Scheduler(store.catalog, every_s=0)
+
+    scheduler.run_cycle()
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line for line in lines if line.startswith(f"maintenance: retention {deleting}/0: removed 3 files")]
+    assert len([line for line in lines if line.startswith("maintenance: retention: removed 3 files")]) == 1, lines
+    assert not [line for line in lines if "removed 0 files" in line and "wrote 0 files" in line], lines
+
+    caplog.clear()
+    scheduler.run_cycle()  # nothing left to do
+    assert [r.getMessage() for r in caplog.records] == []

@@ -12,12 +12,12 @@ import pytest
 from logstore.config import load_config
 from logstore.errors import OffsetOutOfRangeError
 from logstore.log.catalog import Catalog
+from logstore.log.file_changes import live_files
 from logstore.log.schema import input_table
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 from maintenance import plan_retention, run_job, run_retention
-from maintenance._files import live_files
 
 HOUR_MS = 3600 * 1000
 NOW_MS = 1_800_000_000_000

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from logstore.log.file_changes import live_files
 from logstore.store import LogStore
 from maintenance import plan_segments, run_segment_compaction
-from maintenance._files import live_files
 from tests.support.commits import small_commits
 from tests.support.helpers import assert_gap_free
 

@@ -74,10 +74,11 @@ def test_a_query_from_latest_starts_its_first_batch_where_it_planned_it(tmp_path
         SourceOptions.parse({"logstore.root": str(tmp_path), "subscribe": "t"}, streaming=True)
     )
     first = reader.initialOffset()
-    assert first == {"t": {"0": 3}}  # startingOffsets=latest, the default
+    ids = {"@topic_ids": {"t": store.catalog.topic_id("t")}}  # the topic each position is of
+    assert first == {"t": {"0": 3}} | ids  # startingOffsets=latest, the default
     produce(2)
     end = reader.latestOffset(first, ReadAllAvailable())
-    assert end == {"t": {"0": 5}}
+    assert end == {"t": {"0": 5}} | ids
     produce(2)
     assert reader.initialOffset() == first
     tasks = reader.partitions(reader.initialOffset(), end)
@@ -96,8 +97,9 @@ def test_the_reported_latest_offset_is_the_one_the_batch_was_planned_on(
     end = reader.latestOffset(start, ReadAllAvailable())  # type: ignore[call-arg]
     store.append(t, [ProducerBatch(input_table([0], [b"d"]))])
 
-    assert end == {t: {"0": 1, "1": 2}}
+    ids = {"@topic_ids": {t: store.catalog.topic_id(t)}}
+    assert end == {t: {"0": 1, "1": 2}} | ids
     assert reader.reportLatestOffset() == end
-    assert reader.latestOffset(end, ReadAllAvailable()) == {t: {"0": 2, "1": 2}}  # type: ignore[call-arg]
-    assert reader.reportLatestOffset() == {t: {"0": 2, "1": 2}}
+    assert reader.latestOffset(end, ReadAllAvailable()) == {t: {"0": 2, "1": 2}} | ids  # type: ignore[call-arg]
+    assert reader.reportLatestOffset() == {t: {"0": 2, "1": 2}} | ids
     reader.stop()

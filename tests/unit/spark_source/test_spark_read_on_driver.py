@@ -23,6 +23,7 @@ from logstore.errors import GroupSubscribedToTopicError, InvalidConfigError
 from logstore.groups.leases import GroupLease
 from logstore.store import LogStore
 from spark_source import KAFKA_ARROW_SCHEMA, LogstoreDataSource, LogstoreStreamReader, PrefetchingStreamReader
+from spark_source._planner import split_ids
 from spark_source._slices import ReadTask, read_task
 from tests.support.spark_helpers import produce
 
@@ -57,7 +58,7 @@ def test_a_small_batch_is_read_while_planned_and_handed_over_once(
     reader = _reader(store, subscribe=t, startingOffsets="earliest", maxRecordsReadOnDriver=3)
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    assert end == {t: {"0": 2, "1": 1}}
+    assert split_ids(end)[0] == {t: {"0": 2, "1": 1}}
     # The records were read by latestOffset: they come back from memory after the files are gone.
     planned = reader.partitions(start, end)
     assert len(planned) == 1 and isinstance(planned[0], ReadTask)
@@ -101,7 +102,7 @@ def test_a_batch_the_driver_cannot_read_is_left_to_tasks(
         f.rename(tmp_path / f.name)
     with caplog.at_level("WARNING", logger="spark_source"):
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    assert end == {t: {"0": 2, "1": 1}}
+    assert split_ids(end)[0] == {t: {"0": 2, "1": 1}}
     assert "tasks read it" in caplog.text
     assert reader.getCache(start, end) is None
     for f in files:

@@ -1,6 +1,8 @@
-"""What maintenance reads from a topic's Delta log and how it commits file changes.
+"""What maintenance reads from a topic's Delta log, how it commits file changes, and what it reports.
 
-Every maintenance job plans from the Delta log alone (add actions and their
+Used by the node's own retention (:mod:`logstore.log.retention`, run by
+:mod:`logstore.node.retention`) and by every job of ``maintenance/``. Every
+maintenance job plans from the Delta log alone (add actions and their
 statistics) and commits with delta-rs ``create_write_transaction``: remove
 actions for the files it drops or replaces, add actions for the files it
 wrote. Such a commit carries no ``logstore.*`` app transaction and records no
@@ -31,7 +33,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -52,12 +54,15 @@ __all__ = [
     "FILE_SCHEMA",
     "NewFile",
     "PartitionFiles",
+    "PartitionReport",
+    "Progress",
     "commit",
     "discard",
     "live_files",
     "log_start_offsets",
     "offset_prefix",
     "partition_files",
+    "print_progress",
     "write_segment",
 ]
 
@@ -68,6 +73,31 @@ ROW_GROUP_BYTES = 1 << 20
 """Uncompressed bytes per Parquet row group in files maintenance writes (about a fetch's worth)."""
 
 _MAINTENANCE_METADATA = "logstore.maintenance"
+
+Progress = Callable[[str], None]
+"""Receives one line per topic and partition as a job goes (``print`` by default)."""
+
+
+def print_progress(line: str) -> None:
+    print(line, flush=True)
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """One job's effect on one partition (one Delta commit, or none)."""
+
+    topic: str
+    partition: int
+    files_removed: int = 0
+    bytes_removed: int = 0
+    files_added: int = 0
+    bytes_added: int = 0
+    records_removed: int = 0
+    """Records gone from the log (retention, key compaction); 0 for segment compaction."""
+    log_start_offset: int = 0
+    """The partition's log start offset after the job."""
+    version: int | None = None
+    """The Delta version of the job's commit; None when it changed nothing."""
 
 
 @dataclass(frozen=True)
