@@ -11,10 +11,12 @@ await) so that a connection's batches are submitted in the order they came.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,7 +38,7 @@ from logstore.node.broker import Broker
 from logstore.structs import AppendResult
 from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["Handlers", "Listener", "producer_name"]
+__all__ = ["Handlers", "Listener", "kafka_uuid", "producer_name"]
 
 log = logging.getLogger("logstore.kafka")
 
@@ -49,6 +51,14 @@ _ALL_OPERATIONS = -(2**31)
 def producer_name(producer_id: int, epoch: int) -> str:
     """The engine's producer id of a Kafka producer id and epoch (a new epoch starts its sequences afresh)."""
     return f"kafka-{producer_id}-{epoch}"
+
+
+def kafka_uuid(topic_id: str | None) -> uuid.UUID:
+    """A topic ID (22 characters of URL-safe base64, as Kafka prints a ``Uuid``) as the UUID Kafka sends; zero
+    for a topic from before IDs."""
+    if topic_id is None:
+        return zero_uuid()
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
 
 
 def _code(error: BaseException) -> int:
@@ -119,6 +129,7 @@ class Handlers:
                         store.create_topic(name, self.config.num_partitions)
                     self.broker.reconfigure(name)
                 count = self.broker.partition_count(name)
+                entry["topic_id"] = kafka_uuid(store.catalog.topic_id(name))
             except LogstoreError as e:
                 out.append(entry | {"error_code": e.code})
                 continue
@@ -372,8 +383,9 @@ class Handlers:
                     if self.broker.store.catalog.exists(t.name):
                         raise TopicAlreadyExistsError(f"topic '{t.name}' already exists")
                 else:
-                    await asyncio.to_thread(self.broker.store.create_topic, t.name, count, configs)
+                    info = await asyncio.to_thread(self.broker.store.create_topic, t.name, count, configs)
                     await asyncio.to_thread(self.broker.reconfigure, t.name)
+                    entry["topic_id"] = kafka_uuid(info.topic_id)
                 topics.append(
                     entry | {"error_code": 0, "error_message": None, "num_partitions": count, "replication_factor": 1}
                 )
@@ -395,6 +407,7 @@ class Handlers:
                 validate_topic_name(name)
                 if not self.broker.store.catalog.exists(name):
                     raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+                entry["topic_id"] = kafka_uuid(self.broker.store.catalog.topic_id(name))
                 await asyncio.to_thread(self.broker.forget, name)
                 await asyncio.to_thread(self.broker.store.catalog.delete_topic, name)
                 responses.append(entry | {"error_code": 0, "error_message": None})

@@ -92,3 +92,28 @@ def produce_response(frame: bytes) -> tuple[int, int]:
     response, _ = entity_reader(ProduceResponse)(frame, 5)  # after the header's empty tagged fields
     part = response.responses[0].partition_responses[0]
     return int(part.error_code.value), int(part.base_offset)
+
+
+def metadata_topic_ids(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, str]]:
+    """Topic → (error code, topic id as Kafka prints it) from a Metadata v12 request."""
+    import base64
+
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    body = MetadataRequest(
+        topics=tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    header = RequestHeader(request_api_key=3, request_api_version=12, correlation_id=CORRELATION_ID, client_id="raw")
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(out, header)
+    entity_writer(MetadataRequest)(out, body)
+    frame = request(bootstrap, struct.pack(">i", out.tell()) + out.getvalue())
+    response, _ = entity_reader(MetadataResponse)(frame, 5)
+    ids = {t.name: t.topic_id.bytes if t.topic_id is not None else bytes(16) for t in response.topics}  # kio: 0 → None
+    return {
+        t.name: (int(t.error_code.value), base64.urlsafe_b64encode(ids[t.name]).decode().rstrip("="))
+        for t in response.topics
+    }

@@ -226,3 +226,21 @@ def test_a_retried_idempotent_batch_is_written_once(server: Callable[..., Server
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "c"})
     assert consumer.get_watermark_offsets(ck.TopicPartition("once", 0), timeout=30) == (0, 2)
     consumer.close()
+
+
+def test_metadata_sends_each_topic_its_id(server: Callable[..., Server]) -> None:
+    from tests.system.kafka.raw import metadata_topic_ids
+
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, "first", 1)
+    with s.client() as http:
+        first_id = http.get("/v1/topics/first").json()["topic_id"]
+        assert http.delete("/v1/topics/first").status_code == 204
+    _create(bootstrap, "first", 1)  # the same name again: a new topic, a new id
+    with s.client() as http:
+        second_id = http.get("/v1/topics/first").json()["topic_id"]
+    assert first_id != second_id
+    assert metadata_topic_ids(bootstrap, ["first", "missing"]) == {
+        "first": (0, second_id),
+        "missing": (3, "AAAAAAAAAAAAAAAAAAAAAA"),
+    }
