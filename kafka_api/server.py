@@ -9,7 +9,8 @@ goes out after the Fetch's. Produce batches are submitted to the engine in
 arrival order (idempotent sequences depend on it).
 
 Bad input: a frame over ``socket.request.max.bytes`` closes the connection
-(with a log line: its body is not read); an API or version not served is
+(with a log line: its body is not read), and so does a frame whose bytes stop
+coming for ``request.timeout.ms``; an API or version not served is
 answered ``UNSUPPORTED_VERSION``; a request that does not parse is answered
 ``CORRUPT_MESSAGE`` where the frame's header can be read, else the connection
 is closed. Nothing is written for any of them.
@@ -200,7 +201,18 @@ class KafkaServer:
                     limit,
                 )
                 return
-            frame = await reader.readexactly(size)
+            try:
+                async with asyncio.timeout(self.config.request_timeout_ms / 1000):
+                    frame = await reader.readexactly(size)
+            except TimeoutError:
+                log.warning(
+                    "closing the Kafka connection from %s: a frame of %d bytes did not arrive within "
+                    "request.timeout.ms=%d",
+                    peer,
+                    size,
+                    self.config.request_timeout_ms,
+                )
+                return
             if size < 10:
                 log.warning(
                     "closing the Kafka connection from %s: a frame of %d bytes has no request header", peer, size

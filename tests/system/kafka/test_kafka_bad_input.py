@@ -163,3 +163,15 @@ def test_a_listener_that_would_open_the_node_is_refused(
     )
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_a_client_that_stalls_mid_frame_is_timed_out(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server, **{"request.timeout.ms": 500})
+    _topic(s, "stall")
+    frame = produce_frame("stall", 0, [b"never whole"])
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(frame[: len(frame) // 2])
+        assert sock.recv(1) == b""  # closed by the node, long before this socket's own timeout
+    assert "did not arrive within request.timeout.ms=500" in s.log()
+    assert _high_watermark(s, "stall") == 0
