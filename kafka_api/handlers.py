@@ -44,6 +44,10 @@ log = logging.getLogger("logstore.kafka")
 
 _FETCH_MAX_RECORDS = 100_000
 """Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
+_TOPIC, _BROKER = 2, 4
+"""DescribeConfigs resource types."""
+_DYNAMIC_TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5
+"""DescribeConfigs config sources: set on the topic; the default."""
 _ALL_OPERATIONS = -(2**31)
 """``topic_authorized_operations`` when the client did not ask for them (Kafka's INT32_MIN)."""
 
@@ -59,6 +63,17 @@ def kafka_uuid(topic_id: str | None) -> uuid.UUID:
     if topic_id is None:
         return zero_uuid()
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
+
+
+def _config_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _config_type(value: object) -> int:
+    """Kafka's ConfigType: BOOLEAN 1, STRING 2, LONG 5."""
+    if isinstance(value, bool):
+        return 1
+    return 5 if isinstance(value, int) else 2
 
 
 def _code(error: BaseException) -> int:
@@ -414,6 +429,44 @@ class Handlers:
             except LogstoreError as e:
                 responses.append(entry | {"error_code": e.code, "error_message": e.message})
         return build(response_class(20, version), {"throttle_time": 0, "responses": responses})
+
+    # -- DescribeConfigs -----------------------------------------------------------------------
+
+    async def describe_configs(self, version: int, req: Any) -> Any:
+        """A topic's effective configs (its overrides as dynamic topic configs, the rest as defaults), or the node's."""
+        results = [await asyncio.to_thread(self._describe_configs, r) for r in req.resources]
+        return build(response_class(32, version), {"throttle_time": 0, "results": results})
+
+    def _describe_configs(self, resource: Any) -> dict[str, Any]:
+        entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name, "configs": []}
+        try:
+            if resource.resource_type == _TOPIC:
+                info = self.broker.store.describe_topic(resource.resource_name)
+                values = info.config.to_dict()
+                overridden = set(info.overrides)
+            elif resource.resource_type == _BROKER:
+                values = self.config.to_dict()
+                overridden = set()
+            else:
+                raise InvalidRequestError(f"DescribeConfigs of resource type {resource.resource_type} is not served")
+        except LogstoreError as e:
+            return entry | {"error_code": e.code, "error_message": e.message}
+        wanted = resource.configuration_keys
+        configs = [
+            {
+                "name": key,
+                "value": _config_text(value),
+                "read_only": resource.resource_type == _BROKER,
+                "config_source": _DYNAMIC_TOPIC_CONFIG if key in overridden else _DEFAULT_CONFIG,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": _config_type(value),
+                "documentation": None,
+            }
+            for key, value in sorted(values.items())
+            if wanted is None or key in wanted
+        ]
+        return entry | {"error_code": 0, "error_message": None, "configs": configs}
 
     # -- OffsetCommit, OffsetFetch ------------------------------------------------------------
 

@@ -46,6 +46,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 5),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs: topics and this node
 }
 """API key → (lowest, highest) version this listener serves; ApiVersions advertises exactly these."""
 

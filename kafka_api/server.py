@@ -146,6 +146,7 @@ class KafkaServer:
             19: h.create_topics,
             20: h.delete_topics,
             22: h.init_producer_id,
+            32: h.describe_configs,
         }
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()

@@ -244,3 +244,25 @@ def test_metadata_sends_each_topic_its_id(server: Callable[..., Server]) -> None
         "first": (0, second_id),
         "missing": (3, "AAAAAAAAAAAAAAAAAAAAAA"),
     }
+
+
+def test_describe_configs_names_a_topics_overrides_and_defaults(server: Callable[..., Server]) -> None:
+    _, bootstrap = _kafka_server(server)
+    client = admin.AdminClient({"bootstrap.servers": bootstrap})
+    created = client.create_topics([admin.NewTopic("tuned", 2, config={"retention.ms": "60000"})])
+    created["tuned"].result(timeout=30)
+    [future] = client.describe_configs([admin.ConfigResource(admin.ResourceType.TOPIC, "tuned")]).values()
+    configs = future.result(timeout=30)
+    retention, cleanup = configs["retention.ms"], configs["cleanup.policy"]
+    assert (retention.value, retention.source) == ("60000", admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert (cleanup.value, cleanup.source) == ("delete", admin.ConfigSource.DEFAULT_CONFIG.value)
+    assert set(configs) == {
+        "retention.ms",
+        "retention.bytes",
+        "cleanup.policy",
+        "segment.bytes",
+        "message.max.bytes",
+        "message.timestamp.type",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+    }

@@ -75,3 +75,25 @@ def test_console_producer_and_consumer_round_trip(server: Callable[..., Server])
     with s.client() as http:
         records = http.get("/v1/topics/console/partitions/0/records", params={"offset": 0}).json()["records"]
     assert [(r["offset"], f"{r['key']}:{r['value']}") for r in records] == list(enumerate(lines))
+
+
+def test_kafka_topics_creates_and_describes(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    tool = "org.apache.kafka.tools.TopicCommand"
+    created = _tool(tool, "--bootstrap-server", bootstrap, "--create", "--topic", "made", "--partitions", "3")
+    assert created.strip() == "Created topic made."
+    described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--topic", "made")
+    with s.client() as http:
+        topic_id = http.get("/v1/topics/made").json()["topic_id"]
+    lines = described.splitlines()
+    assert lines[0].split("\t")[:4] == [
+        "Topic: made",
+        f"TopicId: {topic_id}",
+        "PartitionCount: 3",
+        "ReplicationFactor: 1",
+    ]
+    assert [line.split("\t")[1:4] for line in lines[1:]] == [
+        ["Topic: made", f"Partition: {p}", "Leader: 0"] for p in range(3)
+    ]
