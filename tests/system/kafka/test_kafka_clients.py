@@ -266,3 +266,43 @@ def test_describe_configs_names_a_topics_overrides_and_defaults(server: Callable
         "delete.retention.ms",
         "min.compaction.lag.ms",
     }
+
+
+@pytest.mark.crash
+def test_kill_9_mid_stream_loses_nothing_acknowledged(server: Callable[..., Server]) -> None:
+    """An idempotent acks=all producer streams while the node is SIGKILLed and restarted: every record it was
+    told landed is in the table at the offset it was told, once."""
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, "durable", 2)
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2})
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.value()] = (msg.partition(), msg.offset())
+
+    sent = 0
+
+    def send(until: Callable[[], bool]) -> None:
+        nonlocal sent
+        deadline = time.monotonic() + 60
+        while not until() and time.monotonic() < deadline:
+            producer.produce("durable", key=str(sent % 5).encode(), value=f"r{sent}".encode(), on_delivery=report)
+            sent += 1
+            producer.poll(0.001)
+
+    send(lambda: len(acked) >= 500)
+    s.kill()
+    send(lambda: sent >= len(acked) + 2000)  # queued while the node is down
+    s.restart()
+    resumed = sent
+    send(lambda: sent >= resumed + 500)
+    assert producer.flush(120) == 0
+    assert errors == []
+    assert len(acked) == sent
+    table = _table_records(s, "durable")
+    assert len(table) == len(acked)  # written once each
+    assert {r[3]: (r[0], r[1]) for r in table} == acked
