@@ -1,4 +1,6 @@
-"""The Kafka APIs this listener serves, each on the node's one :class:`~logstore.node.broker.Broker`.
+"""The Kafka APIs of the data path — ApiVersions, Metadata, FindCoordinator, Produce, InitProducerId, Fetch,
+ListOffsets — each on the node's one :class:`~logstore.node.broker.Broker` (admin APIs: :mod:`kafka_api.admin`;
+groups and offsets: :mod:`kafka_api.groups`).
 
 Every handler takes the request as its ``kio`` structure and returns the
 response as one (built with :func:`~kafka_api.protocol.build` so that one
@@ -11,18 +13,16 @@ await) so that a connection's batches are submitted in the order they came.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pyarrow as pa
 
-from kafka_api.protocol import API_VERSIONS, build, response_class, zero_uuid
+from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
 from kafka_api.records import decode_batches, encode_batch
 from logstore.config import LogstoreConfig
 from logstore.errors import (
@@ -38,42 +38,17 @@ from logstore.node.broker import Broker
 from logstore.structs import AppendResult
 from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["Handlers", "Listener", "kafka_uuid", "producer_name"]
+__all__ = ["Handlers", "Listener", "producer_name"]
 
 log = logging.getLogger("logstore.kafka")
 
 _FETCH_MAX_RECORDS = 100_000
 """Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
-_TOPIC, _BROKER = 2, 4
-"""DescribeConfigs resource types."""
-_DYNAMIC_TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5
-"""DescribeConfigs config sources: set on the topic; the default."""
-_ALL_OPERATIONS = -(2**31)
-"""``topic_authorized_operations`` when the client did not ask for them (Kafka's INT32_MIN)."""
 
 
 def producer_name(producer_id: int, epoch: int) -> str:
     """The engine's producer id of a Kafka producer id and epoch (a new epoch starts its sequences afresh)."""
     return f"kafka-{producer_id}-{epoch}"
-
-
-def kafka_uuid(topic_id: str | None) -> uuid.UUID:
-    """A topic ID (22 characters of URL-safe base64, as Kafka prints a ``Uuid``) as the UUID Kafka sends; zero
-    for a topic from before IDs."""
-    if topic_id is None:
-        return zero_uuid()
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
-
-
-def _config_text(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _config_type(value: object) -> int:
-    """Kafka's ConfigType: BOOLEAN 1, STRING 2, LONG 5."""
-    if isinstance(value, bool):
-        return 1
-    return 5 if isinstance(value, int) else 2
 
 
 def _code(error: BaseException) -> int:
@@ -133,7 +108,7 @@ class Handlers:
                 "topic_id": zero_uuid(),
                 "is_internal": False,
                 "partitions": [],
-                "topic_authorized_operations": _ALL_OPERATIONS,
+                "topic_authorized_operations": ALL_OPERATIONS,
             }
             try:
                 validate_topic_name(name)
@@ -382,153 +357,6 @@ class Handlers:
                         entry["timestamp"] = ts
                 parts.append(entry | {"error_code": 0, "offset": offset})
             out.append({"name": t.name, "partitions": parts})
-        return out
-
-    # -- CreateTopics, DeleteTopics ------------------------------------------------------------
-
-    async def create_topics(self, version: int, req: Any) -> Any:
-        topics = []
-        for t in req.topics:
-            entry: dict[str, Any] = {"name": t.name, "topic_id": zero_uuid(), "configs": []}
-            try:
-                validate_topic_name(t.name)
-                count = self.config.num_partitions if t.num_partitions < 0 else t.num_partitions
-                configs = {c.name: c.value for c in t.configs}
-                if getattr(req, "validate_only", False):
-                    if self.broker.store.catalog.exists(t.name):
-                        raise TopicAlreadyExistsError(f"topic '{t.name}' already exists")
-                else:
-                    info = await asyncio.to_thread(self.broker.store.create_topic, t.name, count, configs)
-                    await asyncio.to_thread(self.broker.reconfigure, t.name)
-                    entry["topic_id"] = kafka_uuid(info.topic_id)
-                topics.append(
-                    entry | {"error_code": 0, "error_message": None, "num_partitions": count, "replication_factor": 1}
-                )
-            except LogstoreError as e:
-                topics.append(
-                    entry
-                    | {"error_code": e.code, "error_message": e.message, "num_partitions": -1, "replication_factor": -1}
-                )
-        return build(response_class(19, version), {"throttle_time": 0, "topics": topics})
-
-    async def delete_topics(self, version: int, req: Any) -> Any:
-        names = [t.name for t in req.topics] if version >= 6 else list(req.topic_names)
-        responses = []
-        for name in names:
-            entry = {"name": name, "topic_id": zero_uuid()}
-            try:
-                if name is None:
-                    raise UnknownTopicOrPartitionError("topics are deleted by name here: topic ids are not kept yet")
-                validate_topic_name(name)
-                if not self.broker.store.catalog.exists(name):
-                    raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
-                entry["topic_id"] = kafka_uuid(self.broker.store.catalog.topic_id(name))
-                await asyncio.to_thread(self.broker.forget, name)
-                await asyncio.to_thread(self.broker.store.catalog.delete_topic, name)
-                responses.append(entry | {"error_code": 0, "error_message": None})
-            except LogstoreError as e:
-                responses.append(entry | {"error_code": e.code, "error_message": e.message})
-        return build(response_class(20, version), {"throttle_time": 0, "responses": responses})
-
-    # -- DescribeConfigs -----------------------------------------------------------------------
-
-    async def describe_configs(self, version: int, req: Any) -> Any:
-        """A topic's effective configs (its overrides as dynamic topic configs, the rest as defaults), or the node's."""
-        results = [await asyncio.to_thread(self._describe_configs, r) for r in req.resources]
-        return build(response_class(32, version), {"throttle_time": 0, "results": results})
-
-    def _describe_configs(self, resource: Any) -> dict[str, Any]:
-        entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name, "configs": []}
-        try:
-            if resource.resource_type == _TOPIC:
-                info = self.broker.store.describe_topic(resource.resource_name)
-                values = info.config.to_dict()
-                overridden = set(info.overrides)
-            elif resource.resource_type == _BROKER:
-                values = self.config.to_dict()
-                overridden = set()
-            else:
-                raise InvalidRequestError(f"DescribeConfigs of resource type {resource.resource_type} is not served")
-        except LogstoreError as e:
-            return entry | {"error_code": e.code, "error_message": e.message}
-        wanted = resource.configuration_keys
-        configs = [
-            {
-                "name": key,
-                "value": _config_text(value),
-                "read_only": resource.resource_type == _BROKER,
-                "config_source": _DYNAMIC_TOPIC_CONFIG if key in overridden else _DEFAULT_CONFIG,
-                "is_sensitive": False,
-                "synonyms": [],
-                "config_type": _config_type(value),
-                "documentation": None,
-            }
-            for key, value in sorted(values.items())
-            if wanted is None or key in wanted
-        ]
-        return entry | {"error_code": 0, "error_message": None, "configs": configs}
-
-    # -- OffsetCommit, OffsetFetch ------------------------------------------------------------
-
-    async def offset_commit(self, version: int, req: Any) -> Any:
-        """Commit without membership (generation -1): straight into ``_offsets``, as the HTTP API's commits."""
-        generation = getattr(req, "generation_id_or_member_epoch", -1)
-        topics = []
-        for t in req.topics:
-            offsets = {p.partition_index: p.committed_offset for p in t.partitions}
-            metadata = next((p.committed_metadata for p in t.partitions if p.committed_metadata), None)
-            code = 0
-            try:
-                if generation >= 0 or req.member_id:
-                    raise InvalidRequestError(
-                        "group membership (JoinGroup) is not served yet; commit with generation -1"
-                    )
-                await asyncio.to_thread(
-                    self.broker.store.commit_offsets, req.group_id, t.name, offsets, metadata=metadata
-                )
-            except LogstoreError as e:
-                code = 22 if isinstance(e, InvalidRequestError) else e.code  # ILLEGAL_GENERATION
-            topics.append({"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in offsets]})
-        return build(response_class(8, version), {"throttle_time": 0, "topics": topics})
-
-    async def offset_fetch(self, version: int, req: Any) -> Any:
-        if version >= 8:
-            groups = []
-            for g in req.groups:
-                topics = await asyncio.to_thread(self._committed, g.group_id, g.topics)
-                groups.append({"group_id": g.group_id, "topics": topics, "error_code": 0})
-            return build(response_class(9, version), {"throttle_time": 0, "groups": groups})
-        topics = await asyncio.to_thread(self._committed, req.group_id, req.topics)
-        return build(response_class(9, version), {"throttle_time": 0, "topics": topics, "error_code": 0})
-
-    def _committed(self, group: str, asked: Any) -> list[dict[str, Any]]:
-        committed = self.broker.store.offsets.committed(group)
-        by_topic: dict[str, dict[int, Any]] = {}
-        for key, c in committed.items():
-            by_topic.setdefault(key.topic, {})[key.partition] = c
-        wanted = (
-            {t: sorted(ps) for t, ps in by_topic.items()}
-            if asked is None
-            else {t.name: list(t.partition_indexes) for t in asked}
-        )
-        out = []
-        for name, parts in wanted.items():
-            have = by_topic.get(name, {})
-            out.append(
-                {
-                    "name": name,
-                    "partitions": [
-                        {
-                            "partition_index": p,
-                            "committed_offset": have[p].offset if p in have else -1,
-                            "committed_leader_epoch": -1,
-                            "metadata": (have[p].metadata or "") if p in have else "",
-                            "error_code": 0,
-                        }
-                        for p in parts
-                    ],
-                }
-            )
         return out
 
 

@@ -10,6 +10,7 @@ one handler serves every version it advertises.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import functools
@@ -25,10 +26,12 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
 __all__ = [
+    "ALL_OPERATIONS",
     "API_VERSIONS",
     "FrameHeader",
     "build",
     "error_frame",
+    "kafka_uuid",
     "read_header",
     "read_request",
     "response_frame",
@@ -42,6 +45,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     8: (2, 9),  # OffsetCommit: v10 names topics by id
     9: (1, 9),  # OffsetFetch
     10: (0, 5),  # FindCoordinator
+    15: (0, 5),  # DescribeGroups: groups of committed offsets only (no members yet)
+    16: (0, 4),  # ListGroups
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
@@ -156,6 +161,18 @@ def _convert(hint: Any, value: Any) -> Any:
     if isinstance(hint, type) and issubclass(hint, datetime.datetime):
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
     return value
+
+
+ALL_OPERATIONS = -(2**31)
+"""``authorized_operations`` when the client did not ask for them (Kafka's INT32_MIN)."""
+
+
+def kafka_uuid(topic_id: str | None) -> uuid.UUID:
+    """A topic ID (22 characters of URL-safe base64, as Kafka prints a ``Uuid``) as the UUID Kafka sends; zero
+    for a topic from before IDs."""
+    if topic_id is None:
+        return _ZERO_UUID
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
 
 
 def zero_uuid() -> uuid.UUID:

@@ -28,6 +28,8 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from kafka_api.admin import AdminHandlers
+from kafka_api.groups import GroupHandlers
 from kafka_api.handlers import Handlers, Listener
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
 from logstore.config import LogstoreConfig
@@ -135,18 +137,22 @@ class KafkaServer:
         self.sock = sock
         self.handlers = Handlers(broker, config, advertised(config, sock))
         h = self.handlers
+        admin = AdminHandlers(broker, config)
+        groups = GroupHandlers(broker)
         self._apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
             1: h.fetch,
             2: h.list_offsets,
             3: h.metadata,
-            8: h.offset_commit,
-            9: h.offset_fetch,
+            8: groups.offset_commit,
+            9: groups.offset_fetch,
             10: h.find_coordinator,
+            15: groups.describe_groups,
+            16: groups.list_groups,
             18: h.api_versions,
-            19: h.create_topics,
-            20: h.delete_topics,
+            19: admin.create_topics,
+            20: admin.delete_topics,
             22: h.init_producer_id,
-            32: h.describe_configs,
+            32: admin.describe_configs,
         }
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()

@@ -97,3 +97,20 @@ def test_kafka_topics_creates_and_describes(server: Callable[..., Server]) -> No
     assert [line.split("\t")[1:4] for line in lines[1:]] == [
         ["Topic: made", f"Partition: {p}", "Leader: 0"] for p in range(3)
     ]
+
+
+def test_kafka_consumer_groups_lists_and_describes_committed_offsets(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "lagging", "partitions": 2}).status_code in (200, 201)
+        records = [{"value": str(i), "partition": i % 2} for i in range(10)]
+        assert http.post("/v1/topics/lagging/records", json={"records": records}).status_code == 200
+        committed = http.post("/v1/groups/billing/offsets", json={"topic": "lagging", "partitions": {"0": 2, "1": 5}})
+        assert committed.status_code in (200, 204), committed.text
+    tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    assert _tool(tool, "--bootstrap-server", bootstrap, "--list").split() == ["billing"]
+    described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--group", "billing")
+    rows = [line.split()[:6] for line in described.splitlines() if line.startswith("billing")]
+    assert rows == [["billing", "lagging", "0", "2", "5", "3"], ["billing", "lagging", "1", "5", "5", "0"]]
