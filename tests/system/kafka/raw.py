@@ -117,3 +117,34 @@ def metadata_topic_ids(bootstrap: str, topics: list[str]) -> dict[str, tuple[int
         t.name: (int(t.error_code.value), base64.urlsafe_b64encode(ids[t.name]).decode().rstrip("="))
         for t in response.topics
     }
+
+
+def fetch_frame(topic: str, partition: int, offset: int, *, max_wait_ms: int, min_bytes: int = 1) -> bytes:
+    """A size-prefixed Fetch v12 request of one partition."""
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    body = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    header = RequestHeader(request_api_key=1, request_api_version=12, correlation_id=CORRELATION_ID, client_id="raw")
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(out, header)
+    entity_writer(FetchRequest)(out, body)
+    return struct.pack(">i", out.tell()) + out.getvalue()
+
+
+def fetch_response(frame: bytes) -> tuple[int, int, bytes]:
+    """(error code, high watermark, records) of the one partition of a Fetch v12 response frame."""
+    from kio.schema.fetch.v12.response import FetchResponse
+
+    response, _ = entity_reader(FetchResponse)(frame, 5)
+    part = response.responses[0].partitions[0]
+    return int(part.error_code.value), int(part.high_watermark), bytes(part.records or b"")
