@@ -306,3 +306,20 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(server: Callable[..., Serv
     table = _table_records(s, "durable")
     assert len(table) == len(acked)  # written once each
     assert {r[3]: (r[0], r[1]) for r in table} == acked
+
+
+def test_metadata_creates_a_topic_when_auto_create_is_on(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server, **{"auto.create.topics.enable": "true", "num.partitions": 3})
+    produced = _produce(bootstrap, "appeared", "none", 30)
+    assert {p for p, *_ in produced} <= {0, 1, 2}
+    with s.client() as http:
+        assert len(http.get("/v1/topics/appeared").json()["partitions"]) == 3
+    assert _table_records(s, "appeared") == produced
+
+
+def test_an_unknown_topic_is_not_created_when_auto_create_is_off(server: Callable[..., Server]) -> None:
+    _, bootstrap = _kafka_server(server)
+    client = admin.AdminClient({"bootstrap.servers": bootstrap})
+    topic = client.list_topics("absent", timeout=30).topics["absent"]
+    assert topic.error is not None and topic.error.code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert "absent" not in client.list_topics(timeout=30).topics
