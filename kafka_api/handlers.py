@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
-from kafka_api.records import decode_batches, encode_batch
+from kafka_api.records import decode_batches, encode_batches
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     InvalidRequestError,
@@ -301,7 +301,7 @@ class Handlers:
                 except LogstoreError as e:
                     parts.append(entry | {"error_code": e.code, "high_watermark": -1, "records": None})
                     continue
-                records = encode_batch(result.records) if result.records.num_rows else b""
+                records = encode_batches(result.records) if result.records.num_rows else b""
                 size += len(records)
                 parts.append(
                     entry

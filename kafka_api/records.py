@@ -18,6 +18,7 @@ so no Python runs per record unless records carry headers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import struct
 
 import cramjam
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 from logstore.errors import CorruptMessageError, InvalidRequestError
 from logstore.log.schema import HEADERS_TYPE
 
-__all__ = ["BATCH_HEADER_SIZE", "DecodedBatch", "decode_batches", "encode_batch"]
+__all__ = ["BATCH_HEADER_SIZE", "DecodedBatch", "decode_batches", "encode_batch", "encode_batches"]
 
 BATCH_HEADER_SIZE = 61
 """Bytes of a v2 batch before its records (base offset … record count)."""
@@ -379,3 +380,20 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
     crc = crc32c.crc32c(tail + payload)
     length = 4 + 1 + 4 + len(tail) + len(payload)
     return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + tail + payload
+
+
+def encode_batches(records: pa.Table) -> bytes:
+    """``records`` as uncompressed v2 batches, a new batch wherever one batch could not say their timestamps.
+
+    A batch has one timestamp type, and a LogAppendTime batch one timestamp
+    (its max timestamp: Kafka's clients give it to every record of the
+    batch). So a run of CreateTime records is one batch, and LogAppendTime
+    records are one batch per commit time.
+    """
+    n = records.num_rows
+    kinds = records["timestamp_type"].to_numpy()
+    stamps = records["timestamp"].cast(pa.int64()).to_numpy()
+    appended = kinds == 1
+    cut = np.flatnonzero((kinds[1:] != kinds[:-1]) | (appended[1:] & (stamps[1:] != stamps[:-1]))) + 1
+    bounds = [0, *cut.tolist(), n]
+    return b"".join(encode_batch(records.slice(a, b - a)) for a, b in itertools.pairwise(bounds))

@@ -9,7 +9,7 @@ import crc32c
 import pyarrow as pa
 import pytest
 
-from kafka_api.records import BATCH_HEADER_SIZE, decode_batches, encode_batch
+from kafka_api.records import BATCH_HEADER_SIZE, decode_batches, encode_batch, encode_batches
 from logstore.errors import CorruptMessageError, InvalidRequestError
 from logstore.log.schema import HEADERS_TYPE, TOPIC_SCHEMA
 
@@ -107,3 +107,24 @@ def test_old_message_formats_are_refused_by_name() -> None:
     data[16] = 1
     with pytest.raises(InvalidRequestError, match="magic 1"):
         decode_batches(bytes(data))
+
+
+def test_log_append_time_records_get_a_batch_per_commit_time() -> None:
+    """A LogAppendTime batch has one timestamp (clients give its max to every record), so each commit's own."""
+    table = _table(6)
+    kinds = pa.array([0, 0, 1, 1, 1, 0], pa.int32())
+    stamps = pa.array([5_000, 6_000, 7_000, 7_000, 8_000, 9_000], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    table = table.set_column(3, "timestamp_type", kinds).set_column(2, "timestamp", stamps)
+    data = encode_batches(table)
+    batches = []
+    pos = 0
+    while pos < len(data):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        (attributes,) = struct.unpack_from(">h", data, pos + 21)
+        (max_ts,) = struct.unpack_from(">q", data, pos + 35)
+        (count,) = struct.unpack_from(">i", data, pos + 57)
+        batches.append((base_offset, count, bool(attributes & 0x08), max_ts))
+        pos += 12 + length
+    assert batches == [(10, 2, False, 6), (14, 2, True, 7), (18, 1, True, 8), (20, 1, False, 9)]
+    decoded = decode_batches(data)
+    assert [t for b in decoded for t in b.timestamps.to_pylist()] == stamps.to_pylist()

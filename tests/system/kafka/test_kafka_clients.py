@@ -323,3 +323,29 @@ def test_an_unknown_topic_is_not_created_when_auto_create_is_off(server: Callabl
     topic = client.list_topics("absent", timeout=30).topics["absent"]
     assert topic.error is not None and topic.error.code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
     assert "absent" not in client.list_topics(timeout=30).topics
+
+
+def test_log_append_time_reaches_the_kafka_consumer_per_record(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server)
+    with s.client() as http:
+        created = http.post(
+            "/v1/topics",
+            json={"name": "stamped", "partitions": 1, "config": {"message.timestamp.type": "LogAppendTime"}},
+        )
+        assert created.status_code in (200, 201), created.text
+        for batch in range(3):  # a commit each: three append times
+            body = {"records": [{"value": f"{batch}-{i}"} for i in range(4)]}
+            assert http.post("/v1/topics/stamped/records", params={"acks": "all"}, json=body).status_code == 200
+    expected = _http_records(s, "stamped", 1)
+    assert len({r[5] for r in expected}) == 3
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "stamps"})
+    consumer.assign([ck.TopicPartition("stamped", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 12 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append((msg.offset(), msg.timestamp()))
+    consumer.close()
+    assert got == [(r[1], (ck.TIMESTAMP_LOG_APPEND_TIME, r[5])) for r in expected]
