@@ -40,7 +40,8 @@ from logstore.errors import (
     UnknownServerError,
 )
 from logstore.node.accumulator import Acks
-from logstore.node.broker import Broker, Share
+from logstore.node.broker import Broker
+from logstore.node.routing import Share
 from logstore.structs import AppendResult
 from logstore.wire.arrow_produce import (
     ARROW_STREAM,

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_IO_THREADS",
     "DEFAULT_PARSER_PROCESSES",
     "CleanupPolicy",
+    "CompressionType",
     "LogstoreConfig",
     "TimestampType",
     "TopicConfig",
@@ -39,12 +40,14 @@ __all__ = [
 
 CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 TimestampType = Literal["CreateTime", "LogAppendTime"]
+CompressionType = Literal["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]
 
 _T = TypeVar("_T", "LogstoreConfig", "TopicConfig")
 # LOGSTORE_* variables that are not config keys: the config file's path, and the clients' API key
 _CLIENT_VARIABLES = ("LOGSTORE_CONFIG", "LOGSTORE_API_KEY")
 _CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _MIB = 1024 * 1024
 _DAY_MS = 24 * 3600 * 1000
 
@@ -130,6 +133,16 @@ class TopicConfig:
     min_compaction_lag_ms: int = field(
         default=0,
         metadata=_key("min.compaction.lag.ms", "Records younger than this (ms) are never key-compacted.", minimum=0),
+    )
+    compression_type: CompressionType = field(
+        default="producer",
+        metadata=_key(
+            "compression.type",
+            "Codec of the topic's new data files (Parquet): uncompressed | gzip | snappy | lz4 (LZ4_RAW) | zstd; "
+            "producer keeps a Kafka client's batch codec, else the node's compression.type (producer there: snappy). "
+            "Existing files keep theirs.",
+            choices=_COMPRESSION_TYPES,
+        ),
     )
 
     @classmethod

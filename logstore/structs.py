@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from logstore.config import TopicConfig
+from logstore.config import CompressionType, TopicConfig
 from logstore.errors import LogstoreError
 
 __all__ = [
@@ -125,6 +125,12 @@ class ProducerBatch:
     sequence: int | None = None
     validated: bool = False
     """The records passed :meth:`TopicWriter.check_records` already (sizes, timestamps)."""
+    compression: CompressionType | None = None
+    """The codec the records came in from a Kafka client (its record batch's); None for HTTP bodies.
+
+    Kept in the data files when the topic's ``compression.type`` is ``producer`` and every batch
+    of a commit came in the same codec (:func:`logstore.log.compression.parquet_codec`). Not kept
+    in the acks=1 write-ahead log: a replayed batch takes the node's codec."""
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,13 @@ _WRITTEN_SCHEMA = (
 )
 
 
-def _segment_writer(root: str, segment_bytes: int) -> Callable[[tuple[pa.Scalar, ...], pa.Table], pa.Table]:
-    """A Spark grouped-map function: one partition's kept records → data files of about ``segment_bytes``."""
+def _segment_writer(
+    root: str, segment_bytes: int, compression: str
+) -> Callable[[tuple[pa.Scalar, ...], pa.Table], pa.Table]:
+    """A Spark grouped-map function: one partition's kept records → data files of about ``segment_bytes``.
+
+    The files take the topic's current codec (``compression``, pyarrow's name).
+    """
 
     def write(key: tuple[pa.Scalar, ...], records: pa.Table) -> pa.Table:
         partition = int(key[0].as_py())
@@ -61,7 +66,8 @@ def _segment_writer(root: str, segment_bytes: int) -> Callable[[tuple[pa.Scalar,
         pieces = max(1, math.ceil(records.nbytes / segment_bytes))
         step = math.ceil(len(records) / pieces)
         out = [
-            file_changes.write_segment(root, partition, records.slice(i, step)) for i in range(0, len(records), step)
+            file_changes.write_segment(root, partition, records.slice(i, step), compression)
+            for i in range(0, len(records), step)
         ]
         return pa.Table.from_pylist(
             [
@@ -158,7 +164,10 @@ def run_key_compaction(
                 kept = cleanable.where(F.col("partition").isin(list(dropped)) & ~F.col("_drop")).drop("_drop")
                 rows = (
                     kept.groupBy("partition")
-                    .applyInArrow(_segment_writer(root, config.segment_bytes), _WRITTEN_SCHEMA)
+                    .applyInArrow(
+                        _segment_writer(root, config.segment_bytes, file_changes.topic_codec(catalog, config)),
+                        _WRITTEN_SCHEMA,
+                    )
                     .collect()
                 )
                 for w in rows:

@@ -69,12 +69,17 @@ def plan_segments(files: Sequence[DataFile], segment_bytes: int) -> list[list[Da
     return [b for b in bins if len(b) >= 2]
 
 
-def _rewrite_bin(task: tuple[str, int, list[str], int]) -> list[file_changes.NewFile]:
-    """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process)."""
-    root, partition, paths, pieces = task
+def _rewrite_bin(task: tuple[str, int, list[str], int, str]) -> list[file_changes.NewFile]:
+    """Merge one bin's files into ``pieces`` files of consecutive offset ranges (on a Spark executor or in-process).
+
+    The files take the topic's current codec (``compression``), whatever codecs the merged ones had.
+    """
+    root, partition, paths, pieces, compression = task
     data = pa.concat_tables([pq.read_table(p, schema=file_changes.FILE_SCHEMA) for p in paths]).sort_by("offset")
     step = max(1, math.ceil(len(data) / max(1, pieces)))
-    return [file_changes.write_segment(root, partition, data.slice(i, step)) for i in range(0, len(data), step)]
+    return [
+        file_changes.write_segment(root, partition, data.slice(i, step), compression) for i in range(0, len(data), step)
+    ]
 
 
 def run_segment_compaction(
@@ -97,8 +102,9 @@ def run_segment_compaction(
     by_part = file_changes.live_files(dt)
     root = tables.table_path(dt)
     plans = {p: plan_segments(by_part.get(p, []), target) for p in range(count)}
+    codec = file_changes.topic_codec(catalog, config)
     tasks = [
-        (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)))
+        (root, p, [f.path for f in b], math.ceil(sum(f.size_bytes for f in b) / max(1, target)), codec)
         for p in range(count)
         for b in plans[p]
     ]

@@ -50,6 +50,7 @@ from logstore.common.fsync import fsync_path
 from logstore.common.workers import shared_pool
 from logstore.errors import KafkaStorageError
 from logstore.log._delta import COMMIT_ID, file_stats, last_checkpoint, open_table, refresh, sync_checkpoint
+from logstore.log.compression import file_suffix
 
 __all__ = ["CommitInDoubt", "LogAppender", "NewFile", "StaleVersion", "VersionTaken"]
 
@@ -168,12 +169,16 @@ class LogAppender:
 
     # -- data files -------------------------------------------------------------
 
-    def write_files(self, records: pa.Table) -> list[NewFile]:
-        """One Parquet file per partition of ``records``, its rows in the order ``records`` has them."""
+    def write_files(self, records: pa.Table, compression: str = "snappy") -> list[NewFile]:
+        """One Parquet file per partition of ``records``, its rows in the order ``records`` has them.
+
+        ``compression``: pyarrow's codec for the files (:func:`logstore.log.compression.parquet_codec`).
+        """
         files = []
         now_ms = time.time_ns() // 1_000_000
+        suffix = file_suffix(compression)
         for p, chunk in _by_partition(records):
-            rel = f"partition={p}/part-{uuid.uuid4()}-c000.snappy.parquet"
+            rel = f"partition={p}/part-{uuid.uuid4()}-c000.{suffix}parquet"
             path = os.path.join(self.root, rel)
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -181,7 +186,7 @@ class LogAppender:
                     pq.write_table(
                         chunk,
                         sink,
-                        compression="snappy",
+                        compression=compression,
                         use_dictionary=_DICTIONARY_COLUMNS,
                         write_statistics=_STATISTICS_COLUMNS,
                         write_batch_size=_rows_per_write(chunk),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,10 @@ def validate_topic_name(name: object) -> str:
             f"topic name '{name}' is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
         )
     return name
+
+
+TRASH_DIR = "_deleted_topics"
+"""Under the root: deleted topics' tables, renamed out of ``topics/`` before they are removed."""
 
 
 class Catalog:
@@ -277,9 +282,17 @@ class Catalog:
         path = self.topic_path(name)
         if not self.exists(name):
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
-        # Drop the log first so a half-deleted topic no longer reads as a topic.
-        shutil.rmtree(os.path.join(path, "_delta_log"))
-        shutil.rmtree(path, ignore_errors=True)
+        # One rename takes the whole table out of the name at once, then it is removed at leisure. Removing it in
+        # place raced a leader still committing (another node, a stale pipeline): rmtree deleted some commit files,
+        # the leader linked new ones, and the name was left with a broken log that neither engine could read or
+        # delete. A writer of the old table now finds its previous commit gone and stops (``StaleVersion``).
+        trash = os.path.join(self.root, TRASH_DIR, f"{name}.{uuid.uuid4().hex}")
+        os.makedirs(os.path.dirname(trash), exist_ok=True)
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist") from None
+        shutil.rmtree(trash, ignore_errors=True)  # a straggler's late file stays behind: harmless, out of any name
 
     def _validated_overrides(self, config: Mapping[str, Any]) -> dict[str, str]:
         TopicConfig.from_overrides(config, self.config.topic_defaults)

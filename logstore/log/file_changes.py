@@ -44,8 +44,10 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
+from logstore.config import TopicConfig
 from logstore.log import tables
 from logstore.log.catalog import Catalog
+from logstore.log.compression import file_suffix, parquet_codec
 from logstore.log.files import DataFile, data_files, file_stats, offsets_sorted
 from logstore.log.reader import offset_cuts
 from logstore.log.schema import TOPIC_SCHEMA
@@ -63,6 +65,7 @@ __all__ = [
     "offset_prefix",
     "partition_files",
     "print_progress",
+    "topic_codec",
     "write_segment",
 ]
 
@@ -230,26 +233,36 @@ def offset_prefix(min_offsets: np.ndarray | Sequence[int], max_offsets: np.ndarr
     return int(np.flatnonzero(cuts[: max(0, limit) + 1])[-1])
 
 
-def write_segment(table_root: str, partition: int, records: pa.Table) -> NewFile:
+def write_segment(table_root: str, partition: int, records: pa.Table, compression: str = "snappy") -> NewFile:
     """Write ``records`` (one partition, any column order) as one data file sorted by offset.
 
-    Returns the add-action fields, statistics included, for :func:`commit`.
-    Runs wherever the table directory is reachable (driver or Spark executor).
+    ``compression`` is pyarrow's codec (:func:`topic_codec`; snappy, the node's own). Returns the add-action
+    fields, statistics included, for :func:`commit`. Runs wherever the table directory
+    is reachable (driver or Spark executor).
     """
     data = records.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
     if not offsets_sorted(data["offset"]):
         data = data.sort_by("offset")
-    rel = f"partition={partition}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    rel = f"partition={partition}/part-00000-{uuid.uuid4()}-c000.{file_suffix(compression)}parquet"
     full = os.path.join(table_root, rel)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     # Row groups of about ROW_GROUP_BYTES keep a fetch from the middle of a big merged file reading
     # only the row groups around its offsets (Parquet statistics), not the whole file.
     rows = max(1024, int(len(data) * ROW_GROUP_BYTES / max(1, data.nbytes)))
-    pq.write_table(data, full, compression="snappy", row_group_size=rows, write_page_index=True)
+    pq.write_table(data, full, compression=compression, row_group_size=rows, write_page_index=True)
     st = os.stat(full)
     off = pc.min_max(data["offset"])
     lo, hi = off["min"].as_py(), off["max"].as_py()
     return NewFile(rel, partition, st.st_size, len(data), lo, hi, file_stats(data), int(st.st_mtime * 1000))
+
+
+def topic_codec(catalog: Catalog, config: TopicConfig) -> str:
+    """The codec of files maintenance rewrites for a topic of effective config ``config``: its current one.
+
+    Compaction merges files of any codec, so ``producer`` takes the node's ``compression.type``
+    (:func:`logstore.log.compression.parquet_codec`).
+    """
+    return parquet_codec(config.compression_type, catalog.config.topic_defaults.compression_type)
 
 
 def commit(

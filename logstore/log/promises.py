@@ -28,7 +28,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import orjson
@@ -38,7 +38,16 @@ from logstore.errors import KafkaStorageError, LogstoreError
 from logstore.log.wal import DirectoryLock, WriteAheadLog
 from logstore.structs import AppendResult, ProducerBatch
 
-__all__ = ["Replayer", "remove_marker", "replay_batches", "settle", "wal_producer_id", "write_marker"]
+__all__ = [
+    "Replayer",
+    "frame_header",
+    "of_other_incarnation",
+    "remove_marker",
+    "replay_batches",
+    "settle",
+    "wal_producer_id",
+    "write_marker",
+]
 
 log = logging.getLogger("logstore.log.promises")
 
@@ -52,6 +61,11 @@ class Replayer(Protocol):
     @property
     def topic(self) -> str: ...
 
+    @property
+    def topic_id(self) -> str | None:
+        """The ID of the topic the writer writes (None: created before topic IDs)."""
+        ...
+
     def landed(self, batch: ProducerBatch) -> bool:
         """Whether an idempotent batch is committed on every partition its records go to."""
         ...
@@ -64,6 +78,20 @@ class Replayer(Protocol):
 def wal_producer_id(node_id: str) -> str:
     """The producer id a node's WAL gives batches that came without one (replay dedupes by it)."""
     return f"__wal.{node_id}"
+
+
+def frame_header(producer_id: str | None, sequence: int | None, topic_id: str | None) -> dict[str, object]:
+    """A write-ahead log frame's header: the batch's idempotence key and the topic incarnation it was accepted for."""
+    return {"producer_id": producer_id, "sequence": sequence, "topic_id": topic_id}
+
+
+def of_other_incarnation(header: Mapping[str, object], topic_id: str | None) -> bool:
+    """Whether a logged frame was accepted for an earlier topic of the same name (deleted, then created again).
+
+    Such a frame is never replayed: its records belong to a topic that no longer exists. A frame logged
+    before frames carried the topic's ID (no ``topic_id`` key) counts as this topic's.
+    """
+    return "topic_id" in header and header["topic_id"] != topic_id
 
 
 def write_marker(table_root: str, node_id: str, wal_dir: str) -> None:
@@ -165,7 +193,7 @@ def _replay(writer: Replayer, topic_wal: str, node_id: str) -> None:
         return
     wal = WriteAheadLog(topic_wal)
     try:
-        frames = wal.recovered()
+        frames = [f for f in wal.recovered() if not of_other_incarnation(f.header, writer.topic_id)]
         logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
         batches = [b for b in logged if not writer.landed(b)]
         replayed, _skipped = replay_batches(writer.append_held, batches, topic=writer.topic, source=f"node {node_id}")

@@ -69,11 +69,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstore.config import TopicConfig
+from logstore.config import CompressionType, TopicConfig
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
 from logstore.log import _delta, promises, validator
 from logstore.log.append import CommitInDoubt, LogAppender
 from logstore.log.catalog import Catalog
+from logstore.log.compression import parquet_codec
 from logstore.log.epochs import LeaderEpochs
 from logstore.log.log_state import LogState, Replan
 from logstore.log.producer_state import ProducerStateManager, counts_of
@@ -96,6 +97,8 @@ class _Planned:
     sequence: int | None = None
     retried: dict[int, int] = field(default_factory=dict)
     """Partitions where the batch is a retry of a committed one → that batch's first offset there."""
+    compression: CompressionType | None = None
+    """The codec the batch came in from a Kafka client (:attr:`~logstore.structs.ProducerBatch.compression`)."""
 
     def result(self, written: pa.Array, version: int) -> AppendResult:
         """The batch's answer, given the offsets of the records written (in order); ``duplicate`` if none were."""
@@ -170,6 +173,7 @@ class TopicWriter:
             lambda: self._log.num_partitions,
         )
         self._log = LogState(catalog, topic, table, self._appender, self._epochs, self._producers)
+        self._node_compression = catalog.config.topic_defaults.compression_type
         self._max_attempts = max_attempts
         self._clock_ms = clock_ms
         self._foreign_ok = False
@@ -498,7 +502,7 @@ class TopicWriter:
             {"id": pid, "seq": seq, "first": {str(p): list(v) for p, v in firsts.items()}}
             for pid, seq, firsts in landed
         ]
-        files = self._appender.write_files(out)
+        files = self._appender.write_files(out, self._codec([p.compression for p in planned]))
         touching = (set(touched), set(highest)) if self._epochs.cluster else None
         try:
             log.commit(files, txns, {_delta.PRODUCERS_METADATA: metadata} if metadata else None, touching)
@@ -511,6 +515,14 @@ class TopicWriter:
         for pid, seq, firsts in landed:
             self._producers.committed(pid, seq, firsts)
         return log.version, per_batch
+
+    def _codec(self, sent: list[CompressionType | None]) -> str:
+        """The codec of this commit's files: the topic's ``compression.type`` as the writer last read it.
+
+        The config comes with the table state the writer keeps current (a ``topics alter`` is a
+        commit it reads before its next one), so choosing costs no lookup.
+        """
+        return parquet_codec(self._log.config.compression_type, self._node_compression, sent)
 
     def _claim(self, *, chosen: bool) -> None:
         """Claim this writer's table-wide epoch under the writer lock (a holder first commits what it promised)."""
@@ -535,7 +547,7 @@ def _plan_one(
     """
     parts = records["partition"].combine_chunks()
     if batch.producer_id is None:
-        return _Planned(index, records, parts)
+        return _Planned(index, records, parts, compression=batch.compression)
     part_numbers = parts.to_numpy(zero_copy_only=False)
     checked = producers.check(batch.producer_id, batch.sequence, counts_of(part_numbers), pending)
     if checked.waiting:
@@ -543,7 +555,7 @@ def _plan_one(
     assert batch.sequence is not None
     for p in checked.new:
         pending[(batch.producer_id, p)] = batch.sequence
-    item = _Planned(index, records, parts, batch.producer_id, batch.sequence, checked.retried)
+    item = _Planned(index, records, parts, batch.producer_id, batch.sequence, checked.retried, batch.compression)
     if checked.retried:
         item.records = records.filter(pa.array(np.isin(part_numbers, checked.new)))
     return item

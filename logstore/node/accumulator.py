@@ -303,7 +303,7 @@ class Accumulator:
                 self._leo[: len(counts)] += counts
             logged = None
             if acks == "1":
-                item.frame, logged = self._wal.append({"producer_id": pid, "sequence": seq}, records)
+                item.frame, logged = self._wal.append(promises.frame_header(pid, seq, self._writer.topic_id), records)
                 logged.add_done_callback(item.times.stamp_logged)
                 how = "promised" if predicted else "committed"
                 self._metrics.acks1_batches.labels(self.topic, how).inc()

@@ -28,22 +28,23 @@ from the shared Delta table.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
-    NotLeaderOrFollowerError,
+    LogstoreError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -58,6 +59,7 @@ from logstore.node.metrics import Metrics
 from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
+from logstore.node.routing import Share, shares_by_leader
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -239,7 +241,12 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start()
             for topic in self.store.list_topics():
-                self.cluster.register_topic(topic, self.partition_count(topic), self.store.catalog.topic_id(topic))
+                self._at_start(
+                    topic,
+                    lambda t: self.cluster.register_topic(  # type: ignore[union-attr]
+                        t, self.partition_count(t), self.store.catalog.topic_id(t)
+                    ),
+                )
             self.retention.start()
             self.ready = True
             return
@@ -247,9 +254,20 @@ class Broker:
             path = os.path.join(self.wal_dir, name)
             has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
             if has_frames and self.store.catalog.exists(name):
-                self.pipeline(name)
+                self._at_start(name, self.pipeline)  # its frames are replayed before it takes a write
         self.retention.start()
         self.ready = True
+
+    def _at_start(self, topic: str, step: Callable[[str], object]) -> None:
+        """Run one topic's start-up ``step``; a topic that cannot be read now is logged, never the node's end.
+
+        Such a topic is opened (and its write-ahead log replayed) on its first request instead, which
+        answers with the storage error until the table can be read again; every other topic is served.
+        """
+        try:
+            step(topic)
+        except (LogstoreError, DeltaError, OSError) as e:
+            log.error("topic %s: cannot be opened at start-up (%r); serving the other topics", topic, e)
 
     def pipeline(self, topic: str) -> TopicPipeline:
         """The topic's pipeline, opened on first use (claiming the topic's next epoch).
@@ -446,18 +464,7 @@ class Broker:
             parts = self._partitioner.assign(
                 topic, parsed.keys, explicit, count, producer_id=parsed.producer_id, sequence=parsed.sequence
             ).to_numpy(zero_copy_only=False)
-        by_leader: dict[int, list[int]] = {}
-        for p in np.unique(parts).tolist():
-            state = meta.leader(topic, p)
-            if state is None or state.leader < 0 or (state.leader != me and meta.node(state.leader) is None):
-                raise NotLeaderOrFollowerError(f"partition {p} of topic '{topic}' has no live leader yet; retry")
-            by_leader.setdefault(state.leader, []).append(p)
-        shares = []
-        for leader, leader_parts in sorted(by_leader.items()):
-            index = np.flatnonzero(np.isin(parts, leader_parts))
-            node = None if leader == me else meta.node(leader)
-            shares.append(Share(node, index, _subset(parsed, index, parts)))
-        return shares
+        return shares_by_leader(topic, parsed, parts, meta, me)
 
     def leader_of(self, topic: str, partition: int) -> NodeInfo | None:
         """Cluster mode: the node leading a partition, None when it is this node (or no leader is known)."""
@@ -537,33 +544,6 @@ class Broker:
             p.close_files()
         self.committers.shutdown()
         self._node_lock.release()
-
-
-@dataclasses.dataclass(frozen=True)
-class Share:
-    """The records of one produce request that one node leads (cluster mode)."""
-
-    leader: NodeInfo | None
-    """The node to forward them to; None = this node."""
-    index: np.ndarray
-    """Their positions in the request."""
-    parsed: ParsedRecords
-    """Those records, each with its partition set."""
-
-
-def _subset(parsed: ParsedRecords, index: np.ndarray, parts: np.ndarray) -> ParsedRecords:
-    chosen = parts[index].tolist()
-    if len(index) == len(parsed):
-        return dataclasses.replace(parsed, partitions=chosen)
-    take = pa.array(index)
-    return dataclasses.replace(
-        parsed,
-        keys=parsed.keys.take(take),
-        values=parsed.values.take(take),
-        headers=parsed.headers.take(take),
-        timestamps=parsed.timestamps.take(take),
-        partitions=chosen,
-    )
 
 
 def wal_dir_of(config: LogstoreConfig) -> str:

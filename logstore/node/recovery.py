@@ -40,8 +40,9 @@ def replay(writer: TopicWriter, wal: WriteAheadLog, metrics: Metrics) -> None:
     Raises:
         LogstoreError: the table cannot be written now; every frame is kept for the next start.
     """
-    frames = wal.recovered()
+    frames = _of_this_topic(writer, wal.recovered(), "this node's previous run")
     if not frames:
+        wal.discard_recovered()
         return
     logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)
     batches = [b for b in logged if not writer.landed(b)]  # the others are in the table already
@@ -119,7 +120,9 @@ def replay_departed(
         LogstoreError: the table cannot be written now (nothing may be claimed).
     """
     replayed = 0
-    sources: list[tuple[str, list[Frame]]] = [("this node's previous run", list(own_frames))]
+    sources: list[tuple[str, list[Frame]]] = [
+        ("this node's previous run", _of_this_topic(writer, own_frames, "this node's previous run"))
+    ]
     try:
         names = sorted(os.listdir(wal_root))
     except FileNotFoundError:
@@ -131,7 +134,10 @@ def replay_departed(
             continue
         frames = read_frames(
             os.path.join(directory, writer.topic),
-            skip=lambda h: writer.landed_everywhere(h.get("producer_id"), h.get("sequence")),
+            skip=lambda h: (
+                promises.of_other_incarnation(h, writer.topic_id)
+                or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
+            ),
         )
         sources.append((f"node {name}", frames))
     for who, frames in sources:
@@ -144,3 +150,17 @@ def replay_departed(
     if replayed:
         log.warning("topic %s: replayed %d acks=1 records of departed leaders", writer.topic, replayed)
     return replayed
+
+
+def _of_this_topic(writer: TopicWriter, frames: Sequence[Frame], source: str) -> list[Frame]:
+    """``frames`` without those logged for an earlier topic of the same name (deleted and created again since)."""
+    kept = [f for f in frames if not promises.of_other_incarnation(f.header, writer.topic_id)]
+    if len(kept) < len(frames):
+        log.warning(
+            "topic %s: %d write-ahead log frames of %s belong to an earlier topic of that name (deleted and created "
+            "again since): not replayed",
+            writer.topic,
+            len(frames) - len(kept),
+            source,
+        )
+    return kept

@@ -122,3 +122,23 @@ def test_a_node_fenced_by_a_new_leader_commits_its_promises_first(server: Callab
     assert assert_gap_free(catalog, "t") == {0: [b"v0", b"v1", b"v2", b"new"]}
     r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": "late"}]})
     assert r.status_code == 503 and r.json()["error_code"] == "NOT_LEADER_OR_FOLLOWER", r.text
+
+
+def test_promises_of_a_deleted_topic_never_reach_the_topic_created_again_under_its_name(
+    server: Callable[..., Server],
+) -> None:
+    srv = server(**{"linger.ms": 60000, "batch.size": 100_000_000})
+    c = srv.client()
+    assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+    r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": f"old{i}"} for i in range(5)]})
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2, 3, 4]
+    srv.kill()  # the promised records are in the node's write-ahead log only
+
+    catalog = Catalog(load_config(environ={}, overrides={"logstore.root": str(srv.root)}))
+    catalog.delete_topic("t")
+    catalog.create_topic("t", 1)  # another topic under the same name, with an ID of its own
+    srv.restart()  # its replay must not put the deleted topic's records into the new one
+    r = srv.client().post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": "new"}]})
+    assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 0}], r.text
+    assert srv.stop() in (0, -15)  # drains (uvicorn re-raises SIGTERM after its graceful shutdown)
+    assert assert_gap_free(catalog, "t") == {0: [b"new"]}

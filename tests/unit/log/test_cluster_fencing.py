@@ -113,8 +113,8 @@ def test_a_race_lost_to_other_partitions_keeps_its_files_and_offsets(
     write_files = a._appender.write_files
     won: list[int] = []
 
-    def then_b_commits(records):  # type: ignore[no-untyped-def]
-        files = write_files(records)
+    def then_b_commits(records, compression):  # type: ignore[no-untyped-def]
+        files = write_files(records, compression)
         if not won:  # once: the version a is about to create
             won.append(ok(b.append_held([batch([1, 1])])[0]).table_version)
         won.append(-1)
@@ -139,8 +139,8 @@ def test_a_race_lost_to_a_replay_on_other_partitions_still_learns_their_offsets(
     write_files = a._appender.write_files
     raced: list[int] = []
 
-    def then_a_replay_commits(records):  # type: ignore[no-untyped-def]
-        files = write_files(records)
+    def then_a_replay_commits(records, compression):  # type: ignore[no-untyped-def]
+        files = write_files(records, compression)
         if not raced:  # a departed node's frame of partition 1, committed with no leader epoch
             raced.append(ok(replayer.append_foreign([batch([1, 1])])[0]).table_version)
         return files

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,17 +18,18 @@ import pytest
 from deltalake import DeltaTable
 
 from logstore.config import LogstoreConfig, load_config
-from logstore.errors import InconsistentTopicIdError, OffsetOutOfRangeError
+from logstore.errors import InconsistentTopicIdError, LogstoreError, OffsetOutOfRangeError
 from logstore.log.reader import TopicReader
 from logstore.log.schema import TOPIC_SCHEMA, input_table
 from logstore.log.topic_id import ID_FILE, TOPIC_ID_PROPERTY, new_topic_id
 from logstore.log.writer import TopicWriter
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
+from logstore.structs import AppendResult, ProducerBatch
 from tests.support.inodes import recreate_reusing_log_inode
 
 KAFKA_UUID = re.compile(r"[A-Za-z0-9_-]{22}")
 ATTEMPTS = 5
+ROUNDS = 20
 
 
 def _config(tmp_path: Path) -> LogstoreConfig:
@@ -155,3 +158,37 @@ def test_deleting_a_topic_deletes_its_group_offsets(store: LogStore) -> None:
     assert store.committed("g", "t") == {}
     store.offsets.commit("h", "t", {1: 0})  # a new history on the new topic
     assert {k.partition: v.offset for k, v in store.committed("h", "t").items()} == {1: 0}
+
+
+def test_a_delete_under_a_committing_writer_leaves_the_name_whole(tmp_path: Path) -> None:
+    # A leader elsewhere (here: a thread that is never told) keeps committing while the topic is deleted: the
+    # delete must neither fail nor leave a broken log under the name, and the name must take a new topic cleanly.
+    store = LogStore(_config(tmp_path))
+    for round_ in range(ROUNDS):
+        store.create_topic("t", 1)
+        writer = TopicWriter(store.catalog, "t")
+        stop = threading.Event()
+
+        def commit_until_stopped(writer: TopicWriter = writer, stop: threading.Event = stop) -> None:
+            batch = [ProducerBatch(input_table(pa.array([0], pa.int32()), [b"old"]))]
+            while not stop.is_set():
+                try:
+                    if not isinstance(writer.append(batch)[0], AppendResult):
+                        return
+                except LogstoreError:
+                    return  # told at last: the topic is gone
+
+        committer = threading.Thread(target=commit_until_stopped)
+        committer.start()
+        time.sleep(0.01 * (round_ % 5))  # let it commit a few times first
+        try:
+            store.delete_topic("t")  # raised OSError 39 (Directory not empty) when the log was removed in place
+        finally:
+            stop.set()
+            committer.join()
+            writer.close()
+        assert not store.catalog.exists("t"), f"round {round_}: a broken log stayed under the name"
+        store.create_topic("t", 1)
+        _append(store, "t", [b"new"])
+        assert TopicReader(store.catalog, "t").fetch(0, 0).records["value"].to_pylist() == [b"new"]
+        store.delete_topic("t")
