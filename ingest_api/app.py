@@ -17,8 +17,8 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -74,7 +74,7 @@ from logstore.node.metrics import Metrics
 from logstore.security import Guard, PrincipalMapper, parse_super_users
 from logstore.wire.json_produce import parse_produce
 
-__all__ = ["create_app", "create_guard", "status_for"]
+__all__ = ["Door", "create_app", "create_guard", "status_for"]
 
 log = logging.getLogger("ingest_api")
 
@@ -182,8 +182,13 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     return lambda: gc.callbacks.remove(timed)
 
 
-def create_app(config: LogstoreConfig) -> FastAPI:
-    """The ingest API over the store ``config`` describes."""
+Door = Callable[[Broker], AbstractAsyncContextManager[None]]
+"""Another front end over the node's one :class:`Broker` (the Kafka listener): entered once the node has started,
+left before it drains."""
+
+
+def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
+    """The ingest API over the store ``config`` describes, with ``doors`` served on the same broker and event loop."""
     guard = create_guard(config)
 
     @asynccontextmanager
@@ -207,7 +212,10 @@ def create_app(config: LogstoreConfig) -> FastAPI:
         parsers = Parsers(config.num_parser_processes, broker.metrics)
         app.state.parsers = parsers
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                for door in doors:
+                    await stack.enter_async_context(door(broker))
+                yield
         finally:
             for task in (sweeper, sampler):
                 task.cancel()

@@ -6,7 +6,8 @@ import ipaddress
 import os
 import socket
 import ssl
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from logstore.common.logs import configure_logging
 from logstore.config import LogstoreConfig
@@ -14,11 +15,16 @@ from logstore.errors import InvalidConfigError
 from logstore.security import log_audit_to_stderr
 from logstore.security.principal import PrincipalMapper
 
+if TYPE_CHECKING:
+    from ingest_api.app import Door
+
 __all__ = ["check_exposure", "is_loopback", "serve", "tls_options"]
 
 
-def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
+def serve(config: LogstoreConfig, *, insecure: bool = False, doors: Sequence[Door] = ()) -> None:
     """Run the HTTP API on ``server.host``:``server.port`` until SIGTERM/SIGINT; shutdown commits everything pending.
+
+    ``doors``: other front ends served by the same node (see :func:`~ingest_api.app.create_app`).
 
     Raises:
         InvalidConfigError: ``server.host`` is not a loopback address while ``security.enabled``
@@ -57,7 +63,7 @@ def serve(config: LogstoreConfig, *, insecure: bool = False) -> None:
     print(f"logstore serving {config.root} on {scheme}://{config.server_host}:{config.server_port}", flush=True)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config),
+            create_app(config, doors),
             log_level="warning",
             log_config=None,  # uvicorn's lines go through the process's handler: timestamped like the others
             loop="uvloop",

@@ -177,6 +177,31 @@ class LogstoreConfig:
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
+    listeners: str = field(
+        default="PLAINTEXT://127.0.0.1:9092",
+        metadata=_key(
+            "listeners",
+            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API "
+            "(PLAINTEXT://host:port; empty = off). When this default port is taken the node warns and serves HTTP "
+            "without it; a configured listener that cannot bind stops the start. Embedded nodes only for now.",
+        ),
+    )
+    advertised_listeners: str = field(
+        default="",
+        metadata=_key(
+            "advertised.listeners",
+            "The PLAINTEXT://host:port Kafka clients are told to connect to (Metadata, FindCoordinator); "
+            "empty = the bound listener.",
+        ),
+    )
+    socket_request_max_bytes: int = field(
+        default=100 * _MIB,
+        metadata=_key(
+            "socket.request.max.bytes",
+            "Largest Kafka protocol request frame in bytes; a larger one closes its connection unread.",
+            minimum=1024,
+        ),
+    )
     server_ssl_certfile: str = field(
         default="",
         metadata=_key(

@@ -19,6 +19,7 @@ __all__ = [
     "ERRORS_BY_NAME",
     "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
+    "CorruptMessageError",
     "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
@@ -51,6 +52,7 @@ __all__ = [
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -89,6 +91,14 @@ class OffsetOutOfRangeError(LogstoreError):
 
     code = 1
     name = "OFFSET_OUT_OF_RANGE"
+
+
+class CorruptMessageError(LogstoreError):
+    """A record batch failed its CRC check or does not parse: nothing of it is written."""
+
+    code = 2
+    name = "CORRUPT_MESSAGE"
+    retriable = True
 
 
 class UnknownTopicOrPartitionError(LogstoreError):
@@ -180,6 +190,13 @@ class TopicAlreadyExistsError(LogstoreError):
 
     code = 36
     name = "TOPIC_ALREADY_EXISTS"
+
+
+class UnsupportedVersionError(LogstoreError):
+    """A Kafka protocol request of an API or version this node does not serve."""
+
+    code = 35
+    name = "UNSUPPORTED_VERSION"
 
 
 class InvalidPartitionsError(LogstoreError):

@@ -1,4 +1,4 @@
-"""``logstore serve``: run the HTTP API (``ingest_api``) in the foreground."""
+"""``logstore serve``: run the HTTP API (``ingest_api``) and the Kafka listener (``kafka_api``) in the foreground."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p.add_argument("--host", help="address to listen on (default: the config's server.host)")
     p.add_argument("--port", type=int, help="port to listen on (default: the config's server.port)")
     p.add_argument(
+        "--listeners",
+        help="Kafka protocol listener, PLAINTEXT://host:port, '' = off (default: the config's listeners)",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="serve on a non-loopback address with security.enabled=false (anyone reachable gets full access)",
@@ -36,4 +40,12 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
         overrides["server.host"] = args.host
     if args.port is not None:
         overrides["server.port"] = args.port
-    serve(config.with_overrides(overrides), insecure=args.insecure)
+    if args.listeners is not None:
+        overrides["listeners"] = args.listeners
+    config = config.with_overrides(overrides)
+    from kafka_api.server import bind_listener, kafka_door
+
+    # Bound before the node starts: a configured listener that cannot bind stops the start here.
+    sock = bind_listener(config, insecure=args.insecure)
+    doors = [] if sock is None else [lambda broker: kafka_door(broker, config, sock)]
+    serve(config, insecure=args.insecure, doors=doors)

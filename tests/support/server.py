@@ -67,6 +67,8 @@ class Server:
 
     def start(self) -> Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
+        # The Kafka listener only where a test asks for it (``listeners=...``): else every server would try 9092.
+        env["LOGSTORE_LISTENERS"] = ""
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

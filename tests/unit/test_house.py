@@ -12,7 +12,17 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 
-PACKAGES = ("logstore", "logstore_cli", "ingest_api", "spark_source", "spark_sink", "maintenance", "bench", "tools")
+PACKAGES = (
+    "logstore",
+    "logstore_cli",
+    "ingest_api",
+    "kafka_api",
+    "spark_source",
+    "spark_sink",
+    "maintenance",
+    "bench",
+    "tools",
+)
 MODULE_LINES = 600
 CLASS_LINES = 400
 

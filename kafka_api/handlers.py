@@ -1,0 +1,368 @@
+"""The Kafka APIs of the data path — ApiVersions, Metadata, FindCoordinator, Produce, InitProducerId, Fetch,
+ListOffsets — each on the node's one :class:`~logstore.node.broker.Broker` (admin APIs: :mod:`kafka_api.admin`;
+groups and offsets: :mod:`kafka_api.groups`).
+
+Every handler takes the request as its ``kio`` structure and returns the
+response as one (built with :func:`~kafka_api.protocol.build` so that one
+handler serves every version it advertises). Blocking work — Delta reads,
+opening a topic, commits of group offsets — runs in threads, off the event
+loop. Produce is split in two (:meth:`Handlers.produce` returns what to
+await) so that a connection's batches are submitted in the order they came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
+from kafka_api.records import decode_batches, encode_batches
+from logstore.config import LogstoreConfig
+from logstore.errors import (
+    InvalidRequestError,
+    LogstoreError,
+    TopicAlreadyExistsError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.log.catalog import validate_topic_name
+from logstore.log.reader import offset_for_timestamp
+from logstore.node.broker import Broker
+from logstore.structs import AppendResult
+from logstore.wire.json_produce import ParsedRecords
+
+__all__ = ["Handlers", "Listener", "producer_name"]
+
+log = logging.getLogger("logstore.kafka")
+
+_FETCH_MAX_RECORDS = 100_000
+"""Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
+
+
+def producer_name(producer_id: int, epoch: int) -> str:
+    """The engine's producer id of a Kafka producer id and epoch (a new epoch starts its sequences afresh)."""
+    return f"kafka-{producer_id}-{epoch}"
+
+
+def _code(error: BaseException) -> int:
+    return error.code if isinstance(error, LogstoreError) else UnknownServerError.code
+
+
+class Listener:
+    """Where this listener is reached: the host and port Metadata and FindCoordinator name."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+
+
+class Handlers:
+    """The APIs of one node's Kafka listener."""
+
+    def __init__(self, broker: Broker, config: LogstoreConfig, advertised: Listener) -> None:
+        self.broker = broker
+        self.config = config
+        self.advertised = advertised
+        self.node_id = max(config.node_id, 0)
+        self._producer_ids = itertools.count()
+        self._last_pid = 0
+
+    # -- ApiVersions, Metadata, FindCoordinator ---------------------------------------------
+
+    async def api_versions(self, version: int, req: Any) -> Any:
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())]
+        return build(response_class(18, version), {"error_code": 0, "api_keys": keys, "throttle_time": 0})
+
+    def _broker_entry(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "host": self.advertised.host, "port": self.advertised.port, "rack": None}
+
+    async def metadata(self, version: int, req: Any) -> Any:
+        requested = None if req.topics is None else [t.name for t in req.topics]
+        auto = getattr(req, "allow_auto_topic_creation", True)
+        topics = await asyncio.to_thread(self._topics_metadata, requested, auto)
+        return build(
+            response_class(3, version),
+            {
+                "throttle_time": 0,
+                "brokers": [self._broker_entry()],
+                "cluster_id": "logstore",
+                "controller_id": self.node_id,
+                "topics": topics,
+            },
+        )
+
+    def _topics_metadata(self, requested: list[str] | None, auto_create: bool) -> list[dict[str, Any]]:
+        store = self.broker.store
+        names = store.list_topics() if requested is None else requested
+        out = []
+        for name in names:
+            entry: dict[str, Any] = {
+                "name": name,
+                "topic_id": zero_uuid(),
+                "is_internal": False,
+                "partitions": [],
+                "topic_authorized_operations": ALL_OPERATIONS,
+            }
+            try:
+                validate_topic_name(name)
+                if not store.catalog.exists(name):
+                    if not (auto_create and self.config.auto_create_topics_enable):
+                        raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+                    with contextlib.suppress(TopicAlreadyExistsError):  # created meanwhile by another request
+                        store.create_topic(name, self.config.num_partitions)
+                    self.broker.reconfigure(name)
+                count = self.broker.partition_count(name)
+                entry["topic_id"] = kafka_uuid(store.catalog.topic_id(name))
+            except LogstoreError as e:
+                out.append(entry | {"error_code": e.code})
+                continue
+            me = [self.node_id]
+            entry["error_code"] = 0
+            entry["partitions"] = [
+                {
+                    "error_code": 0,
+                    "partition_index": p,
+                    "leader_id": self.node_id,
+                    "leader_epoch": 0,
+                    "replica_nodes": me,
+                    "isr_nodes": me,
+                    "offline_replicas": [],
+                }
+                for p in range(count)
+            ]
+            out.append(entry)
+        return out
+
+    async def find_coordinator(self, version: int, req: Any) -> Any:
+        me = {"node_id": self.node_id, "host": self.advertised.host, "port": self.advertised.port}
+        ok = {"error_code": 0, "error_message": None}
+        if version >= 4:
+            coordinators = [{"key": k} | me | ok for k in req.coordinator_keys]
+            return build(response_class(10, version), {"throttle_time": 0, "coordinators": coordinators})
+        return build(response_class(10, version), {"throttle_time": 0} | me | ok)
+
+    # -- Produce ---------------------------------------------------------------------------
+
+    async def produce(self, version: int, req: Any) -> Callable[[], Awaitable[Any]]:
+        """Decode and submit every partition's records now (in the connection's order); return the answer's wait."""
+        acks = {0: "0", 1: "1", -1: "all"}.get(req.acks)
+        waits: list[tuple[str, int, Awaitable[dict[str, Any]]]] = []
+        for topic in req.topic_data:
+            for part in topic.partition_data:
+                waits.append((topic.name, part.index, await self._submit(topic.name, part.index, part.records, acks)))
+
+        async def answer() -> Any:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for name, index, wait in waits:
+                by_topic.setdefault(name, []).append({"index": index} | await wait)
+            responses = [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()]
+            return build(response_class(0, version), {"responses": responses, "throttle_time": 0})
+
+        return answer
+
+    async def _submit(self, topic: str, partition: int, data: bytes | None, acks: str | None) -> Awaitable[dict]:
+        """Queue one partition's batches; returns what its answer awaits. Errors become that partition's answer."""
+        try:
+            if acks is None:
+                raise InvalidRequestError("acks must be 0, 1 or -1 (all)")
+            validate_topic_name(topic)
+            if self.broker.cluster is not None:
+                raise InvalidRequestError("the Kafka listener serves embedded nodes only (cluster mode: use HTTP)")
+            parsed = self._parse(data or b"", partition)
+            pipeline = self.broker.pipeline_if_open(topic)
+            if pipeline is None:  # opening one replays its WAL (and may create the topic): in a thread
+                pipeline = await asyncio.to_thread(self.broker.pipeline, topic)
+            if partition >= self.broker.partition_count(topic):
+                raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
+            sub = pipeline.submit(parsed, acks)  # type: ignore[arg-type]
+        except LogstoreError as e:
+            return _ready(self._failed(e))
+        except Exception as e:
+            log.exception("produce to %s-%d failed", topic, partition)
+            return _ready(self._failed(e))
+
+        async def wait() -> dict[str, Any]:
+            try:
+                if acks == "1" and sub.promised is not None and sub.logged is not None:
+                    await asyncio.wrap_future(sub.logged)
+                    return self._placed(int(sub.promised[0]), topic, partition)
+                result: AppendResult = await asyncio.wrap_future(sub.committed)
+                return self._placed(int(result.offsets[0].as_py()), topic, partition)
+            except LogstoreError as e:
+                return self._failed(e)
+
+        return wait()
+
+    def _parse(self, data: bytes, partition: int) -> ParsedRecords:
+        """One partition's batches as one engine request, its idempotence from the first batch."""
+        batches = decode_batches(data)
+        if not batches:
+            raise InvalidRequestError("a produce request names a partition without records")
+        first = batches[0]
+        if any(b.transactional or b.control for b in batches):
+            raise InvalidRequestError("transactional batches are not served by this listener yet")
+        producer = None
+        sequence = None
+        if first.producer_id >= 0 and first.base_sequence >= 0:
+            if len(batches) > 1:
+                raise InvalidRequestError("an idempotent produce carries one batch per partition")
+            producer = producer_name(first.producer_id, first.producer_epoch)
+            sequence = first.base_sequence
+        n = sum(len(b) for b in batches)
+        return ParsedRecords(
+            keys=pa.concat_arrays([b.keys for b in batches]),
+            values=pa.concat_arrays([b.values for b in batches]),
+            headers=pa.concat_arrays([b.headers for b in batches]),
+            timestamps=pa.concat_arrays([b.timestamps for b in batches]),
+            partitions=[partition] * n,
+            producer_id=producer,
+            sequence=sequence,
+        )
+
+    def _placed(self, base_offset: int, topic: str, partition: int) -> dict[str, Any]:
+        return {
+            "error_code": 0,
+            "base_offset": base_offset,
+            "log_append_time": None,
+            "log_start_offset": -1,
+            "record_errors": [],
+        }
+
+    @staticmethod
+    def _failed(error: BaseException) -> dict[str, Any]:
+        message = error.message if isinstance(error, LogstoreError) else repr(error)
+        return {
+            "error_code": _code(error),
+            "base_offset": -1,
+            "log_start_offset": -1,
+            "error_message": message,
+            "record_errors": [],
+        }
+
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    async def init_producer_id(self, version: int, req: Any) -> Any:
+        """A fresh producer id: microseconds since the epoch, shifted, never repeated by this process."""
+        if req.transactional_id is not None:
+            return build(
+                response_class(22, version),
+                {"throttle_time": 0, "error_code": InvalidRequestError.code, "producer_id": -1, "producer_epoch": -1},
+            )
+        pid = max(time.time_ns() // 1000 << 4, self._last_pid + 1)
+        self._last_pid = pid
+        return build(
+            response_class(22, version),
+            {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0},
+        )
+
+    # -- Fetch, ListOffsets ----------------------------------------------------------------
+
+    async def fetch(self, version: int, req: Any) -> Any:
+        """Read every asked partition; with nothing (or under ``min_bytes``) wait up to ``max_wait`` for commits."""
+        max_wait_s = req.max_wait.total_seconds()
+        deadline = time.monotonic() + max_wait_s
+        total_max = min(getattr(req, "max_bytes", self.config.fetch_max_bytes), self.config.fetch_max_bytes)
+        while True:
+            answers, size = await asyncio.to_thread(self._fetch_all, req, total_max)
+            left = deadline - time.monotonic()
+            if size >= req.min_bytes or left <= 0:
+                break
+            topics = {t.topic for t in req.topics}
+            if len(topics) == 1:  # this node's commits to it wake the poll at once
+                await self.broker.wait_for_commit(next(iter(topics)), min(left, 0.1))
+            else:
+                await asyncio.sleep(min(left, 0.05))
+        responses = [{"topic": name, "partitions": parts} for name, parts in answers]
+        return build(
+            response_class(1, version), {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+        )
+
+    def _fetch_all(self, req: Any, total_max: int) -> tuple[list[tuple[str, list[dict[str, Any]]]], int]:
+        size = 0
+        answers = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                entry: dict[str, Any] = {
+                    "partition_index": p.partition,
+                    "aborted_transactions": [],
+                    "preferred_read_replica": -1,
+                }
+                try:
+                    budget = max(min(p.partition_max_bytes, total_max - size), 1)
+                    result = self.broker.fetch(t.topic, p.partition, p.fetch_offset, _FETCH_MAX_RECORDS, budget)
+                except LogstoreError as e:
+                    parts.append(entry | {"error_code": e.code, "high_watermark": -1, "records": None})
+                    continue
+                records = encode_batches(result.records) if result.records.num_rows else b""
+                size += len(records)
+                parts.append(
+                    entry
+                    | {
+                        "error_code": 0,
+                        "high_watermark": result.high_watermark,
+                        "last_stable_offset": result.high_watermark,
+                        "log_start_offset": result.log_start_offset,
+                        "records": records,
+                    }
+                )
+            answers.append((t.topic, parts))
+        return answers, size
+
+    async def list_offsets(self, version: int, req: Any) -> Any:
+        topics = await asyncio.to_thread(self._list_offsets, req)
+        return build(response_class(2, version), {"throttle_time": 0, "topics": topics})
+
+    def _list_offsets(self, req: Any) -> list[dict[str, Any]]:
+        out = []
+        for t in req.topics:
+            parts = []
+            try:
+                info = self.broker.store.describe_topic(t.name)
+            except LogstoreError as e:
+                out.append(
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": p.partition_index, "error_code": e.code} for p in t.partitions
+                        ],
+                    }
+                )
+                continue
+            for p in t.partitions:
+                entry = {"partition_index": p.partition_index, "timestamp": -1, "leader_epoch": 0}
+                if p.partition_index >= len(info.partitions):
+                    parts.append(entry | {"error_code": UnknownTopicOrPartitionError.code, "offset": -1})
+                    continue
+                state = info.partitions[p.partition_index]
+                ts = p.timestamp if isinstance(p.timestamp, int) else int(p.timestamp.timestamp() * 1000)
+                if ts == -2:
+                    offset = state.log_start_offset
+                elif ts < 0:  # -1 latest, -3 max timestamp (answered as latest)
+                    offset = state.high_watermark
+                else:
+                    reader = self.broker.store.reader(t.name)
+                    reader.refresh()
+                    offset = offset_for_timestamp(reader.partition_view(p.partition_index), ts)
+                    if offset >= state.high_watermark:
+                        offset = -1
+                    else:
+                        entry["timestamp"] = ts
+                parts.append(entry | {"error_code": 0, "offset": offset})
+            out.append({"name": t.name, "partitions": parts})
+        return out
+
+
+async def _ready_value(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+def _ready(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+    return _ready_value(value)

@@ -1,0 +1,116 @@
+"""Kafka's own command-line tools (3.9, from `make kafka`: .cache/kafka) against `logstore serve`, unchanged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import Server, free_port
+
+_JARS = Path(__file__).resolve().parents[3] / ".cache" / "kafka"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("java") is None or not any(_JARS.glob("kafka_2.13-*.jar")),
+    reason="Kafka's tools need Java and 'make kafka' (Kafka's jars from Maven Central in .cache/kafka)",
+)
+
+
+def _tool(main: str, *args: str, stdin: str = "") -> str:
+    classpath = os.pathsep.join(str(j) for j in sorted(_JARS.glob("*.jar")))
+    out = subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, main, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout
+
+
+def test_console_producer_and_consumer_round_trip(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "console", "partitions": 1}).status_code in (200, 201)
+    lines = [f"key-{i}:value-{i}" for i in range(5)]
+    _tool(
+        "kafka.tools.ConsoleProducer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        "console",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        "--producer-property",
+        "acks=all",
+        stdin="\n".join(lines) + "\n",
+    )
+    out = _tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        "console",
+        "--partition",
+        "0",
+        "--offset",
+        "earliest",
+        "--max-messages",
+        "5",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=:",
+    )
+    assert out.splitlines() == lines
+    with s.client() as http:
+        records = http.get("/v1/topics/console/partitions/0/records", params={"offset": 0}).json()["records"]
+    assert [(r["offset"], f"{r['key']}:{r['value']}") for r in records] == list(enumerate(lines))
+
+
+def test_kafka_topics_creates_and_describes(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    tool = "org.apache.kafka.tools.TopicCommand"
+    created = _tool(tool, "--bootstrap-server", bootstrap, "--create", "--topic", "made", "--partitions", "3")
+    assert created.strip() == "Created topic made."
+    described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--topic", "made")
+    with s.client() as http:
+        topic_id = http.get("/v1/topics/made").json()["topic_id"]
+    lines = described.splitlines()
+    assert lines[0].split("\t")[:4] == [
+        "Topic: made",
+        f"TopicId: {topic_id}",
+        "PartitionCount: 3",
+        "ReplicationFactor: 1",
+    ]
+    assert [line.split("\t")[1:4] for line in lines[1:]] == [
+        ["Topic: made", f"Partition: {p}", "Leader: 0"] for p in range(3)
+    ]
+
+
+def test_kafka_consumer_groups_lists_and_describes_committed_offsets(server: Callable[..., Server]) -> None:
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "lagging", "partitions": 2}).status_code in (200, 201)
+        records = [{"value": str(i), "partition": i % 2} for i in range(10)]
+        assert http.post("/v1/topics/lagging/records", json={"records": records}).status_code == 200
+        committed = http.post("/v1/groups/billing/offsets", json={"topic": "lagging", "partitions": {"0": 2, "1": 5}})
+        assert committed.status_code in (200, 204), committed.text
+    tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    assert _tool(tool, "--bootstrap-server", bootstrap, "--list").split() == ["billing"]
+    described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--group", "billing")
+    rows = [line.split()[:6] for line in described.splitlines() if line.startswith("billing")]
+    assert rows == [["billing", "lagging", "0", "2", "5", "3"], ["billing", "lagging", "1", "5", "5", "0"]]

@@ -1,0 +1,130 @@
+"""Kafka record batch v2 ⇄ Arrow (kafka_api.records): every codec, nulls, headers, and the checks on bad batches."""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+import crc32c
+import pyarrow as pa
+import pytest
+
+from kafka_api.records import BATCH_HEADER_SIZE, decode_batches, encode_batch, encode_batches
+from logstore.errors import CorruptMessageError, InvalidRequestError
+from logstore.log.schema import HEADERS_TYPE, TOPIC_SCHEMA
+
+
+def _table(n: int = 300) -> pa.Table:
+    return pa.table(
+        {
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array([10 + 2 * i for i in range(n)], pa.int64()),  # gaps, as after compaction
+            "timestamp": pa.array([(1_700_000_000_000 + (i * 37) % 500) * 1000 for i in range(n)], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            "timestamp_type": pa.array([0] * n, pa.int32()),
+            "key": pa.array([None if i % 5 == 0 else f"k{i}".encode() * (i % 50) for i in range(n)], pa.binary()),
+            "value": pa.array([None if i % 7 == 0 else bytes([i % 256]) * (i * 3) for i in range(n)], pa.binary()),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"1"}, {"key": "h", "value": None}] if i % 3 == 0 else [] for i in range(n)],
+                HEADERS_TYPE,
+            ),
+        },
+        schema=TOPIC_SCHEMA,
+    )
+
+
+def _recompress(data: bytes, codec: int) -> bytes:
+    """The same batch with its records compressed by ``codec``, as a producer sends it."""
+    body = data[BATCH_HEADER_SIZE:]
+    packed = {
+        1: lambda b: bytes(cramjam.gzip.compress(b)),
+        2: lambda b: bytes(cramjam.snappy.compress_raw(b)),
+        3: lambda b: bytes(cramjam.lz4.compress(b)),
+        4: lambda b: bytes(cramjam.zstd.compress(b)),
+        5: _xerial,
+    }[codec](body)
+    head = bytearray(data[:BATCH_HEADER_SIZE])
+    struct.pack_into(">i", head, 8, BATCH_HEADER_SIZE - 12 + len(packed))
+    (attributes,) = struct.unpack_from(">h", head, 21)
+    struct.pack_into(">h", head, 21, attributes | (2 if codec == 5 else codec))
+    out = bytes(head) + packed
+    struct.pack_into(">I", head, 17, crc32c.crc32c(out[21:]))
+    return bytes(head) + packed
+
+
+def _xerial(body: bytes) -> bytes:
+    """Snappy in the Java client's framing: magic, two versions, then length-prefixed raw blocks."""
+    out = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for i in range(0, len(body), 1000):
+        block = bytes(cramjam.snappy.compress_raw(body[i : i + 1000]))
+        out += struct.pack(">i", len(block)) + block
+    return out
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4, 5], ids=["none", "gzip", "snappy", "lz4", "zstd", "snappy-java"])
+def test_a_batch_round_trips_through_every_codec(codec: int) -> None:
+    table = _table()
+    data = encode_batch(table)
+    if codec:
+        data = _recompress(data, codec)
+    [decoded] = decode_batches(data + data)[:1]
+    assert decoded.keys.to_pylist() == table["key"].to_pylist()
+    assert decoded.values.to_pylist() == table["value"].to_pylist()
+    assert decoded.headers.to_pylist() == table["headers"].to_pylist()
+    assert decoded.timestamps.to_pylist() == table["timestamp"].to_pylist()
+    assert (decoded.producer_id, decoded.base_sequence) == (-1, -1)
+    assert len(decode_batches(data + data)) == 2
+
+
+def test_encode_stamps_base_offset_last_delta_and_record_offsets() -> None:
+    table = _table(4)
+    data = encode_batch(table)
+    base_offset, length, _, magic = struct.unpack_from(">qiib", data)
+    (last_delta,) = struct.unpack_from(">i", data, 23)
+    (count,) = struct.unpack_from(">i", data, 57)
+    assert (base_offset, length, magic, last_delta, count) == (10, len(data) - 12, 2, 6, 4)
+    assert struct.unpack_from(">I", data, 17)[0] == crc32c.crc32c(data[21:])
+
+
+def test_a_flipped_bit_is_corrupt_message() -> None:
+    data = bytearray(encode_batch(_table(10)))
+    data[-3] ^= 0x01
+    with pytest.raises(CorruptMessageError, match="CRC-32C does not match"):
+        decode_batches(bytes(data))
+
+
+def test_a_truncated_batch_is_corrupt_message() -> None:
+    data = encode_batch(_table(10))
+    with pytest.raises(CorruptMessageError, match="declares"):
+        decode_batches(data[:-5])
+    with pytest.raises(CorruptMessageError, match="truncated"):
+        decode_batches(data[:30])
+
+
+def test_old_message_formats_are_refused_by_name() -> None:
+    data = bytearray(encode_batch(_table(2)))
+    data[16] = 1
+    with pytest.raises(InvalidRequestError, match="magic 1"):
+        decode_batches(bytes(data))
+
+
+def test_log_append_time_records_get_a_batch_per_commit_time() -> None:
+    """A LogAppendTime batch has one timestamp (clients give its max to every record), so each commit's own."""
+    table = _table(6)
+    kinds = pa.array([0, 0, 1, 1, 1, 0], pa.int32())
+    stamps = pa.array([5_000, 6_000, 7_000, 7_000, 8_000, 9_000], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    table = table.set_column(3, "timestamp_type", kinds).set_column(2, "timestamp", stamps)
+    data = encode_batches(table)
+    batches = []
+    pos = 0
+    while pos < len(data):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        (attributes,) = struct.unpack_from(">h", data, pos + 21)
+        (max_ts,) = struct.unpack_from(">q", data, pos + 35)
+        (count,) = struct.unpack_from(">i", data, pos + 57)
+        batches.append((base_offset, count, bool(attributes & 0x08), max_ts))
+        pos += 12 + length
+    assert batches == [(10, 2, False, 6), (14, 2, True, 7), (18, 1, True, 8), (20, 1, False, 9)]
+    decoded = decode_batches(data)
+    assert [t for b in decoded for t in b.timestamps.to_pylist()] == stamps.to_pylist()
