@@ -44,6 +44,7 @@ from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
+    InconsistentTopicIdError,
     LogstoreError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
@@ -98,6 +99,7 @@ class TopicPipeline:
             broker.node_id,
         )
         self.drained = self._accumulator.drained
+        self._on_stale = broker.retire_in_background
         """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
         self._committer = Committer(
             self._accumulator,
@@ -155,7 +157,20 @@ class TopicPipeline:
         return self._accumulator.led
 
     def submit(self, parsed: ParsedRecords, acks: Acks) -> Submitted:
-        """Queue a produce request; see :meth:`Accumulator.submit`."""
+        """Queue a produce request; see :meth:`Accumulator.submit`.
+
+        An acks=1 request is answered before its commit, whose topic-ID check would come too late to tell
+        a topic created again under the name by another node or process: it checks the ID file first.
+
+        Raises:
+            InconsistentTopicIdError: the topic changed since this pipeline opened it (retriable: the
+                broker retires this pipeline, and the retry opens the new topic).
+        """
+        if acks == "1" and not self.current():
+            self._on_stale(self)
+            raise InconsistentTopicIdError(
+                f"topic '{self.topic}' was deleted and created again since this node opened it; retry"
+            )
         return self._accumulator.submit(parsed, acks)
 
     def _enqueue(

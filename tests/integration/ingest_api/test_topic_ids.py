@@ -93,6 +93,31 @@ def test_the_node_writes_a_topic_another_process_created_again_from_offset_0(ser
         assert _values(c, "t", 0) == ["new-0"]
 
 
+def test_an_acks_1_answer_after_another_process_created_the_topic_again_is_the_new_topic_s(
+    server: StartServer,
+) -> None:
+    # A long linger: an acks=1 answer comes from the write-ahead log long before any commit could notice.
+    srv = server(**{"linger.ms": 60000, "batch.size": 100_000_000})
+    other = _store(srv)
+    with srv.client() as c:
+        assert c.post("/v1/topics", json={"name": "t", "partitions": 1}).status_code == 201
+        r = c.post("/v1/topics/t/records", params={"acks": "1"}, json={"records": [{"value": "old", "partition": 0}]})
+        assert r.status_code == 200, r.text  # the node's pipeline of the topic is open
+        other.delete_topic("t")
+        other.create_topic("t", 1)
+        body = {"records": [{"value": "new-0", "partition": 0}]}
+        deadline = time.monotonic() + 10
+        while True:
+            r = c.post("/v1/topics/t/records", params={"acks": "1"}, json=body)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            assert r.status_code == 503 and r.json()["error_code"] == "INCONSISTENT_TOPIC_ID", r.text
+        # Was: 200 with offset 1 of the deleted topic, a promise the new topic never kept.
+        assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 0}], r.text
+    assert srv.stop() in (0, -15)  # drains (uvicorn re-raises SIGTERM after its graceful shutdown)
+    assert other.fetch("t", 0, 0).records["value"].to_pylist() == [b"new-0"]
+
+
 def test_deleting_a_topic_deletes_its_group_offsets(server: StartServer) -> None:
     with server().client() as c:
         for name in ("t", "kept"):
