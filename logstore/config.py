@@ -22,8 +22,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+from logstore._config_keys import apply_overrides, flatten
 from logstore.errors import InvalidConfigError
 
 __all__ = [
@@ -42,7 +43,6 @@ CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 TimestampType = Literal["CreateTime", "LogAppendTime"]
 CompressionType = Literal["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]
 
-_T = TypeVar("_T", "LogstoreConfig", "TopicConfig")
 # LOGSTORE_* variables that are not config keys: the config file's path, and the clients' API key
 _CLIENT_VARIABLES = ("LOGSTORE_CONFIG", "LOGSTORE_API_KEY")
 _CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
@@ -157,7 +157,7 @@ class TopicConfig:
         Raises:
             InvalidConfigError: a key is not a topic config key, or a value is invalid.
         """
-        return _apply(defaults or cls(), overrides, "topic config")
+        return apply_overrides(defaults or cls(), overrides, "topic config")
 
     def to_dict(self) -> dict[str, Any]:
         """Dotted key → value, as ``topics describe`` shows it."""
@@ -502,9 +502,9 @@ class LogstoreConfig:
             )
         topic = {k: v for k, v in overrides.items() if k in topic_keys}
         own = {k: v for k, v in overrides.items() if k not in topic_keys}
-        cfg = _apply(self, own, "config")
+        cfg = apply_overrides(self, own, "config")
         if topic:
-            cfg = dataclasses.replace(cfg, topic_defaults=_apply(cfg.topic_defaults, topic, "config"))
+            cfg = dataclasses.replace(cfg, topic_defaults=apply_overrides(cfg.topic_defaults, topic, "config"))
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
@@ -549,7 +549,7 @@ def load_config(
                 doc = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise InvalidConfigError(f"cannot read config file {path}: {e}") from e
-        cfg = cfg.with_overrides(_flatten(doc))
+        cfg = cfg.with_overrides(flatten(doc))
     by_env = {env_name(k): k for k in LogstoreConfig.known_keys()}
     from_env: dict[str, str] = {}
     for var, value in env.items():
@@ -563,55 +563,3 @@ def load_config(
         from_env[by_env[var]] = value
     cfg = cfg.with_overrides(from_env)
     return cfg.with_overrides(overrides or {})
-
-
-def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in doc.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, name + "."))
-        else:
-            out[name] = v
-    return out
-
-
-def _apply(obj: _T, overrides: Mapping[str, Any], what: str) -> _T:
-    fields = {f.metadata["key"]: f for f in dataclasses.fields(obj) if f.metadata}
-    changes: dict[str, Any] = {}
-    for key, raw in overrides.items():
-        f = fields.get(key)
-        if f is None:
-            raise InvalidConfigError(f"unknown {what} key '{key}'; known keys: {', '.join(sorted(fields))}")
-        changes[f.name] = _coerce(key, raw, f)
-    return dataclasses.replace(obj, **changes)
-
-
-def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
-    kind = type(f.default)
-    if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-            return raw.strip().lower() == "true"
-        raise InvalidConfigError(f"{key} must be true or false, got {raw!r}")
-    if kind is int:
-        if isinstance(raw, bool):
-            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}")
-        try:
-            value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
-        except ValueError:
-            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
-        minimum = f.metadata["minimum"]
-        if minimum is not None and value < minimum:
-            raise InvalidConfigError(f"{key} must be at least {minimum}, got {value}")
-        return value
-    if not isinstance(raw, str):
-        raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
-    choices = f.metadata["choices"]
-    text = raw.strip().replace(" ", "") if choices else raw
-    if choices and text == "delete,compact":
-        text = "compact,delete"
-    if choices and text not in choices:
-        raise InvalidConfigError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
-    return text

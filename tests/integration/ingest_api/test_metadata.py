@@ -26,12 +26,12 @@ def test_embedded_node_is_the_controller_and_leads_every_partition(server: Start
             {
                 "name": "audit",
                 "topic_id": ids["audit"],
-                "partitions": [{"partition": 0, "leader": 0, "leader_epoch": 0}],
+                "partitions": [{"partition": 0, "leader": 0, "leader_epoch": 0, "handover_to": None}],
             },
             {
                 "name": "orders",
                 "topic_id": ids["orders"],
-                "partitions": [{"partition": p, "leader": 0, "leader_epoch": 0} for p in range(3)],
+                "partitions": [{"partition": p, "leader": 0, "leader_epoch": 0, "handover_to": None} for p in range(3)],
             },
         ],
     }

@@ -265,6 +265,7 @@ def test_describe_configs_names_a_topics_overrides_and_defaults(server: Callable
         "message.timestamp.type",
         "delete.retention.ms",
         "min.compaction.lag.ms",
+        "compression.type",
     }
 
 

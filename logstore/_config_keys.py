@@ -1,0 +1,78 @@
+"""Config keys as text: nested TOML flattened to dotted keys, and values checked against their fields' types.
+
+Used by :mod:`logstore.config` alone: a field's ``metadata`` carries its Kafka-style ``key``, and for
+integers a ``minimum``, for strings the allowed ``choices``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from logstore.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["apply_overrides", "flatten"]
+
+_T = TypeVar("_T", bound="DataclassInstance")
+
+
+def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A TOML document's tables as dotted keys: ``{"linger": {"ms": 5}}`` → ``{"linger.ms": 5}``."""
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def apply_overrides(obj: _T, overrides: Mapping[str, Any], what: str) -> _T:
+    """A copy of the frozen config ``obj`` with ``overrides`` (dotted key → text or value) checked and applied.
+
+    Raises:
+        InvalidConfigError: an unknown key (named, with the known ones) or a value of the wrong type or range.
+    """
+    fields = {f.metadata["key"]: f for f in dataclasses.fields(obj) if f.metadata}
+    changes: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        f = fields.get(key)
+        if f is None:
+            raise InvalidConfigError(f"unknown {what} key '{key}'; known keys: {', '.join(sorted(fields))}")
+        changes[f.name] = _coerce(key, raw, f)
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
+    kind = type(f.default)
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise InvalidConfigError(f"{key} must be true or false, got {raw!r}")
+    if kind is int:
+        if isinstance(raw, bool):
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}")
+        try:
+            value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
+        minimum = f.metadata["minimum"]
+        if minimum is not None and value < minimum:
+            raise InvalidConfigError(f"{key} must be at least {minimum}, got {value}")
+        return value
+    if not isinstance(raw, str):
+        raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
+    choices = f.metadata["choices"]
+    text = raw.strip().replace(" ", "") if choices else raw
+    if choices and text == "delete,compact":
+        text = "compact,delete"
+    if choices and text not in choices:
+        raise InvalidConfigError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
+    return text
