@@ -46,6 +46,7 @@ from logstore.config import LogstoreConfig
 from logstore.errors import (
     InconsistentTopicIdError,
     LogstoreError,
+    NotLeaderOrFollowerError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -100,6 +101,7 @@ class TopicPipeline:
         )
         self.drained = self._accumulator.drained
         self._on_stale = broker.retire_in_background
+        self.retired = False  # set by Broker.retire before it closes this pipeline: its topic changed
         """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
         self._committer = Committer(
             self._accumulator,
@@ -157,21 +159,24 @@ class TopicPipeline:
         return self._accumulator.led
 
     def submit(self, parsed: ParsedRecords, acks: Acks) -> Submitted:
-        """Queue a produce request; see :meth:`Accumulator.submit`.
-
-        An acks=1 request is answered before its commit, whose topic-ID check would come too late to tell
-        a topic created again under the name by another node or process: it checks the ID file first.
+        """Queue a produce request (:meth:`Accumulator.submit`); acks=1 checks the topic's ID first (answered
+        before its commit, whose check would come too late for a topic created again by another process).
 
         Raises:
-            InconsistentTopicIdError: the topic changed since this pipeline opened it (retriable: the
-                broker retires this pipeline, and the retry opens the new topic).
+            InconsistentTopicIdError: the topic changed since this pipeline opened it (retriable), or it is closing.
         """
         if acks == "1" and not self.current():
             self._on_stale(self)
-            raise InconsistentTopicIdError(
-                f"topic '{self.topic}' was deleted and created again since this node opened it; retry"
-            )
-        return self._accumulator.submit(parsed, acks)
+            raise self._stale()
+        try:
+            return self._accumulator.submit(parsed, acks)
+        except NotLeaderOrFollowerError:
+            if self.retired:  # closing because the topic changed, not because the node stops
+                raise self._stale() from None
+            raise
+
+    def _stale(self) -> InconsistentTopicIdError:
+        return InconsistentTopicIdError(f"topic '{self.topic}' was deleted and created again since it opened; retry")
 
     def _enqueue(
         self, records: pa.Table, parsed: ParsedRecords, acks: Acks, nbytes: int, counts: np.ndarray, parts: pa.Array
@@ -359,6 +364,7 @@ class Broker:
             if self._pipelines.get(topic) is not pipeline:
                 return
             del self._pipelines[topic]
+            pipeline.retired = True
             self._readers.pop(topic, None)
             self._counts.pop(topic, None)
             done = self._retirements.begin(topic)
