@@ -448,6 +448,24 @@ class LogstoreConfig:
             minimum=1,
         ),
     )
+    transaction_max_timeout_ms: int = field(
+        default=900_000,
+        metadata=_key(
+            "transaction.max.timeout.ms",
+            "Longest transaction_timeout_ms a transactional producer may ask for at init (ms); longer is refused "
+            "with INVALID_TRANSACTION_TIMEOUT.",
+            minimum=1,
+        ),
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = field(
+        default=10_000,
+        metadata=_key(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "How often (ms) the transaction coordinator aborts transactions open past their timeout (bumping "
+            "their epoch, so the late producer is fenced).",
+            minimum=1,
+        ),
+    )
     stats_sample_ms: int = field(
         default=5_000,
         metadata=_key(

@@ -1,0 +1,150 @@
+"""The ``<root>/_transactions/`` Delta table: one row per state transition of a transactional id.
+
+The table is the coordinator's log, as Kafka's ``__transaction_state`` topic
+is: every transition the coordinator decides (``Empty`` after an ``init``,
+``Ongoing`` when a transaction begins, ``PrepareCommit`` when a commit is
+decided, ``CompleteCommit``, ``CompleteAbort``) is appended as a row and
+fsynced before the coordinator acts on it. The newest row of a
+``transactional_id`` (highest ``row_seq``) is its state; a node that starts
+reads them all back, rolls every ``PrepareCommit`` forward and aborts every
+``Ongoing`` transaction.
+
+Rows are written with delta-rs (a few per transaction, off the record path)
+by the one coordinator of the root; two writers would race on versions and
+the loser's row would fail with ``CONCURRENT_TRANSACTIONS``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from logstore.errors import KafkaStorageError
+from logstore.log import tables
+
+__all__ = ["STATE_SCHEMA", "StateLog", "StateRow"]
+
+STATE_SCHEMA = pa.schema(
+    [
+        pa.field("transactional_id", pa.string(), nullable=False),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("producer_epoch", pa.int64(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("transaction_seq", pa.int64(), nullable=False),
+        pa.field("timeout_ms", pa.int64(), nullable=False),
+        pa.field("partitions", pa.string(), nullable=False),
+        pa.field("group_offsets", pa.string(), nullable=False),
+        pa.field("result", pa.string(), nullable=False),
+        pa.field("start_ms", pa.int64()),
+        pa.field("update_ms", pa.int64(), nullable=False),
+        pa.field("row_seq", pa.int64(), nullable=False),
+    ]
+)
+"""Columns of ``_transactions``. ``partitions``: JSON ``{topic: [partition, …]}``; ``group_offsets``: JSON
+``[[group, topic, partition, offset], …]``; ``result``: JSON ``[[topic, partition, first, last], …]`` (offsets
+the commit gave, on ``CompleteCommit``); ``start_ms``: when the transaction began (null when none is open);
+``row_seq``: the order of rows, increasing through the table."""
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """One transition of a transactional id, as stored."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    transaction_seq: int
+    """The number of the transaction within its id (0, 1, …): its records' sequence in the topic tables."""
+    timeout_ms: int
+    partitions: dict[str, list[int]]
+    group_offsets: list[tuple[str, str, int, int]]
+    result: list[tuple[str, int, int, int]]
+    start_ms: int | None
+    update_ms: int
+
+
+class StateLog:
+    """Appends and reads the rows of ``<root>/_transactions/`` (thread-safe: one writer at a time)."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(os.path.abspath(root), "_transactions")
+        self._lock = threading.Lock()
+        self._row_seq = 0
+
+    def load(self) -> dict[str, StateRow]:
+        """The newest row of every transactional id (empty when the table does not exist yet).
+
+        Raises:
+            KafkaStorageError: the table could not be read.
+        """
+        try:
+            data = DeltaTable(self.path).to_pyarrow_table()
+        except TableNotFoundError:
+            return {}
+        except (DeltaError, OSError) as e:
+            raise KafkaStorageError(f"cannot read the transaction log {self.path}: {e}") from e
+        if not len(data):
+            return {}
+        data = data.sort_by([("row_seq", "ascending")])
+        self._row_seq = int(pc.max(data["row_seq"]).as_py()) + 1
+        latest: dict[str, StateRow] = {}
+        for r in data.to_pylist():
+            latest[r["transactional_id"]] = StateRow(
+                transactional_id=r["transactional_id"],
+                producer_id=r["producer_id"],
+                producer_epoch=r["producer_epoch"],
+                state=r["state"],
+                transaction_seq=r["transaction_seq"],
+                timeout_ms=r["timeout_ms"],
+                partitions={t: list(ps) for t, ps in orjson.loads(r["partitions"]).items()},
+                group_offsets=[(g, t, int(p), int(o)) for g, t, p, o in orjson.loads(r["group_offsets"])],
+                result=[(t, int(p), int(f), int(last)) for t, p, f, last in orjson.loads(r["result"])],
+                start_ms=r["start_ms"],
+                update_ms=r["update_ms"],
+            )
+        return latest
+
+    def append(self, row: StateRow) -> None:
+        """Append ``row``; durable (fsynced) when it returns.
+
+        Raises:
+            KafkaStorageError: the row could not be written or synced; it may or may not be in the table.
+        """
+        with self._lock:
+            data = pa.Table.from_pylist(
+                [
+                    {
+                        "transactional_id": row.transactional_id,
+                        "producer_id": row.producer_id,
+                        "producer_epoch": row.producer_epoch,
+                        "state": row.state,
+                        "transaction_seq": row.transaction_seq,
+                        "timeout_ms": row.timeout_ms,
+                        "partitions": orjson.dumps(row.partitions).decode(),
+                        "group_offsets": orjson.dumps(row.group_offsets).decode(),
+                        "result": orjson.dumps(row.result).decode(),
+                        "start_ms": row.start_ms,
+                        "update_ms": row.update_ms,
+                        "row_seq": self._row_seq,
+                    }
+                ],
+                schema=STATE_SCHEMA,
+            )
+            try:
+                try:
+                    first = DeltaTable(self.path).version() + 1
+                except TableNotFoundError:
+                    first = 0
+                write_deltalake(self.path, data, mode="append")
+                tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
+            except (DeltaError, OSError) as e:
+                raise KafkaStorageError(f"cannot write the transaction log {self.path}: {e}") from e
+            self._row_seq += 1
