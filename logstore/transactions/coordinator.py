@@ -252,8 +252,10 @@ class TransactionCoordinator:
                 txn.staged = 0
             return txn.row.producer_id, txn.row.producer_epoch
 
-    def produce(self, tid: str, epoch: int, topic: str, parsed: ParsedRecords) -> None:
+    def produce(self, tid: str, epoch: int, topic: str, parsed: ParsedRecords) -> pa.Array:
         """Stage a produce request's records in ``tid``'s transaction (beginning it); durable when it returns.
+
+        Returns the partition of each record (int32), in request order; their offsets come with the commit.
 
         Raises:
             TransactionalIdNotFoundError, ProducerFencedError, InvalidTxnStateError: see :meth:`_held`.
@@ -286,6 +288,7 @@ class TransactionCoordinator:
             txn.staged += 1
             touched = set(txn.row.partitions.get(topic, [])) | set(pc.unique(parts).to_pylist())
             txn.row = replace(txn.row, partitions={**txn.row.partitions, topic: sorted(touched)})
+            return parts
 
     def send_offsets(self, tid: str, epoch: int, group: str, offsets: list[tuple[str, int, int]]) -> None:
         """Commit ``offsets`` ((topic, partition, next offset to read)) for ``group`` with ``tid``'s transaction.
