@@ -417,7 +417,7 @@ class SecurityDisabledError(LogstoreError):
 
 
 class InvalidTxnStateError(LogstoreError):
-    """The transaction is not in a state that allows this call (e.g. commit with none open, produce while it commits)."""
+    """The transaction is not in a state that allows this call (commit with none open, produce while committing)."""
 
     code = 48
     name = "INVALID_TXN_STATE"
