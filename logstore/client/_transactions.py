@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from logstore.errors import InvalidTxnStateError, LogstoreError, ProducerFencedError
 from logstore.structs import TopicPartition
@@ -37,7 +38,7 @@ class Transactions:
 
     @property
     def _path(self) -> str:
-        return f"/v1/transactions/{self.transactional_id}"
+        return f"/v1/transactions/{quote(self.transactional_id, safe='')}"
 
     def produce_params(self) -> dict[str, str]:
         """The query parameters of a produce request inside the open transaction."""
