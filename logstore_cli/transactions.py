@@ -33,7 +33,7 @@ def register(sub: Subparsers, parents: Parents) -> None:
         ("abort", "abort a transactional id's open transaction and fence its producer"),
     ):
         p = tsub.add_parser(action, parents=common, help=what)
-        p.add_argument("--transactional-id", required=True, metavar="T")
+        p.add_argument("--transactional-id", required=True, metavar="T", help="the producer's transactional.id")
         p.set_defaults(func=_describe if action == "describe" else _abort)
 
 
