@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
@@ -51,6 +52,7 @@ from logstore.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    KafkaStorageError,
     LogstoreError,
     ProducerFencedError,
     TransactionalIdNotFoundError,
@@ -142,6 +144,7 @@ class TransactionCoordinator:
         self._broker = broker
         self._clock_ms = clock_ms
         self._max_timeout_ms = broker.config.transaction_max_timeout_ms
+        self._commit_wait_s = broker.config.request_timeout_ms / 1000
         self._log = StateLog(broker.config.root)
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
@@ -171,7 +174,10 @@ class TransactionCoordinator:
                     self._roll_forward(txn)
                 elif row.state in (ONGOING, PREPARE_ABORT):
                     # Its group offsets were held in memory only: aborted, and its producer fenced.
-                    self._abort(txn, row.producer_epoch + 1)
+                    try:
+                        self._abort(txn, row.producer_epoch + 1)
+                    except LogstoreError as e:  # it stays open, and its timeout aborts it
+                        log.error("transaction %r: cannot be aborted at start-up (%s)", tid, e)
         for tid in self._staging.staged_ids():
             txn_or_none = self._txns.get(tid)
             keep = txn_or_none.row.transaction_seq if txn_or_none and txn_or_none.row.state == PREPARE_COMMIT else None
@@ -267,8 +273,8 @@ class TransactionCoordinator:
             raise InvalidRequestError(
                 "a transactional produce carries no producer_id or sequence: the transaction is idempotent itself"
             )
-        pipeline = self._broker.pipeline(topic)
         txn = self._held(tid, epoch)
+        pipeline = self._broker.pipeline(topic)
         with txn.lock:
             self._check_epoch(txn, epoch)
             parts = Partitioner().assign(
@@ -279,8 +285,11 @@ class TransactionCoordinator:
                 producer_id=tid,
                 sequence=txn.staged,
             )
+            # A record without a timestamp gets the time it was produced (CreateTime), not its commit's.
+            now = pa.scalar(self._clock_ms() * 1000, pa.timestamp("us", tz="UTC"))
+            timestamps = pc.fill_null(parsed.timestamps, now)
             records = pa.Table.from_arrays(
-                [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
+                [parts, timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
             )
             pipeline.writer.check_records(records)
             self._begin(txn)
@@ -477,7 +486,15 @@ class TransactionCoordinator:
                 log.error("transaction %r: topic %r was deleted before its records were committed", tid, topic)
                 continue
             parsed = ParsedRecords.from_table(records.combine_chunks(), f"__txn.{row.producer_id}", row.transaction_seq)
-            appended = pipeline.submit(parsed, "all").committed.result()
+            committed = pipeline.submit(parsed, "all").committed
+            try:
+                appended = committed.result(timeout=self._commit_wait_s)
+            except FutureTimeout:
+                # The batch stays queued and may land later; completing again is idempotent, so retrying is safe.
+                raise KafkaStorageError(
+                    f"transaction '{tid}': its records for topic '{topic}' are not committed after "
+                    f"request.timeout.ms={self._commit_wait_s * 1000:.0f}; the commit is decided and completes, retry"
+                ) from None
             result += _first_last(topic, appended.partitions, appended.offsets)
         by_group: dict[tuple[str, str], dict[int, int]] = {}
         for group, topic, partition, offset in row.group_offsets:
