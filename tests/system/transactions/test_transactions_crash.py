@@ -9,6 +9,7 @@ commit is decided (``PrepareCommit`` in ``_transactions``) and half done when th
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -108,3 +109,87 @@ def test_an_undecided_transaction_rolls_back_after_kill_9(server: StartServer) -
     assert not any((node.root / "_transactions" / "_staged").rglob("*.arrow"))
     r = c.post("/v1/transactions/tx/commit", json={"producer_epoch": epoch})
     assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED", r.text
+
+
+def test_transactions_under_repeated_kill_9_are_all_or_nothing_exactly_once(server: StartServer) -> None:
+    """A producer commits transactions across two topics while the node is killed three times at random."""
+    node = server()
+    c = node.client()
+    for name in ("a", "b"):
+        assert c.post("/v1/topics", json={"name": name, "partitions": 2}).status_code == 201
+    kills_done = threading.Event()
+
+    def killer() -> None:
+        rng = random.Random(7)
+        for _ in range(3):
+            time.sleep(rng.uniform(0.5, 2.0))
+            node.kill()
+            node.restart()
+        kills_done.set()
+
+    acked: set[int] = set()
+    sent: set[int] = set()
+    threading.Thread(target=killer, daemon=True).start()
+    client = httpx.Client(base_url=node.url, timeout=30)
+    epoch: int | None = None
+    i = 0
+    deadline = time.monotonic() + 120
+    last = None  # after the last kill, five more transactions
+    while last is None or i < last:
+        assert time.monotonic() < deadline
+        if last is None and kills_done.is_set():
+            last = i + 5
+        try:
+            if epoch is None:
+                r = client.post("/v1/transactions/job/init", json={})
+                assert r.status_code == 200, r.text
+                epoch = int(r.json()["producer_epoch"])
+            sent.add(i)
+            for topic, n in (("a", 3), ("b", 2)):
+                records = [{"key": f"k{j}", "value": f"t{i}-{topic}{j}"} for j in range(n)]
+                r = client.post(
+                    f"/v1/topics/{topic}/records",
+                    params={"transactional_id": "job", "producer_epoch": epoch},
+                    json={"records": records},
+                )
+                assert r.status_code == 200, r.text
+            r = client.post("/v1/transactions/job/commit", json={"producer_epoch": epoch})
+            assert r.status_code == 200, r.text
+            acked.add(i)
+        except (httpx.TransportError, AssertionError) as e:
+            if isinstance(e, AssertionError) and "PRODUCER_FENCED" not in str(e) and "503" not in str(e):
+                raise
+            epoch = None  # the node restarted: its open transaction was aborted (or its decided one completed)
+            wait_ready(node.url)
+        i += 1
+    kills_done.wait(60)
+    wait_ready(node.url)
+
+    by_txn: dict[int, list[tuple[str, int, int]]] = {}
+    for topic in ("a", "b"):
+        rows = DeltaTable(str(node.root / "topics" / topic)).to_pyarrow_table().to_pylist()
+        for p in (0, 1):
+            offsets = sorted(r["offset"] for r in rows if r["partition"] == p)
+            assert offsets == list(range(len(offsets))), f"{topic}/{p}: offsets are not gap-free"
+        for r in rows:
+            txn = int(r["value"].decode().split("-")[0][1:])
+            by_txn.setdefault(txn, []).append((topic, r["partition"], r["offset"]))
+    assert acked <= set(by_txn), "an acknowledged commit lost records"
+    for txn, where in by_txn.items():
+        assert txn in sent
+        assert len(where) == 5, f"transaction {txn} is partly visible or doubled: {where}"
+        for topic in ("a", "b"):
+            for p in (0, 1):
+                offs = sorted(o for t, q, o in where if (t, q) == (topic, p))
+                assert offs == list(range(offs[0], offs[0] + len(offs))) if offs else True, (txn, topic, p, offs)
+    assert len(acked) >= 10
+
+
+def wait_ready(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the node did not come back")
