@@ -249,6 +249,7 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
                 with suppress(asyncio.CancelledError):
                     await task
             await run_in_threadpool(coordinator.close)
+            await run_in_threadpool(txn_coordinator.close)
             await run_in_threadpool(broker.close)
             await app.state.forwarder.close()
             await parsers.close()

@@ -9,27 +9,38 @@ fsynced before the coordinator acts on it. The newest row of a
 reads them all back, rolls every ``PrepareCommit`` forward and aborts every
 ``Ongoing`` transaction.
 
-Rows are written with delta-rs (a few per transaction, off the record path)
-by the one coordinator of the root; two writers would race on versions and
-the loser's row would fail with ``CONCURRENT_TRANSACTIONS``.
+The first row creates the table with delta-rs; every later one is a data file
+and a put-if-absent commit file made by the core's
+:class:`~logstore.log.append.LogAppender`, as a topic's commits are (a few ms,
+flat as the table grows, where delta-rs's ``write_deltalake`` costs ~30 ms and
+grows). One coordinator writes a root's table; a version taken by another
+writer is stepped over.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+import uuid
 from dataclasses import dataclass
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from logstore.errors import KafkaStorageError
+from logstore.errors import ConcurrentTransactionsError, KafkaStorageError
 from logstore.log import tables
+from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 
 __all__ = ["STATE_SCHEMA", "StateLog", "StateRow"]
+
+_COMMIT_ATTEMPTS = 20
+_CHECKPOINT_INTERVAL = 100
+_COMMIT_INFO = {"operationParameters": {"mode": "Append", "partitionBy": "[]"}}
 
 STATE_SCHEMA = pa.schema(
     [
@@ -74,10 +85,13 @@ class StateRow:
 class StateLog:
     """Appends and reads the rows of ``<root>/_transactions/`` (thread-safe: one writer at a time)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, fsync: bool = True) -> None:
         self.path = os.path.join(os.path.abspath(root), "_transactions")
         self._lock = threading.Lock()
         self._row_seq = 0
+        self._version = -1
+        """The newest version of the table this log knows of; -1: no table."""
+        self._appender = LogAppender(self.path, _CHECKPOINT_INTERVAL, fsync=fsync)
 
     def load(self) -> dict[str, StateRow]:
         """The newest row of every transactional id (empty when the table does not exist yet).
@@ -86,7 +100,9 @@ class StateLog:
             KafkaStorageError: the table could not be read.
         """
         try:
-            data = DeltaTable(self.path).to_pyarrow_table()
+            dt = DeltaTable(self.path)
+            data = dt.to_pyarrow_table()
+            self._version = dt.version()
         except TableNotFoundError:
             return {}
         except (DeltaError, OSError) as e:
@@ -139,12 +155,59 @@ class StateLog:
                 schema=STATE_SCHEMA,
             )
             try:
-                try:
-                    first = DeltaTable(self.path).version() + 1
-                except TableNotFoundError:
-                    first = 0
-                write_deltalake(self.path, data, mode="append")
-                tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
+                if self._version < 0:
+                    write_deltalake(self.path, data, mode="append")  # creates the table
+                    tables.sync_commits(self.path, 0)  # delta-rs does not fsync what it writes
+                    self._version = DeltaTable(self.path).version()
+                else:
+                    self._commit(data)
             except (DeltaError, OSError) as e:
                 raise KafkaStorageError(f"cannot write the transaction log {self.path}: {e}") from e
             self._row_seq += 1
+
+    def _commit(self, data: pa.Table) -> None:
+        """One data file and the next commit file (caller holds the lock)."""
+        file = self._write_file(data)
+        for _ in range(_COMMIT_ATTEMPTS):
+            version = self._version + 1
+            try:
+                self._appender.commit(version, [file], [], info=_COMMIT_INFO)
+            except VersionTaken:
+                self._version = max([v for v, _ in self._appender.actions_since(version)], default=version)
+                continue
+            except StaleVersion:
+                self._version = DeltaTable(self.path).version()
+                continue
+            except CommitInDoubt as e:
+                if not self._appender.settle(e.version, e.commit_id):
+                    continue
+            except KafkaStorageError:
+                self._appender.discard([file])
+                raise
+            self._version = version
+            return
+        self._appender.discard([file])
+        raise ConcurrentTransactionsError(f"{self.path}: lost the commit race {_COMMIT_ATTEMPTS} times; retry")
+
+    def _write_file(self, rows: pa.Table) -> NewFile:
+        rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        path = os.path.join(self.path, rel)
+        try:
+            pq.write_table(rows, path, compression="snappy")
+            size = os.path.getsize(path)
+        except OSError as err:
+            raise KafkaStorageError(f"cannot write {path}: {err}") from err
+        add = {
+            "path": rel,
+            "partitionValues": {},
+            "size": size,
+            "modificationTime": time.time_ns() // 1_000_000,
+            "dataChange": True,
+            "stats": orjson.dumps({"numRecords": len(rows)}).decode(),
+        }
+        return NewFile(add, path)
+
+    def close(self) -> None:
+        """Finish a pending checkpoint and release the appender's thread."""
+        self._appender.wait_for_checkpoints()
+        self._appender.close()

@@ -145,7 +145,7 @@ class TransactionCoordinator:
         self._clock_ms = clock_ms
         self._max_timeout_ms = broker.config.transaction_max_timeout_ms
         self._commit_wait_s = broker.config.request_timeout_ms / 1000
-        self._log = StateLog(broker.config.root)
+        self._log = StateLog(broker.config.root, fsync=broker.config.commit_fsync)
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
@@ -184,6 +184,10 @@ class TransactionCoordinator:
             for seq in self._staging.staged_seqs(tid):
                 if seq != keep:
                     self._staging.delete(tid, seq)
+
+    def close(self) -> None:
+        """Release the state log's files (the node closes after this; open transactions stay as they are)."""
+        self._log.close()
 
     def expire(self) -> None:
         """Abort every transaction open past its timeout (bumping its epoch); retry decided commits left over.
