@@ -27,10 +27,15 @@ window's seconds. With ``--stacks`` (py-spy in the venv), ``py-spy record``
 samples the node for the window (``--nonblocking``: the node is not paused)
 and ``top_frames`` lists, per thread group, the functions most often on the
 stack (``inclusive``) and at its top (``self``), as shares of that group's
-samples: what to move when one share stands out.
+samples: what to move when one share stands out. ``--stacks all`` samples a
+thread whenever it is not idle, which includes waiting for the interpreter
+lock (a frame that just called into native code that released it is charged
+the wait); ``--stacks gil`` only the samples holding the lock: what the event
+loop and the committers compete for (native work that releases it, such as
+Parquet encoding, is then left out).
 
     .venv/bin/python bench/profile_ingest.py                         # JSON bodies, 5 s window
-    .venv/bin/python bench/profile_ingest.py --body-format arrow --stacks
+    .venv/bin/python bench/profile_ingest.py --body-format arrow --stacks gil
 """
 
 from __future__ import annotations
@@ -108,12 +113,13 @@ def group_of(tid: int, pid: int, names: dict[int, str]) -> str:
 class Sampler:
     """``py-spy record`` of the node for ``seconds`` (raw collapsed stacks with thread ids), in the background."""
 
-    def __init__(self, pid: int, seconds: float, out: Path) -> None:
+    def __init__(self, pid: int, seconds: float, out: Path, *, gil: bool) -> None:
         tool = py_spy()
         assert tool is not None
         self.out = out
         cmd = [tool, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
         cmd += ["--format", "raw", "--threads", "--nonblocking", "--rate", "200", "--output", str(out)]
+        cmd += ["--gil"] if gil else []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def top_frames(self, pid: int, names: dict[int, str], top: int) -> dict[str, Any]:
@@ -191,7 +197,9 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         t0, proc0 = time.perf_counter(), process_ticks(pid)
         threads0 = thread_ticks(pid)
         parsers0 = {c: process_ticks(c) for c in parsers}
-        sampler = Sampler(pid, args.seconds, scratch / "stacks.txt") if args.stacks and py_spy() else None
+        sampler = None
+        if args.stacks and py_spy():
+            sampler = Sampler(pid, args.seconds, scratch / "stacks.txt", gil=args.stacks == "gil")
         time.sleep(args.seconds)
         threads1 = thread_ticks(pid)
         proc1 = process_ticks(pid)
@@ -242,7 +250,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     ap.add_argument("--body-format", choices=("json", "arrow"), default="json")
     ap.add_argument("--warmup-requests", type=int, default=200, help="requests before the load (first commits)")
-    ap.add_argument("--stacks", action="store_true", help="py-spy record the window: top functions per thread group")
+    ap.add_argument(
+        "--stacks",
+        choices=("all", "gil"),
+        help="py-spy record the window: top functions per thread group, of every sample or of those holding the GIL",
+    )
     ap.add_argument("--top", type=int, default=15, help="functions listed per thread group with --stacks")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="profile-ingest-"))
