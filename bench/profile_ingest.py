@@ -167,6 +167,7 @@ def _short(frame: str) -> str:
 
 
 def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    info = machine()
     server = LogstoreServer(scratch / "root").start()
     try:
         server.create_topic(TOPIC, PARTITIONS)
@@ -219,7 +220,7 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     total = sum(groups.values()) or 1
     seconds = {g: t / TICKS_PER_S for g, t in groups.items()}
     out: dict[str, Any] = {
-        "machine": machine(),
+        "machine": info,
         "config": {
             "body_format": args.body_format,
             "concurrency": args.concurrency,
