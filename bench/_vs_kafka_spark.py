@@ -69,10 +69,10 @@ def consume(
     bootstrap: str, root: str, runs: int, warmup: bool, scratch: Path, e2e_seconds: float, e2e_rate: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Spark consume figures before and after segment compaction, then end to end: (Kafka side, logstore side)."""
-    from logstore.spark import delta_jars
+    from logstore.spark import delta_jars, unbundled_jars
     from maintenance.job import run_job
 
-    kafka_jars = delta_jars(SPARK_KAFKA_JARS)
+    kafka_jars = unbundled_jars(SPARK_KAFKA_JARS)
     if not any("spark-sql-kafka" in j for j in kafka_jars):
         sys.exit(f"no Spark Kafka connector in {SPARK_KAFKA_JARS}: run 'make kafka'")
     spark = spark_session(
