@@ -101,6 +101,23 @@ class CpuCaps:
             }
         return out
 
+    def throttled_since(self, before: dict[str, dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+        """Per cgroup of ``names`` since ``before`` (an earlier :meth:`stats`): the share of CFS periods in
+        which it ran out of quota (``throttled_share``: near 0, the cap did not limit it) and the ms it waited."""
+        now = self.stats()
+        out = {}
+        for name in names:
+            if name not in now:
+                continue
+            a, b = now[name], before.get(name, {"periods": 0, "throttled_periods": 0, "throttled_ms": 0})
+            periods = a["periods"] - b["periods"]
+            throttled = a["throttled_periods"] - b["throttled_periods"]
+            out[name] = {
+                "throttled_share": round(throttled / periods, 3) if periods else 0.0,
+                "throttled_ms": a["throttled_ms"] - b["throttled_ms"],
+            }
+        return out
+
     def close(self) -> None:
         """Remove every cgroup made, moving any process still in one back to the root cgroup first."""
         for path in self.groups.values():

@@ -321,7 +321,8 @@ def main() -> None:
                     before = caps.stats() if caps is not None else {}
                     rates[str(n)] = throughput(cluster, urls, args.concurrency, args.seconds)
                     if caps is not None:
-                        out["capped"]["throttled_by_node_count"][str(n)] = _throttled(before, caps.stats(), n)
+                        nodes = [f"node-{i}" for i in range(1, n + 1)]
+                        out["capped"]["throttled_by_node_count"][str(n)] = caps.throttled_since(before, nodes)
                         out["capped"]["processes_inside"][str(n)] = cluster.processes_capped()
                     if clustered and n == max(counts) and args.kills > 0:
                         limit_s = args.session_timeout_ms / 1000 + 60
@@ -366,22 +367,6 @@ def main() -> None:
     if "1" in rates and "2" in rates:
         out["scaling_2_over_1"] = round(rates["2"] / rates["1"], 2)
     emit(out)
-
-
-def _throttled(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], nodes: int) -> dict[str, Any]:
-    """Per node cgroup of the first ``nodes``: the share of CFS periods throttled, and the ms, between the two stats."""
-    out = {}
-    for node_id in range(1, nodes + 1):
-        name = f"node-{node_id}"
-        a, b = after.get(name), before.get(name, {"periods": 0, "throttled_periods": 0, "throttled_ms": 0})
-        if a is None:
-            continue
-        periods = a["periods"] - b["periods"]
-        out[name] = {
-            "throttled_share": round((a["throttled_periods"] - b["throttled_periods"]) / periods, 3) if periods else 0,
-            "throttled_ms": a["throttled_ms"] - b["throttled_ms"],
-        }
-    return out
 
 
 if __name__ == "__main__":

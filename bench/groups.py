@@ -26,8 +26,9 @@ an 8-partition topic of a fresh root (straight through the store), starts
 With ``--member-cpus C`` every member process runs in a cgroup of its own
 capped at ``C`` CPU cores (``bench/_cgroups.py``; the server stays outside),
 moved there before it reads anything, so that more members bring more CPU as
-separate machines would; ``capped`` shows the cap and how often each member's
-cgroup throttled, or why it could not be made (then members run uncapped).
+separate machines would; ``capped`` shows the cap, or why it could not be
+made (then members run uncapped), and ``member_cgroups_throttled`` how much
+of each run each member's cgroup was throttled (near 0: the cap did not limit it).
 ``ratios_to_1_member`` divides each member count's records/s by one member's.
 
 Run: ``.venv/bin/python bench/groups.py`` (under a minute; ``--records 5000000`` for a longer run).
@@ -138,8 +139,11 @@ def count(body: bytes, fmt: str) -> int:
     return len(orjson.loads(body)["records"])
 
 
-def throughput(url: str, members: int, total: int, fetch: int, fmt: str, caps: CpuCaps | None = None) -> float:
-    """records/s of ``members`` member processes of a fresh group reading the whole topic.
+def throughput(
+    url: str, members: int, total: int, fetch: int, fmt: str, caps: CpuCaps | None = None
+) -> tuple[float, dict[str, Any]]:
+    """records/s of ``members`` member processes of a fresh group reading the whole topic, and with ``caps``
+    how much each member's cgroup was throttled meanwhile (:meth:`CpuCaps.throttled_since`; else {}).
 
     ``fmt``: ``arrow`` or ``json`` (raw HTTP members that count rows), or ``consumer`` (Python ``Consumer``s).
     With ``caps``, member ``i`` is moved into cgroup ``member-i`` before the clock starts.
@@ -153,6 +157,7 @@ def throughput(url: str, members: int, total: int, fetch: int, fmt: str, caps: C
         else ctx.Process(target=_member, args=(url, group, fmt, fetch, total, consumed, barrier, done))
         for _ in range(members)
     ]
+    before = caps.stats() if caps is not None else {}
     for i, p in enumerate(procs):
         p.start()
         if caps is not None and p.pid is not None:
@@ -163,7 +168,8 @@ def throughput(url: str, members: int, total: int, fetch: int, fmt: str, caps: C
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
-    return int(consumed.value) / elapsed
+    throttled = caps.throttled_since(before, [f"member-{i}" for i in range(members)]) if caps is not None else {}
+    return int(consumed.value) / elapsed, throttled
 
 
 def plain_route(url: str, clients: int, total: int, fetch: int) -> float:
@@ -311,8 +317,6 @@ def main() -> None:
                 print(f"groups.py: cannot cap the members' CPU ({why}); running uncapped", file=sys.stderr)
                 capped = {"member_cpus": None, "uncapped_because": why}
         out = measure(args, formats, caps)
-        if caps is not None:
-            capped["member_cgroups"] = caps.stats()
     emit(out | {"capped": capped})
 
 
@@ -325,10 +329,12 @@ def measure(args: argparse.Namespace, formats: list[str], caps: CpuCaps | None) 
         filled(root, args.records)
         srv = LogstoreServer(root).start()
         try:
-            tp = {
-                fmt: {str(n): round(throughput(srv.url, n, args.records, args.fetch, fmt, caps)) for n in (1, 2, 4)}
+            runs = {
+                fmt: {str(n): throughput(srv.url, n, args.records, args.fetch, fmt, caps) for n in (1, 2, 4)}
                 for fmt in formats
             }
+            tp = {fmt: {n: round(rate) for n, (rate, _) in by_n.items()} for fmt, by_n in runs.items()}
+            throttled = {fmt: {n: t for n, (_, t) in by_n.items()} for fmt, by_n in runs.items()}
             if not args.skip_limits:
                 limits = {
                     "plain_fetch_route_json_4_clients": round(plain_route(srv.url, 4, args.records, args.fetch)),
@@ -341,6 +347,7 @@ def measure(args: argparse.Namespace, formats: list[str], caps: CpuCaps | None) 
     out: dict[str, Any] = {
         "records": args.records,
         "records_per_s": tp,
+        "member_cgroups_throttled": throttled if caps is not None else None,
         "ratios_to_1_member": {fmt: {n: round(v / by_n["1"], 2) for n, v in by_n.items()} for fmt, by_n in tp.items()},
     }
     if limits and "arrow" in tp:
