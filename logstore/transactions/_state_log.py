@@ -15,10 +15,17 @@ and a put-if-absent commit file made by the core's
 flat as the table grows, where delta-rs's ``write_deltalake`` costs ~30 ms and
 grows). One coordinator writes a root's table; a version taken by another
 writer is stepped over.
+
+Every ``compact_every`` rows the log compacts itself, as Kafka compacts
+``__transaction_state``: one commit replaces every file with one holding the
+newest row of each id (``dataChange=false``), and a vacuum deletes the files
+removed more than the vacuum retention (7 days) ago, so the table and the
+start-up read stay as small as the number of ids.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -31,16 +38,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
 
-from logstore.errors import ConcurrentTransactionsError, KafkaStorageError
+from logstore.common.fsync import fsync_path
+from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError
 from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 
 __all__ = ["STATE_SCHEMA", "StateLog", "StateRow"]
 
+log = logging.getLogger("logstore.transactions")
+
 _COMMIT_ATTEMPTS = 20
 _CHECKPOINT_INTERVAL = 100
 _COMMIT_INFO = {"operationParameters": {"mode": "Append", "partitionBy": "[]"}}
+COMPACT_EVERY = 1000
+"""Rows appended between two compactions of the state log."""
+_VACUUM_RETENTION_HOURS = 168
 
 STATE_SCHEMA = pa.schema(
     [
@@ -85,13 +99,17 @@ class StateRow:
 class StateLog:
     """Appends and reads the rows of ``<root>/_transactions/`` (thread-safe: one writer at a time)."""
 
-    def __init__(self, root: str, *, fsync: bool = True) -> None:
+    def __init__(self, root: str, *, fsync: bool = True, compact_every: int = COMPACT_EVERY) -> None:
         self.path = os.path.join(os.path.abspath(root), "_transactions")
         self._lock = threading.Lock()
         self._row_seq = 0
         self._version = -1
         """The newest version of the table this log knows of; -1: no table."""
         self._appender = LogAppender(self.path, _CHECKPOINT_INTERVAL, fsync=fsync)
+        self._fsync = fsync
+        self._compact_every = compact_every
+        self._appended = 0
+        """Rows appended since the last compaction (or since this log was opened)."""
 
     def load(self) -> dict[str, StateRow]:
         """The newest row of every transactional id (empty when the table does not exist yet).
@@ -164,6 +182,41 @@ class StateLog:
             except (DeltaError, OSError) as e:
                 raise KafkaStorageError(f"cannot write the transaction log {self.path}: {e}") from e
             self._row_seq += 1
+            self._appended += 1
+            if self._appended >= self._compact_every:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Replace every file with one of the newest row per id; a failure is logged, the rows stay as they are."""
+        self._appended = 0
+        try:
+            dt = DeltaTable(self.path)
+            actions = pa.table(dt.get_add_actions(flatten=True))
+            data = dt.to_pyarrow_table().sort_by([("row_seq", "descending")])
+            seen: set[str] = set()
+            keep = []
+            for i, tid in enumerate(data["transactional_id"].to_pylist()):
+                if tid not in seen:
+                    seen.add(tid)
+                    keep.append(i)
+            kept = data.take(pa.array(keep, pa.int64())).sort_by("row_seq").cast(STATE_SCHEMA)
+            file = self._write_file(kept)
+            if self._fsync:
+                fsync_path(file.path)
+            now_ms = time.time_ns() // 1_000_000
+            removes: list[AddAction | RemoveAction] = [
+                RemoveAction(path=p, data_change=False, deletion_timestamp=now_ms, size=s, partition_values={})
+                for p, s in zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), strict=True)
+            ]
+            add = file.add
+            removes.append(AddAction(add["path"], add["size"], {}, now_ms, False, add["stats"]))
+            before = dt.version()
+            dt.create_write_transaction(removes, "append", STATE_SCHEMA)
+            tables.sync_commits(self.path, before + 1)
+            self._version = DeltaTable(self.path).version()
+            dt.vacuum(retention_hours=_VACUUM_RETENTION_HOURS, dry_run=False)
+        except (DeltaError, OSError, LogstoreError) as e:
+            log.warning("compaction of the transaction log %s failed (%s); its rows stay as they are", self.path, e)
 
     def _commit(self, data: pa.Table) -> None:
         """One data file and the next commit file (caller holds the lock)."""

@@ -57,3 +57,19 @@ def test_staged_records_come_back_per_topic_in_produce_order_and_go_with_their_t
     staging.delete("tx/1", 4)
     assert staging.read("tx/1", 4) == {} and staging.staged_seqs("tx/1") == [5]
     assert isinstance(staging.read("tx/1", 5)["orders"], pa.Table)
+
+
+def test_the_log_compacts_itself_to_the_newest_row_of_each_id(tmp_path: Path) -> None:
+    log = StateLog(str(tmp_path), compact_every=10)
+    log.load()
+    for i in range(25):
+        log.append(row(f"tx-{i % 3}", "Ongoing" if i % 2 else "Empty", epoch=i))
+    dt = DeltaTable(str(tmp_path / "_transactions"))
+    assert len(dt.get_add_actions(flatten=True)) <= 1 + 5  # the compacted file and the rows since
+    latest = StateLog(str(tmp_path)).load()
+    assert {tid: (r.producer_epoch, r.state) for tid, r in latest.items()} == {
+        "tx-0": (24, "Empty"),
+        "tx-1": (22, "Empty"),
+        "tx-2": (23, "Ongoing"),
+    }
+    assert dt.to_pyarrow_table().num_rows <= 3 + 5
