@@ -38,6 +38,7 @@ Delta commits): the HTTP layer runs them off its event loop.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -149,7 +150,6 @@ class TransactionCoordinator:
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
-        self._next_producer_id = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -165,7 +165,6 @@ class TransactionCoordinator:
         if self._broker.cluster is not None:
             return
         rows = self._log.load()
-        self._next_producer_id = max((r.producer_id for r in rows.values()), default=-1) + 1
         for tid, row in rows.items():
             txn = _Txn(row)
             self._txns[tid] = txn
@@ -413,10 +412,21 @@ class TransactionCoordinator:
         with self._guard:
             txn = self._txns.get(tid)
             if txn is None:
-                row = StateRow(tid, self._next_producer_id, -1, EMPTY, -1, timeout_ms, {}, [], [], None, -1)
-                self._next_producer_id += 1
+                row = StateRow(tid, self._new_producer_id(), -1, EMPTY, -1, timeout_ms, {}, [], [], None, -1)
                 txn = self._txns[tid] = _Txn(row)
             return txn
+
+    def _new_producer_id(self) -> int:
+        """A random producer id no id of this root holds (caller holds the guard).
+
+        Random, not the next number: the topics remember ``__txn.<producer id>``'s sequences in their own logs,
+        so an id handed out again after ``_transactions`` was lost would find its first commits taken for
+        retries of the old holder's and dropped. 53 bits: a JSON number every client reads exactly.
+        """
+        used = {t.row.producer_id for t in self._txns.values()}
+        while (pid := secrets.randbits(53)) in used:
+            pass
+        return pid
 
     def _held(self, tid: str, epoch: int | None) -> _Txn:
         """``tid``'s entry.

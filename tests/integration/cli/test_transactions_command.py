@@ -26,7 +26,8 @@ def test_list_describe_and_abort_a_hanging_transaction(server: StartServer) -> N
 
     out = cli(srv.root, "transactions", "list", "--server", srv.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[1].split("\t") == ["stuck", "0", str(epoch), "Ongoing"]
+    pid = str(c.get("/v1/transactions/stuck").json()["producer_id"])
+    assert out.stdout.splitlines()[1].split("\t") == ["stuck", pid, str(epoch), "Ongoing"]
 
     out = cli(srv.root, "transactions", "describe", "--transactional-id", "stuck", "--server", srv.url)
     assert out.returncode == 0, out.stderr
