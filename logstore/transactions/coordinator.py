@@ -386,17 +386,13 @@ class TransactionCoordinator:
             TransactionalIdNotFoundError: never initialised.
         """
         self._single_node()
-        with self._guard:
-            txn = self._txns.get(tid)
-        if txn is None:
-            raise TransactionalIdNotFoundError(f"transactional id '{tid}' was never initialised (init it first)")
-        return _describe(txn.row)
+        return _describe(self._held(tid, None).row)
 
     def list(self) -> list[TransactionDescription]:
         """Every transactional id's state, by id."""
         self._single_node()
         with self._guard:
-            rows = [t.row for t in self._txns.values()]
+            rows = [t.row for t in self._txns.values() if t.row.update_ms >= 0]  # not those whose init failed
         return sorted((_describe(r) for r in rows), key=lambda d: d.transactional_id)
 
     # -- internals --------------------------------------------------------------------
