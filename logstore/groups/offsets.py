@@ -93,6 +93,8 @@ class OffsetsStore:
 
     Safe across processes: commits of one group are ordered by ``commit_seq``
     (see the module docstring), commits of different groups never conflict.
+    Safe across threads: a read answers with the table as it was when the read
+    began or later, never older than a commit that completed before it began.
     The table is created on first commit.
 
     Args:
@@ -104,6 +106,9 @@ class OffsetsStore:
         self.path = os.path.join(os.path.abspath(root), "_offsets")
         self._clock_ms = clock_ms
         self._dt: DeltaTable | None = None
+        self._handle_lock = threading.RLock()
+        """One thread at a time moves or reads the shared delta-rs handle (a refresh while another thread lists
+        its files would let that thread file an older snapshot under the newer version)."""
         self._cache_version = -1
         self._cache: dict[GroupTopicPartition, OffsetCommit] = {}
         self._files: dict[str, pa.Table] = {}
@@ -161,9 +166,10 @@ class OffsetsStore:
         appender = self._appender_()
         time_us = self._clock_ms() * 1000
         for _ in range(_COMMIT_ATTEMPTS):
-            if dt.version() > self._known:  # the handle moved past what this store read itself
-                self._known, self._seqs = dt.version(), {}
-            last = self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
+            with self._handle_lock:  # the version and the group's number from one snapshot
+                if dt.version() > self._known:  # the handle moved past what this store read itself
+                    self._known, self._seqs = dt.version(), {}
+                last = self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
             seq = 0 if last is None else last + 1
             file = self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))
             version = self._known + 1
@@ -193,7 +199,8 @@ class OffsetsStore:
 
     def _reload(self, dt: DeltaTable, group: str) -> None:
         try:
-            tables.refresh(dt)
+            with self._handle_lock:
+                tables.refresh(dt)
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
         self._known = -1
@@ -241,33 +248,34 @@ class OffsetsStore:
     def _commit_with_delta_rs(self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
         """The first commit (it creates the table) and one into a table without ``commit_seq`` (it adds it)."""
         for attempt in range(_COMMIT_ATTEMPTS):
-            dt = self._table()
-            if dt is not None:
+            with self._handle_lock:  # write_deltalake moves the handle it is given
+                dt = self._table()
+                if dt is not None:
+                    try:
+                        tables.refresh(dt)
+                    except (DeltaError, OSError) as e:
+                        raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
+                last = tables.txn_version(dt, app_offsets(group)) if dt is not None else None
+                seq = 0 if last is None else last + 1
+                rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
+                first = dt.version() + 1 if dt is not None else 0
                 try:
-                    tables.refresh(dt)
+                    write_deltalake(
+                        dt or self.path,
+                        rows,
+                        mode="append",
+                        schema_mode="merge",  # a table from before commit_seq gains the column
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
+                    )
+                    tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
+                except CommitFailedError as e:
+                    # Another commit of this group took number `seq` first: take the next one.
+                    if attempt == _COMMIT_ATTEMPTS - 1:
+                        raise tables.translate(e, f"commit of offsets of group '{group}'") from e
+                    continue
                 except (DeltaError, OSError) as e:
-                    raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
-            last = tables.txn_version(dt, app_offsets(group)) if dt is not None else None
-            seq = 0 if last is None else last + 1
-            rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
-            first = dt.version() + 1 if dt is not None else 0
-            try:
-                write_deltalake(
-                    dt or self.path,
-                    rows,
-                    mode="append",
-                    schema_mode="merge",  # a table from before commit_seq gains the column
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
-                )
-                tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
-            except CommitFailedError as e:
-                # Another commit of this group took number `seq` first: take the next one.
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise tables.translate(e, f"commit of offsets of group '{group}'") from e
-                continue
-            except (DeltaError, OSError) as e:
-                raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
-            return
+                    raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
+                return
 
     def delete_group(self, group: str) -> int:
         """Remove every committed offset of ``group`` (Kafka's DeleteGroups); returns how many rows went.
@@ -300,9 +308,10 @@ class OffsetsStore:
             return 0
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
-                tables.refresh(dt)
-                metrics = dt.delete(predicate)
-                tables.sync_commits(self.path, dt.version())
+                with self._handle_lock:  # delete moves the handle
+                    tables.refresh(dt)
+                    metrics = dt.delete(predicate)
+                    tables.sync_commits(self.path, dt.version())
             except CommitFailedError as e:
                 if attempt == _COMMIT_ATTEMPTS - 1:
                     raise tables.translate(e, f"deletion of {what}") from e
@@ -324,29 +333,44 @@ class OffsetsStore:
         return sorted({k[0] for k in self._latest()})
 
     def _table(self) -> DeltaTable | None:
-        if self._dt is None:
-            try:
-                self._dt = tables.open_table(self.path)
-            except TableNotFoundError:
-                return None
-        return self._dt
+        with self._handle_lock:
+            if self._dt is None:
+                try:
+                    self._dt = tables.open_table(self.path)
+                except TableNotFoundError:
+                    return None
+            return self._dt
 
     def _latest(self) -> dict[GroupTopicPartition, OffsetCommit]:
+        """The latest commits at the table's newest version; thread-safe.
+
+        The version and its files are taken from the handle in one step, and
+        the answer is cached under that version only when nothing newer is
+        cached: a slow reader of an older snapshot never files it under a newer
+        version, which would hide commits from every later reader until the
+        table moves again.
+        """
         dt = self._table()
         if dt is None:
             return {}
-        tables.refresh(dt)
-        if dt.version() == self._cache_version:
-            return self._cache
-        files = [os.path.join(tables.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+        with self._handle_lock:
+            tables.refresh(dt)
+            version = dt.version()
+            if version == self._cache_version:
+                return self._cache
+            root = tables.table_path(dt)
+            files = [os.path.join(root, p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
-        self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
+        known = self._files
+        read = {f: known.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
-            for row in latest_rows(pa.concat_tables(list(self._files.values()))).to_pylist():
+            for row in latest_rows(pa.concat_tables(list(read.values()))).to_pylist():
                 key = GroupTopicPartition(row["group"], row["topic"], row["partition"])
                 latest[key] = OffsetCommit(row["offset"], row["commit_time"] // 1000, row["metadata"])
-        self._cache, self._cache_version = latest, dt.version()
+        with self._handle_lock:
+            if version > self._cache_version:
+                self._cache, self._cache_version, self._files = latest, version, read
         return latest
 
 
