@@ -49,12 +49,18 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    KafkaStorageError,
+    NotCoordinatorError,
+)
 from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
-__all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
+__all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_fence", "app_offsets", "latest_rows"]
 
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -86,6 +92,14 @@ GROUP BY `group`, topic, `partition`"""
 def app_offsets(group: str) -> str:
     """The Delta ``txn`` app id that holds ``group``'s last ``commit_seq``."""
     return f"logstore.groups.offsets.{group}"
+
+
+def app_fence(group: str, topic: str) -> str:
+    """The Delta ``txn`` app id that holds the newest lease generation of ``group`` on ``topic`` (its fence).
+
+    The topic first: a topic's name has no ``/``, so no two (group, topic) pairs share an id.
+    """
+    return f"logstore.groups.fence.{topic}/{group}"
 
 
 class OffsetsStore:
@@ -126,14 +140,22 @@ class OffsetsStore:
         offsets: Mapping[int, int],
         *,
         metadata: str | None = None,
+        fence: int | None = None,
     ) -> None:
         """Record ``offsets`` (partition → next offset to read) for ``group`` on ``topic``.
 
         Durable when it returns. Range checks against the topic belong to the caller.
 
+        ``fence``: the generation of the group's lease of ``topic`` that the
+        committer holds (:mod:`logstore.groups.leases`), its fencing token. The
+        commit is refused when the table holds a newer one (:meth:`fence`):
+        another committer took the group over since, and may have read the
+        group's offsets already. None: not fenced.
+
         Raises:
             InvalidGroupIdError: empty group name.
             InvalidRequestError: a negative offset.
+            NotCoordinatorError: ``fence`` is older than the table's; nothing was committed.
         """
         if not isinstance(group, str) or not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
@@ -142,16 +164,49 @@ class OffsetsStore:
         for p, o in offsets.items():
             if o < 0:
                 raise InvalidRequestError(f"committed offset for partition {p} must be >= 0, got {o}")
+        self._write(group, topic, offsets, metadata, fence)
+
+    def fence(self, group: str, topic: str, generation: int) -> None:
+        """Record lease ``generation`` of ``group`` on ``topic``: commits fenced with an older one are refused.
+
+        One commit without rows, durable when it returns. Whoever takes a
+        group's lease of a topic calls it before it reads the group's offsets:
+        a commit of the previous holder either landed before it (and is read)
+        or is refused — never answered and unseen.
+
+        Raises:
+            NotCoordinatorError: the table holds a newer generation.
+        """
+        if not isinstance(group, str) or not group:
+            raise InvalidGroupIdError("consumer group name must be a non-empty string")
+        self._write(group, topic, {}, None, generation)
+
+    def _write(
+        self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None, fence: int | None
+    ) -> None:
         dt = self._table()
         if dt is None or "commit_seq" not in dt.schema().to_arrow().names:
-            self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
-        else:
-            with self._append_lock:  # the race state below is this store's; other processes race by version
-                self._append(dt, group, topic, offsets, metadata)
-        if self._dt is None:
-            self._table()
+            if fence is None:
+                self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
+                self._table()
+                return
+            # A fenced commit goes through the appender, whose put-if-absent makes the fence check exact:
+            # create the table (or add the column) with no rows first.
+            self._commit_with_delta_rs(group, topic, {}, None)
+            dt = self._table()
+            assert dt is not None
+        with self._append_lock:  # the race state below is this store's; other processes race by version
+            self._append(dt, group, topic, offsets, metadata, fence)
 
-    def _append(self, dt: DeltaTable, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
+    def _append(
+        self,
+        dt: DeltaTable,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        metadata: str | None,
+        fence: int | None,
+    ) -> None:
         """Commit one data file and the group's next ``commit_seq`` with the core's log appender.
 
         delta-rs's ``write_deltalake`` rebuilds the table's state for every
@@ -161,23 +216,33 @@ class OffsetsStore:
         settles is settled here the same way: the version was taken → read the
         commits that took it; if one carries this group's ``txn``, take the
         number after it (a new file), else try the next version with the same file.
+
+        With ``fence``, the commit also carries the lease generation
+        (:func:`app_fence`) and is made only while every commit before its
+        version holds none newer: the versions up to the one it creates are
+        all known here (the handle's snapshot, then those read after each race).
+        Without ``offsets`` it is the fence alone.
         """
         app = app_offsets(group)
+        guard = app_fence(group, topic)
         appender = self._appender_()
         time_us = self._clock_ms() * 1000
         for _ in range(_COMMIT_ATTEMPTS):
             with self._handle_lock:  # the version and the group's number from one snapshot
                 if dt.version() > self._known:  # the handle moved past what this store read itself
                     self._known, self._seqs = dt.version(), {}
-                last = self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
+                last = self._txn(dt, app)
             seq = 0 if last is None else last + 1
-            file = self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))
+            files = [self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))] if offsets else []
+            txns = ([(app, seq)] if offsets else []) + ([(guard, fence)] if fence is not None else [])
             version = self._known + 1
             while True:
+                if fence is not None:
+                    self._check_fence(dt, group, topic, fence, files)
                 try:
-                    appender.commit(version, [file], [(app, seq)], info=_COMMIT_INFO)
+                    appender.commit(version, files, txns, info=_COMMIT_INFO)
                 except VersionTaken:
-                    if self._read_since(version, app):
+                    if self._read_since(version, app) and offsets:
                         break  # this group committed meanwhile: next number
                     version = self._known + 1
                     continue
@@ -188,14 +253,29 @@ class OffsetsStore:
                     if not self._settled(appender, e):
                         break
                 except KafkaStorageError:
-                    appender.discard([file])  # nothing was committed
+                    appender.discard(files)  # nothing was committed
                     raise
-                self._known, self._seqs[app] = version, seq
+                self._known = version
+                self._seqs.update(txns)
                 return
-            appender.discard([file])
+            appender.discard(files)
         raise ConcurrentTransactionsError(
             f"commit of offsets of group '{group}' lost the race {_COMMIT_ATTEMPTS} times; retry"
         )
+
+    def _txn(self, dt: DeltaTable, app: str) -> int | None:
+        """``app``'s ``txn`` version as of ``_known`` (call with the handle's lock held)."""
+        return self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
+
+    def _check_fence(self, dt: DeltaTable, group: str, topic: str, fence: int, files: list[NewFile]) -> None:
+        with self._handle_lock:
+            held = self._txn(dt, app_fence(group, topic))
+        if held is not None and held > fence:
+            self._appender_().discard(files)
+            raise NotCoordinatorError(
+                f"consumer group '{group}' was taken over on topic '{topic}' (lease generation {held}, this "
+                f"committer's {fence}): nothing was committed; its members join again at its coordinator"
+            )
 
     def _reload(self, dt: DeltaTable, group: str) -> None:
         try:
