@@ -3,8 +3,9 @@
 A real 3-server ZooKeeper ensemble and 3 ``logstore serve`` nodes under a fixed
 seed's schedule of faults — kill -9 and restart of a node, SIGSTOP/SIGCONT, kill
 of a ZooKeeper server, kill -9 of the whole cluster, a node cut from ZooKeeper
-while it serves clients, a topic deleted and created again, partitions added —
-while producers (acks 0/1/all, idempotent and plain) and group members work.
+while it serves clients, a topic deleted and created again, partitions added, a
+probe principal's key and ACL given and taken away (security on) — while producers
+(acks 0/1/all, idempotent and plain) and group members work.
 The checker (bench/nemesis_check.py) reads the history and the final tables:
 every anomaly count must be 0, and no partition may go longer without an
 acknowledged write than the session timeout + 4 s (docs/nemesis.md).
@@ -37,7 +38,7 @@ the count and the history) and fails on every other one. A count becomes an asse
 
 @pytest.mark.timeout(MINUTES * 60 + 600)
 def test_three_minutes_of_faults_leave_no_anomaly(tmp_path: Path) -> None:
-    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--out", str(tmp_path)]
+    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--security", "--out", str(tmp_path)]
     run = subprocess.run(
         [sys.executable, str(BENCH / "nemesis.py"), *args],
         capture_output=True,
