@@ -229,9 +229,12 @@ class LogStore:
         """
         lease = self._reset_lease(group, topic, wait_s=2 * DEFAULT_LEASE_TIMEOUT_MS / 1000 if force else 0.0)
         try:
+            fence = lease.generation(topic)
+            if not dry_run:
+                self.offsets.fence(group, topic, fence)  # an earlier holder's late commit cannot land after it
             new = self._reset_offsets(group, topic, to)
             if not dry_run:
-                self.offsets.commit(group, topic, new, metadata="reset")
+                self.offsets.commit(group, topic, new, metadata="reset", fence=fence)
             return new
         finally:
             lease.release()
