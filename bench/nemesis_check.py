@@ -68,7 +68,8 @@ incarnation are checked against the final table.
 
 **Unavailability**, per partition and incarnation: the longest time from a
 failed acks=1/all attempt on it (a request naming the partition explicitly)
-to the next acknowledged write to it, minus the time the whole cluster was
+to the next acknowledged write to it (or, never followed by one, to the end
+of the history or of the topic's incarnation), minus the time the whole cluster was
 down on purpose and ``idle`` time. Answers 404 (no such topic or partition,
 yet or any more) and refusals (counted as ``refused``) are not failed
 attempts, nor are authorisation answers (401, 403). ``worst_unavailability_s`` is the largest, ``None`` when no attempt
@@ -162,6 +163,11 @@ class Incarnations:
             elif start <= t1:
                 return None
         return k
+
+    def end_of(self, topic: str, k: int, default: float) -> float:
+        """When incarnation ``k`` of ``topic`` ended (the start of the delete after it); ``default`` if it did not."""
+        wins = self.windows.get(topic, ())
+        return wins[k][0] if k < len(wins) else default
 
     def last(self, topic: str) -> int:
         """The final table's incarnation (None-free: an open window means the topic is gone at the end)."""
@@ -321,7 +327,8 @@ def _unavailability(
             first_failure.setdefault(key, t)
         elif key in first_failure:
             windows.append((first_failure.pop(key), t, key))
-    windows += [(start, end, key) for key, start in first_failure.items()]  # never recovered before the end
+    # Never recovered: until the end, or until the incarnation ended (a delete of the topic began).
+    windows += [(start, inc.end_of(key[0], key[2], end), key) for key, start in first_failure.items()]
     for start, stop, key in windows:
         length = stop - start - sum(max(0.0, min(stop, d1) - max(start, d0)) for d0, d1 in down)
         if worst is None or length > worst[0]:

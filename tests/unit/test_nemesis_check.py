@@ -182,6 +182,18 @@ def test_a_partition_that_never_recovers_is_unavailable_until_the_end() -> None:
     assert check(ops)["worst_unavailability_s"] == pytest.approx(20.1)
 
 
+def test_a_partition_of_a_deleted_incarnation_is_unavailable_only_until_the_delete() -> None:
+    ops = clean()
+    ops[-1:-1] = [
+        produce(10, ["f1"], [], ok=False, status=503),
+        op("delete_topic", 12, 12.5, {"topic": "t"}, status=204),
+        op("create_topic", 13, 13.5, {"topic": "t", "partitions": 1}, status=201),
+        produce(40, ["new"], [0]),  # the new incarnation's first write comes late: not the old one's outage
+    ]
+    ops[-1] = final([(0, 0, "new")])
+    assert check(ops)["worst_unavailability_s"] == pytest.approx(2.0)
+
+
 def test_the_command_line_checks_a_saved_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "history.jsonl"
     path.write_text("".join(json.dumps(o) + "\n" for o in clean()))
