@@ -153,6 +153,7 @@ class GroupCoordinator:
             InconsistentGroupProtocolError: the group's live members use another assignor.
             UnknownTopicOrPartitionError: a topic does not exist.
             GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
+            NotCoordinatorError: a newer holder of the group's lease fenced the offsets meanwhile.
         """
         if not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
@@ -325,6 +326,7 @@ class GroupCoordinator:
                 left or expired, or it does not own one of the partitions.
             OffsetOutOfRangeError: an offset outside [log start, high watermark].
             GroupSubscribedToTopicError: the node lost the group's lease of the topic.
+            NotCoordinatorError: a newer holder of the lease fenced this one (nothing was committed).
         """
         g = self._group(group)
         with g.lock:
