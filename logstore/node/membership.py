@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.common.logs import describe
@@ -117,16 +117,17 @@ def check_node_id_free(config: LogstoreConfig) -> None:
     except Exception as e:  # kazoo's timeout is a plain exception class of its own
         raise KafkaStorageError(f"cannot reach ZooKeeper at zookeeper.connect={config.zookeeper_connect}: {e}") from e
     try:
-        holder = zk.exists(f"/brokers/ids/{config.node_id}")
-        if holder is not None:
-            data, _ = zk.get(f"/brokers/ids/{config.node_id}")
-            raise DuplicateBrokerRegistrationError(
-                f"node.id {config.node_id} is registered by a live node ({data.decode(errors='replace')}); "
-                "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
-            )
+        # One read, not exists() then get(): the previous run's session may expire between the two.
+        data, _ = zk.get(f"/brokers/ids/{config.node_id}")
+    except NoNodeError:
+        return  # free
     finally:
         zk.stop()
         zk.close()
+    raise DuplicateBrokerRegistrationError(
+        f"node.id {config.node_id} is registered by a live node ({data.decode(errors='replace')}); "
+        "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
+    )
 
 
 class ClusterMembership:
