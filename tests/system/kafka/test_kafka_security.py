@@ -9,8 +9,11 @@ librdkafka (confluent-kafka) with ``security.protocol=SASL_PLAINTEXT`` and
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -311,3 +314,77 @@ def test_sasl_ssl_serves_tls_with_the_nodes_certificate(tmp_path: Path, server: 
     _, bootstrap, keys = _secured(tmp_path, server, protocol="SASL_SSL", ca_file=str(ca[1]), **tls)
     conf = _conf(bootstrap, "alice", keys["alice"], **{"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca[1])})
     assert _produce(conf, "orders", 5) == [None] * 5
+
+
+_JARS = Path(__file__).resolve().parents[3] / ".cache" / "kafka"
+_java_tools = pytest.mark.skipif(
+    shutil.which("java") is None or not any(_JARS.glob("kafka_2.13-*.jar")),
+    reason="Kafka's tools need Java and 'make kafka' (Kafka's jars from Maven Central in .cache/kafka)",
+)
+
+
+def _tool(main: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    classpath = os.pathsep.join(str(j) for j in sorted(_JARS.glob("*.jar")))
+    return subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, main, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _client_properties(path: Path, user: str, password: str) -> str:
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{password}";\n'
+    )
+    return str(path)
+
+
+@_java_tools
+def test_kafka_console_tools_with_a_client_properties_file(tmp_path: Path, server: StartServer) -> None:
+    node, bootstrap, keys = _secured(tmp_path, server)
+    alice = _client_properties(tmp_path / "alice.properties", "alice", keys["alice"])
+    lines = [f"line-{i}" for i in range(3)]
+    produced = _tool(
+        "kafka.tools.ConsoleProducer",
+        *("--bootstrap-server", bootstrap, "--topic", "orders", "--producer.config", alice),
+        *("--producer-property", "acks=all"),
+        stdin="\n".join(lines) + "\n",
+    )
+    assert produced.returncode == 0, produced.stderr[-4000:]
+    got = []
+    for partition in ("0", "1"):  # assigned partitions: the group protocol (subscribe) is not served here
+        consumed = _tool(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            *("--bootstrap-server", bootstrap, "--topic", "orders", "--consumer.config", alice),
+            *("--partition", partition, "--offset", "earliest", "--timeout-ms", "8000"),
+        )
+        got += consumed.stdout.split()
+    assert sorted(got) == lines
+    listed = _tool(
+        "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--list", "--command-config", alice
+    )
+    assert listed.returncode == 0, listed.stderr[-4000:]
+    assert listed.stdout.split() == ["orders", "secret"]  # not "hidden": alice may not describe it
+    # denied: producing to a topic alice may only describe
+    denied = _tool(
+        "kafka.tools.ConsoleProducer",
+        *("--bootstrap-server", bootstrap, "--topic", "secret", "--producer.config", alice),
+        *("--producer-property", "max.block.ms=20000"),
+        stdin="nope\n",
+    )
+    assert "TopicAuthorizationException" in denied.stdout + denied.stderr, denied.stderr[-4000:]
+    # a bad password: the tool fails on authentication
+    bad = _client_properties(tmp_path / "bad.properties", "alice", keys["bob"])
+    refused = _tool(
+        "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--list", "--command-config", bad
+    )
+    assert refused.returncode != 0
+    assert "Invalid username or password" in refused.stdout + refused.stderr, refused.stderr[-4000:]
+    with node.client(api_key=keys["admin"]) as http:
+        records = http.get("/v1/topics/secret/partitions/0/records", params={"offset": 0}).json()["records"]
+    assert records == []
