@@ -1,0 +1,101 @@
+"""Spark's own Kafka connector (``format("kafka")``, spark-sql-kafka-0-10) against a logstore node's listener.
+
+Only the bootstrap address changes: the batch source, the streaming source
+(``availableNow``) and the sink run unchanged. The connector's jars come from
+``.cache/spark-kafka`` (``make kafka``), as ``bench/vs_kafka.py`` takes them; the
+run's one SparkSession was started without them, so the query runs in its own
+driver process (as ``spark-submit --jars`` would run it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.server import Server, free_port
+
+pytestmark = [pytest.mark.spark]
+
+_KAFKA_JARS = REPO / ".cache" / "spark-kafka"
+
+CHILD = """
+import json, sys
+from logstore.spark import session
+
+bootstrap, jars, out = sys.argv[1:4]
+spark = session(**{"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
+                   "spark.jars": jars})
+spark.sparkContext.setLogLevel("ERROR")
+source = lambda r: r.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "in")
+columns = "partition, offset, CAST(key AS STRING) AS key, CAST(value AS STRING) AS value, timestamp"
+batch = source(spark.read).option("startingOffsets", "earliest").load().selectExpr(*columns.split(", "))
+rows = [[r.partition, r.offset, r.key, r.value, int(r.timestamp.timestamp() * 1000)] for r in batch.collect()]
+q = (source(spark.readStream).option("startingOffsets", "earliest").load().selectExpr(*columns.split(", "))
+     .writeStream.format("parquet").option("path", out + "/stream").option("checkpointLocation", out + "/checkpoint")
+     .trigger(availableNow=True).start())
+q.awaitTermination()
+streamed = [[r.partition, r.offset, r.key, r.value] for r in spark.read.parquet(out + "/stream").collect()]
+(spark.createDataFrame([(f"k{i}", f"from-spark-{i}") for i in range(50)], "key STRING, value STRING")
+ .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", "out").save())
+print(json.dumps({"batch": rows, "stream": streamed}), flush=True)
+"""
+
+
+def _connector_jars() -> list[str]:
+    """The connector's jars that pyspark does not bundle itself (Scala, Hadoop, … stay Spark's own)."""
+    import pyspark
+
+    def artifact(name: str) -> str:
+        return re.sub(r"-\d[\w.\-]*\.jar$", "", name)
+
+    bundled = {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(str(p) for p in _KAFKA_JARS.glob("*.jar") if artifact(p.name) not in bundled)
+
+
+@pytest.mark.skipif(
+    not any(_KAFKA_JARS.glob("spark-sql-kafka-*.jar")),
+    reason="Spark's Kafka connector comes from 'make kafka' (.cache/spark-kafka)",
+)
+def test_spark_kafka_source_and_sink_read_and_write_a_logstore_topic(
+    server: Callable[..., Server], tmp_path: Path
+) -> None:
+    from logstore.spark import delta_jars
+
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    with s.client() as http:
+        for name in ("in", "out"):
+            assert http.post("/v1/topics", json={"name": name, "partitions": 2}).status_code == 201
+        records = [{"key": f"key-{i % 9}", "value": f"value-{i}"} for i in range(100)]
+        assert http.post("/v1/topics/in/records", params={"acks": "all"}, json={"records": records}).status_code == 200
+        stored = [
+            [r["partition"], r["offset"], r["key"], r["value"], r["timestamp"]]
+            for p in range(2)
+            for r in http.get(f"/v1/topics/in/partitions/{p}/records", params={"offset": 0}).json()["records"]
+        ]
+    jars = ",".join(delta_jars() + _connector_jars())
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, f"127.0.0.1:{port}", jars, str(tmp_path / "spark")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert child.returncode == 0, child.stderr[-6000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert sorted(result["batch"]) == sorted(stored)  # same partition, offset, key, value and timestamp
+    assert sorted(result["stream"]) == sorted(r[:4] for r in stored)
+    with s.client() as http:
+        written = [
+            (r["key"], r["value"])
+            for p in range(2)
+            for r in http.get(f"/v1/topics/out/partitions/{p}/records", params={"offset": 0}).json()["records"]
+        ]
+    assert sorted(written) == sorted((f"k{i}", f"from-spark-{i}") for i in range(50))
