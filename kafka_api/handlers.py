@@ -192,6 +192,14 @@ class Handlers:
         """Auto-creation needs CREATE on the topic or the cluster, as in Kafka (and over HTTP)."""
         return allowed(Operation.CREATE, Resource.topic(topic)) or allowed(Operation.CREATE, Resource.cluster())
 
+    async def coordinates(self, group: str) -> bool:
+        """Whether this node coordinates ``group`` (always when embedded, or when no node with a listener is live)."""
+        if self.broker.cluster is None:
+            return True
+        brokers, _ = await asyncio.to_thread(self._brokers)
+        chosen = group_coordinator(group, brokers)
+        return chosen is None or chosen == self.node_id
+
     async def find_coordinator(self, version: int, req: Any) -> Any:
         """The node coordinating each group (cluster mode: :func:`~logstore.cluster.group_coordinator` over the live
         nodes that serve a listener); DESCRIBE on the group, else ``GROUP_AUTHORIZATION_FAILED``."""

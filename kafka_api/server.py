@@ -34,6 +34,7 @@ from typing import Any
 
 from kafka_api.access import Session, session, use_session
 from kafka_api.admin import AdminHandlers
+from kafka_api.coordination import at_coordinator
 from kafka_api.groups import GroupHandlers
 from kafka_api.guarded import guarded_group_apis
 from kafka_api.handlers import Handlers, Listener
@@ -192,7 +193,7 @@ class KafkaServer:
             37: admin.create_partitions,
             44: admin.incremental_alter_configs,
         }
-        self._apis = guarded_group_apis(apis)
+        self._apis = guarded_group_apis(at_coordinator(apis, h.coordinates))
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 

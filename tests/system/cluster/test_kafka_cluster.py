@@ -45,6 +45,43 @@ def _find_coordinator(bootstrap: str, group: str) -> tuple[int, int, int]:
     return int(response.error_code.value), int(response.node_id), int(response.port)
 
 
+def _offset_commit(bootstrap: str, group: str, offset: int) -> list[int]:
+    """The partition error codes of an OffsetCommit v8 (no membership) of ``orders``-0 at ``offset``."""
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.offset_commit.v8.response import OffsetCommitResponse
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_reader, entity_writer
+
+    body = OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            OffsetCommitRequestTopic(
+                name="orders",
+                partitions=(
+                    OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata=None
+                    ),
+                ),
+            ),
+        ),
+    )
+    out = io.BytesIO()
+    header = RequestHeader(request_api_key=8, request_api_version=8, correlation_id=CORRELATION_ID, client_id="t")
+    entity_writer(RequestHeader)(out, header)
+    entity_writer(OffsetCommitRequest)(out, body)
+    response, _ = entity_reader(OffsetCommitResponse)(
+        request(bootstrap, struct.pack(">i", out.tell()) + out.getvalue()), 5
+    )
+    return [int(p.error_code.value) for t in response.topics for p in t.partitions]
+
+
 def test_kafka_clients_follow_leaders_and_a_killed_leader_loses_nothing_acknowledged(
     cluster: Callable[..., Server], zk: KazooClient, tmp_path: Path
 ) -> None:
@@ -68,6 +105,12 @@ def test_kafka_clients_follow_leaders_and_a_killed_leader_loses_nothing_acknowle
         chosen = group_coordinator("readers", [1, 2, 3])
         assert chosen is not None
         assert _find_coordinator(f"127.0.0.1:{ports[i]}", "readers") == (0, chosen, ports[chosen])
+
+    # a group's commits are served by its coordinator only: NOT_COORDINATOR elsewhere, and nothing committed there
+    chosen = group_coordinator("readers", [1, 2, 3])
+    other = next(i for i in (1, 2, 3) if i != chosen)
+    assert _offset_commit(f"127.0.0.1:{ports[other]}", "readers", 0) == [16]
+    assert _offset_commit(f"127.0.0.1:{ports[chosen]}", "readers", 0) == [0]
 
     # acks=all, idempotent, keyed records across every partition; the leader of partition 0 is killed mid-stream
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports.values())
