@@ -109,7 +109,7 @@ def _produce(conf: dict[str, Any], topic: str, n: int) -> list[Any]:
 def test_an_allowed_principal_produces_consumes_and_commits_over_sasl_plain(
     tmp_path: Path, server: StartServer
 ) -> None:
-    _, bootstrap, keys = _secured(tmp_path, server)
+    node, bootstrap, keys = _secured(tmp_path, server)
     conf = _conf(bootstrap, "alice", keys["alice"])
     assert _produce(conf, "orders", 20) == [None] * 20
     consumer = ck.Consumer({**conf, "group.id": "g", "enable.auto.commit": False})
@@ -126,6 +126,18 @@ def test_an_allowed_principal_produces_consumes_and_commits_over_sasl_plain(
     consumer.close()
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(20))
     assert sum(tp.offset for tp in committed) == 20
+    # groups: alice sees and describes only the ones she may DESCRIBE (READ implies it)
+    with node.client(api_key=keys["admin"]) as http:
+        commit = {"topic": "orders", "partitions": {"0": 0}}
+        assert http.post("/v1/groups/others/offsets", json=commit).status_code == 200
+    alices = admin.AdminClient(conf)
+    listed = alices.list_consumer_groups().result(timeout=30)
+    assert {g.group_id for g in listed.valid} == {"g"}
+    described = alices.describe_consumer_groups(["g", "others"])
+    assert described["g"].result(timeout=30).group_id == "g"
+    with pytest.raises(ck.KafkaException) as hidden:
+        described["others"].result(timeout=30)
+    assert hidden.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
     # Metadata lists only what alice may describe (READ and WRITE imply DESCRIBE), as Kafka does
     topics = admin.AdminClient(conf).list_topics(timeout=30).topics
     assert set(topics) == {"orders", "secret"}
