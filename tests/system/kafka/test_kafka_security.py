@@ -400,3 +400,25 @@ def test_kafka_console_tools_with_a_client_properties_file(tmp_path: Path, serve
     with node.client(api_key=keys["admin"]) as http:
         records = http.get("/v1/topics/secret/partitions/0/records", params={"offset": 0}).json()["records"]
     assert records == []
+
+
+def test_a_consumer_over_its_quota_gets_throttle_time_ms(tmp_path: Path, server: StartServer) -> None:
+    from kio.schema.fetch.v12.response import FetchResponse
+    from kio.serial import entity_reader
+
+    node, bootstrap, keys = _secured(tmp_path, server)
+    FileSecurityStore(str(node.root)).set_quota(Quota("User:alice", consumer_byte_rate=5_000))
+    with node.client(api_key=keys["admin"]) as http:
+        records = [{"value": "x" * 1000} for _ in range(40)]
+        assert http.post("/v1/topics/orders/records", json={"records": records, "partition": 0}).status_code == 200
+    host, port = bootstrap.split(":")
+    throttles = []
+    deadline = time.monotonic() + 30  # the node sees the quota within seconds of the store's change
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        _authenticate(sock, "alice", keys["alice"])
+        while time.monotonic() < deadline and not any(throttles):
+            answer = _exchange(sock, fetch_frame("orders", 0, 0, max_wait_ms=0))
+            response, _ = entity_reader(FetchResponse)(answer, 5)
+            assert len(response.responses[0].partitions[0].records or b"") > 30_000  # never refused, always served
+            throttles.append(response.throttle_time.total_seconds())
+    assert any(t > 0 for t in throttles), throttles
