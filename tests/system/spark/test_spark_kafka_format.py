@@ -10,7 +10,6 @@ driver process (as ``spark-submit --jars`` would run it).
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -48,17 +47,6 @@ streamed = [[r.partition, r.offset, r.key, r.value] for r in spark.read.parquet(
  .save())
 print(json.dumps({"batch": rows, "stream": streamed}), flush=True)
 """
-
-
-def _connector_jars() -> list[str]:
-    """The connector's jars that pyspark does not bundle itself (Scala, Hadoop, … stay Spark's own)."""
-    import pyspark
-
-    def artifact(name: str) -> str:
-        return re.sub(r"-\d[\w.\-]*\.jar$", "", name)
-
-    bundled = {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return sorted(str(p) for p in _KAFKA_JARS.glob("*.jar") if artifact(p.name) not in bundled)
 
 
 def _secured_node(server: Callable[..., Server], root: Path, port: int) -> tuple[Server, str, dict[str, str]]:
@@ -105,7 +93,7 @@ def _secured_node(server: Callable[..., Server], root: Path, port: int) -> tuple
 def test_spark_kafka_source_and_sink_read_and_write_a_logstore_topic(
     server: Callable[..., Server], tmp_path: Path, secured: bool
 ) -> None:
-    from logstore.spark import delta_jars
+    from logstore.spark import delta_jars, unbundled_jars
 
     port = free_port()
     if secured:  # the kafka.* security options of a secured Kafka cluster, and the ACLs the HTTP API checks
@@ -122,7 +110,7 @@ def test_spark_kafka_source_and_sink_read_and_write_a_logstore_topic(
             for p in range(2)
             for r in http.get(f"/v1/topics/in/partitions/{p}/records", params={"offset": 0}).json()["records"]
         ]
-    jars = ",".join(delta_jars() + _connector_jars())
+    jars = ",".join(delta_jars() + unbundled_jars(_KAFKA_JARS))
     child = subprocess.run(
         [sys.executable, "-c", CHILD, f"127.0.0.1:{port}", jars, str(tmp_path / "spark"), json.dumps(security)],
         capture_output=True,
