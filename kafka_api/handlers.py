@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from kafka_api.access import allowed, denial
 from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
-from kafka_api.records import decode_batches, encode_batches
+from kafka_api.records import DecodedBatch, decode_batches, encode_batches
 from logstore.cluster import ClusterMetadata, group_coordinator
 from logstore.config import LogstoreConfig
 from logstore.errors import (
@@ -39,7 +39,7 @@ from logstore.errors import (
 from logstore.log.catalog import validate_topic_name
 from logstore.log.reader import offset_for_timestamp
 from logstore.node.broker import Broker
-from logstore.security import Operation, Resource
+from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import AppendResult
 from logstore.wire.json_produce import ParsedRecords
 
@@ -49,6 +49,8 @@ log = logging.getLogger("logstore.kafka")
 
 _LEADER_NOT_AVAILABLE = 5
 """A partition no live node leads yet (retriable: the client asks for metadata again)."""
+TransactionalProduce = Callable[[str, int, list[DecodedBatch]], Awaitable[dict[str, Any]]]
+"""Stage one partition's transactional batches: (topic, partition, batches) → its Produce answer's fields."""
 _FETCH_MAX_RECORDS = 100_000
 """Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
 
@@ -80,6 +82,9 @@ class Handlers:
         self.node_id = max(config.node_id, 0)
         self._producer_ids = itertools.count()
         self._last_pid = 0
+        self.transactional: TransactionalProduce | None = None
+        """Where a transactional batch goes (:meth:`kafka_api.transactions.TransactionHandlers.produce`); None:
+        refused, the listener having no transaction coordinator."""
 
     # -- ApiVersions, Metadata, FindCoordinator ---------------------------------------------
 
@@ -209,9 +214,14 @@ class Handlers:
         answers = []
         for key in keys:
             entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-            error = denial(Operation.DESCRIBE, Resource.group(key)) if key_type == 0 else None
-            if key_type != 0:
-                error = InvalidRequestError("transaction coordinators are not served by this listener yet")
+            if key_type == 1:  # TRANSACTION: this node's coordinator, which fails in cluster mode with a clear error
+                error = denial(Operation.DESCRIBE, Resource(ResourceType.TRANSACTIONAL_ID, key))
+                if self.transactional is None:
+                    error = InvalidRequestError("this listener serves no transaction coordinator")
+            elif key_type != 0:
+                error = InvalidRequestError(f"FindCoordinator key_type {key_type} is not served (0: group, 1: txn)")
+            else:
+                error = denial(Operation.DESCRIBE, Resource.group(key))
             chosen = self.node_id if meta is None else group_coordinator(key, brokers)
             if error is None and chosen is None:
                 error = NotCoordinatorError("no live node serves a Kafka listener")
@@ -255,7 +265,9 @@ class Handlers:
                 raise error
             if self.broker.cluster is not None:
                 self._check_leader(topic, partition)
-            parsed = self._parse(data or b"", partition)
+            batches = decode_batches(data or b"")
+            if not batches:
+                raise InvalidRequestError("a produce request names a partition without records")
             pipeline = self.broker.pipeline_if_open(topic)
             if pipeline is None:  # opening one replays its WAL (and may create the topic): in a thread
                 if not self._may_create(topic) and not await asyncio.to_thread(self.broker.store.catalog.exists, topic):
@@ -263,7 +275,11 @@ class Handlers:
                 pipeline = await asyncio.to_thread(self.broker.pipeline, topic)
             if partition >= self.broker.partition_count(topic):
                 raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
-            sub = pipeline.submit(parsed, acks)  # type: ignore[arg-type]
+            if batches[0].transactional and self.transactional is not None:
+                if acks != "all":
+                    raise InvalidRequestError("a transactional produce needs acks=-1 (all)")
+                return _ready(await self.transactional(topic, partition, batches))
+            sub = pipeline.submit(self._parse(batches, partition), acks)  # type: ignore[arg-type]
         except LogstoreError as e:
             return _ready(self._failed(e))
         except Exception as e:
@@ -294,14 +310,11 @@ class Handlers:
             leader = "none yet" if state is None or state.leader < 0 else f"node {state.leader}"
             raise NotLeaderOrFollowerError(f"this node does not lead {topic}-{partition} (its leader: {leader})")
 
-    def _parse(self, data: bytes, partition: int) -> ParsedRecords:
-        """One partition's batches as one engine request, its idempotence from the first batch."""
-        batches = decode_batches(data)
-        if not batches:
-            raise InvalidRequestError("a produce request names a partition without records")
+    def _parse(self, batches: list[DecodedBatch], partition: int) -> ParsedRecords:
+        """One partition's (non-empty) batches as one engine request, its idempotence from the first batch."""
         first = batches[0]
         if any(b.transactional or b.control for b in batches):
-            raise InvalidRequestError("transactional batches are not served by this listener yet")
+            raise InvalidRequestError("transactional batches go with a transactional producer's first batch only")
         producer = None
         sequence = None
         if first.producer_id >= 0 and first.base_sequence >= 0:

@@ -51,11 +51,17 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
-    22: (0, 5),  # InitProducerId
+    22: (0, 5),  # InitProducerId: with a transactional_id, the transaction coordinator's (kafka_api.transactions)
+    24: (0, 3),  # AddPartitionsToTxn: v4+ batches transactions for brokers' verification, not sent by clients
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn
+    28: (0, 4),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs: topics and this node
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     44: (0, 1),  # IncrementalAlterConfigs: topics
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
 }
 """API key → (lowest, highest) version this listener serves; ApiVersions advertises exactly these."""
 

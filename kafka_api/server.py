@@ -40,10 +40,12 @@ from kafka_api.guarded import guarded_group_apis
 from kafka_api.handlers import Handlers, Listener
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
 from kafka_api.sasl import SaslGate, refuse_sasl
+from kafka_api.transactions import TransactionHandlers
 from logstore.config import LogstoreConfig
 from logstore.errors import CorruptMessageError, InvalidConfigError, UnsupportedVersionError
 from logstore.node.broker import Broker
 from logstore.security import Guard, QuotaKind
+from logstore.transactions import TransactionCoordinator
 
 __all__ = ["DEFAULT_LISTENERS", "KafkaServer", "bind_listener", "kafka_door", "parse_listener"]
 
@@ -165,7 +167,14 @@ class KafkaServer:
     (:class:`~kafka_api.sasl.SaslGate`); on ``PLAINTEXT`` it is ``User:ANONYMOUS``.
     """
 
-    def __init__(self, broker: Broker, config: LogstoreConfig, sock: socket.socket, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        config: LogstoreConfig,
+        sock: socket.socket,
+        guard: Guard | None = None,
+        transactions: TransactionCoordinator | None = None,
+    ) -> None:
         self.config = config
         self.sock = sock
         self.guard = guard
@@ -174,6 +183,9 @@ class KafkaServer:
         h = self.handlers
         admin = AdminHandlers(broker, config)
         groups = GroupHandlers(broker)
+        txn = None if transactions is None else TransactionHandlers(transactions, h.init_producer_id)
+        if txn is not None:
+            h.transactional = txn.produce
         apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
             1: h.fetch,
             2: h.list_offsets,
@@ -193,6 +205,16 @@ class KafkaServer:
             37: admin.create_partitions,
             44: admin.incremental_alter_configs,
         }
+        if txn is not None:
+            apis |= {
+                22: txn.init_producer_id,
+                24: txn.add_partitions,
+                25: txn.add_offsets,
+                26: txn.end_txn,
+                28: txn.txn_offset_commit,
+                65: txn.describe_transactions,
+                66: txn.list_transactions,
+            }
         self._apis = guarded_group_apis(at_coordinator(apis, h.coordinates))
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -352,10 +374,15 @@ def _now(value: Any) -> Awaitable[Any]:
 
 @contextlib.asynccontextmanager
 async def kafka_door(
-    broker: Broker, config: LogstoreConfig, sock: socket.socket, guard: Guard | None = None
+    broker: Broker,
+    config: LogstoreConfig,
+    sock: socket.socket,
+    guard: Guard | None = None,
+    transactions: TransactionCoordinator | None = None,
 ) -> AsyncIterator[None]:
-    """Serve the Kafka protocol on ``sock`` over ``broker`` (with the node's ``guard``) while the context is open."""
-    server = KafkaServer(broker, config, sock, guard)
+    """Serve the Kafka protocol on ``sock`` over ``broker`` (with the node's ``guard`` and transaction
+    coordinator) while the context is open."""
+    server = KafkaServer(broker, config, sock, guard, transactions)
     await server.start()
     try:
         yield

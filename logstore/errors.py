@@ -464,6 +464,21 @@ class ProducerFencedError(LogstoreError):
     name = "PRODUCER_FENCED"
 
 
+class InvalidProducerEpochError(LogstoreError):
+    """A Kafka client's request carries an epoch of its producer id that is not the current one (older Kafka API
+    versions' name for :class:`ProducerFencedError`)."""
+
+    code = 47
+    name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidProducerIdMappingError(LogstoreError):
+    """A Kafka client's producer id is not the one its ``transactional_id`` holds (or it holds none)."""
+
+    code = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
+
+
 class TransactionalIdNotFoundError(LogstoreError):
     """No transaction was ever initialised under this ``transactional_id`` (``init`` first)."""
 

@@ -50,5 +50,5 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     sock = bind_listener(config, insecure=args.insecure)
     if sock is None:  # off, or the default port was taken: in cluster mode the node registers no Kafka listener
         config = config.with_overrides({"listeners": ""})
-    doors = [] if sock is None else [lambda broker, guard: kafka_door(broker, config, sock, guard)]
+    doors = [] if sock is None else [lambda broker, guard, txns: kafka_door(broker, config, sock, guard, txns)]
     serve(config, insecure=args.insecure, doors=doors)

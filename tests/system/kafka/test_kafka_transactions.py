@@ -1,0 +1,178 @@
+"""Kafka's transactional producer (librdkafka, through confluent-kafka) against a real ``logstore serve``.
+
+One coordinator behind both doors: a transaction committed through the Kafka
+listener lands in the Delta tables exactly as one committed over HTTP; an
+aborted or fenced one leaves nothing; a ``read_committed`` consumer reads the
+committed records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.support.server import Server, free_port
+
+ck = pytest.importorskip("confluent_kafka")
+admin = pytest.importorskip("confluent_kafka.admin")
+
+
+def _kafka_server(server: Callable[..., Server], **config: object) -> tuple[Server, str]:
+    port = free_port()
+    return server(listeners=f"PLAINTEXT://127.0.0.1:{port}", **config), f"127.0.0.1:{port}"
+
+
+def _create(bootstrap: str, *topics: tuple[str, int]) -> None:
+    client = admin.AdminClient({"bootstrap.servers": bootstrap})
+    for future in client.create_topics([admin.NewTopic(t, n) for t, n in topics]).values():
+        future.result(timeout=30)
+
+
+def _producer(bootstrap: str, tid: str) -> Any:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
+    p.init_transactions(30)
+    return p
+
+
+def _rows(s: Server, topic: str) -> list[dict[str, Any]]:
+    table = DeltaTable(str(s.root / "topics" / topic)).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda r: (r["partition"], r["offset"]))
+
+
+def _consumer(bootstrap: str, group: str, **extra: Any) -> Any:
+    return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **extra})
+
+
+def test_a_transaction_over_two_topics_and_a_groups_offsets_commits_all_at_once(
+    server: Callable[..., Server],
+) -> None:
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("in", 1), ("out", 2), ("audit", 1))
+    with s.client() as http:  # what the consumer read: offsets 0..2 of "in"
+        r = http.post("/v1/topics/in/records", json={"records": [{"value": f"in-{i}"} for i in range(3)]})
+        assert r.status_code == 200, r.text
+
+    consumer = _consumer(bootstrap, "copier")
+    consumer.assign([ck.TopicPartition("in", 0, 0)])
+    producer = _producer(bootstrap, "copier-1")
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("out", key=f"k{i}".encode(), value=f"out-{i}".encode(), partition=i % 2)
+    producer.produce("audit", value=b"copied 3")
+    producer.flush(30)
+    assert _rows(s, "out") == [] and _rows(s, "audit") == []  # staged, not in the tables
+    producer.send_offsets_to_transaction([ck.TopicPartition("in", 0, 3)], consumer.consumer_group_metadata(), 30)
+    with s.client() as http:
+        r = http.get("/v1/transactions/copier-1")
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "Ongoing"
+    producer.commit_transaction(30)
+
+    out = _rows(s, "out")
+    assert [(r["partition"], r["offset"], r["value"]) for r in out] == [
+        (0, 0, b"out-0"),
+        (0, 1, b"out-2"),
+        (0, 2, b"out-4"),
+        (1, 0, b"out-1"),
+        (1, 1, b"out-3"),
+        (1, 2, b"out-5"),
+    ]
+    assert [r["key"] for r in out] == [b"k0", b"k2", b"k4", b"k1", b"k3", b"k5"]
+    assert [(r["offset"], r["value"]) for r in _rows(s, "audit")] == [(0, b"copied 3")]
+    committed = consumer.committed([ck.TopicPartition("in", 0)], 30)
+    assert committed[0].offset == 3
+    consumer.close()
+
+    # the next transaction continues the offsets, and read_committed consumers see it all
+    producer.begin_transaction()
+    producer.produce("audit", value=b"second")
+    producer.commit_transaction(30)
+    reader = _consumer(bootstrap, "readers", **{"isolation.level": "read_committed"})
+    reader.assign([ck.TopicPartition("audit", 0, 0)])
+    seen: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 2 and time.monotonic() < deadline:
+        msg = reader.poll(1)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            seen.append((msg.offset(), msg.value()))
+    reader.close()
+    assert seen == [(0, b"copied 3"), (1, b"second")]
+
+
+def test_an_aborted_transaction_leaves_nothing_in_the_tables(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("out", 1), ("in", 1))
+    consumer = _consumer(bootstrap, "g")
+    producer = _producer(bootstrap, "t")
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce("out", value=f"v{i}".encode())
+    producer.flush(30)
+    producer.send_offsets_to_transaction([ck.TopicPartition("in", 0, 7)], consumer.consumer_group_metadata(), 30)
+    producer.abort_transaction(30)
+    assert _rows(s, "out") == []
+    assert consumer.committed([ck.TopicPartition("in", 0)], 30)[0].offset < 0
+    with s.client() as http:
+        assert http.get("/v1/transactions/t").json()["state"] == "CompleteAbort"
+    # the producer carries on: its next transaction commits, from offset 0
+    producer.begin_transaction()
+    producer.produce("out", value=b"kept")
+    producer.commit_transaction(30)
+    assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"kept")]
+    consumer.close()
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
+    server: Callable[..., Server],
+) -> None:
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("out", 1))
+    zombie = _producer(bootstrap, "job")
+    zombie.begin_transaction()
+    zombie.produce("out", value=b"zombie")
+    zombie.flush(30)
+
+    successor = _producer(bootstrap, "job")  # its init aborts the zombie's transaction and bumps the epoch
+    with pytest.raises(ck.KafkaException) as failed:
+        zombie.commit_transaction(30)
+    error = failed.value.args[0]
+    assert error.fatal() or error.code() in (ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED), error
+    assert error.code() in (
+        ck.KafkaError._FENCED,
+        ck.KafkaError.PRODUCER_FENCED,
+        ck.KafkaError.INVALID_PRODUCER_EPOCH,
+    ), error
+
+    successor.begin_transaction()
+    successor.produce("out", value=b"successor")
+    successor.commit_transaction(30)
+    assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"successor")]
+
+
+def test_http_and_kafka_transactions_write_indistinguishable_rows(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("out", 1))
+    ts = 1_700_000_000_000
+    producer = _producer(bootstrap, "kafka-side")
+    producer.begin_transaction()
+    producer.produce("out", key=b"k", value=b"v", headers=[("h", b"1")], timestamp=ts)
+    producer.commit_transaction(30)
+    with s.client() as http:
+        epoch = http.post("/v1/transactions/http-side/init", json={}).json()["producer_epoch"]
+        r = http.post(
+            "/v1/topics/out/records",
+            params={"transactional_id": "http-side", "producer_epoch": epoch},
+            json={"records": [{"key": "k", "value": "v", "headers": [{"key": "h", "value": "1"}], "timestamp": ts}]},
+        )
+        assert r.status_code == 200, r.text
+        r = http.post("/v1/transactions/http-side/commit", json={"producer_epoch": epoch})
+        assert r.status_code == 200, r.text
+    first, second = _rows(s, "out")
+    assert (first["offset"], second["offset"]) == (0, 1)
+    differing = {k for k in first if first[k] != second[k]}
+    assert differing <= {"offset", "producer_id", "sequence"}, (first, second)
