@@ -82,9 +82,7 @@ class Handlers:
         self.node_id = max(config.node_id, 0)
         self._producer_ids = itertools.count()
         self._last_pid = 0
-        self.transactional: TransactionalProduce | None = None
-        """Where a transactional batch goes (:meth:`kafka_api.transactions.TransactionHandlers.produce`); None:
-        refused, the listener having no transaction coordinator."""
+        self.transactional: TransactionalProduce | None = None  # kafka_api.transactions; None: batches refused
 
     # -- ApiVersions, Metadata, FindCoordinator ---------------------------------------------
 

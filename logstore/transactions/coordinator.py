@@ -305,10 +305,7 @@ class TransactionCoordinator:
     def begin(self, tid: str, epoch: int) -> None:
         """Begin ``tid``'s transaction unless one is open (Kafka's AddPartitionsToTxn and AddOffsetsToTxn).
 
-        Raises:
-            TransactionalIdNotFoundError, ProducerFencedError: see :meth:`_held`.
-            InvalidTxnStateError: its previous transaction is completing (state ``PrepareCommit``).
-            KafkaStorageError: ``_transactions`` could not be written.
+        Raises: as :meth:`send_offsets`; InvalidTxnStateError while its previous one completes (``PrepareCommit``).
         """
         self._single_node()
         txn = self._held(tid, epoch)
@@ -319,10 +316,8 @@ class TransactionCoordinator:
     def transactional_id_of(self, producer_id: int) -> str | None:
         """The transactional id holding ``producer_id`` (Kafka's produce names only the producer id); None if none."""
         with self._guard:
-            for tid, txn in self._txns.items():
-                if txn.row.producer_id == producer_id and txn.row.update_ms >= 0:
-                    return tid
-        return None
+            held = [t for t, x in self._txns.items() if x.row.producer_id == producer_id and x.row.update_ms >= 0]
+        return held[0] if held else None
 
     def send_offsets(self, tid: str, epoch: int, group: str, offsets: list[tuple[str, int, int]]) -> None:
         """Commit ``offsets`` ((topic, partition, next offset to read)) for ``group`` with ``tid``'s transaction.

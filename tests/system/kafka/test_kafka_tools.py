@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.support.server import Server, free_port
 
@@ -114,3 +115,35 @@ def test_kafka_consumer_groups_lists_and_describes_committed_offsets(server: Cal
     described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--group", "billing")
     rows = [line.split()[:6] for line in described.splitlines() if line.startswith("billing")]
     assert rows == [["billing", "lagging", "0", "2", "5", "3"], ["billing", "lagging", "1", "5", "5", "0"]]
+
+
+def test_transactional_message_copier_copies_exactly_once_through_aborts(server: Callable[..., Server]) -> None:
+    """Kafka's TransactionalMessageCopier (the Java client's transactional producer, its read_committed consumer,
+    sendOffsetsToTransaction with group metadata, random aborts): every input record lands in the output once."""
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    with s.client() as http:
+        for name in ("in", "out"):
+            assert http.post("/v1/topics", json={"name": name, "partitions": 1}).status_code == 201
+        r = http.post("/v1/topics/in/records", json={"records": [{"value": f"m{i}"} for i in range(40)]})
+        assert r.status_code == 200, r.text
+    _tool(
+        "org.apache.kafka.tools.TransactionalMessageCopier",
+        *("--broker-list", f"127.0.0.1:{port}", "--transactional-id", "copier", "--consumer-group", "copiers"),
+        *("--input-topic", "in", "--input-partition", "0", "--output-topic", "out"),
+        *("--max-messages", "40", "--transaction-size", "7", "--enable-random-aborts", "--use-group-metadata"),
+    )
+    rows = DeltaTable(str(s.root / "topics" / "out")).to_pyarrow_table(columns=["offset", "value"]).to_pylist()
+    assert sorted(r["value"] for r in rows) == sorted(f"m{i}".encode() for i in range(40))
+    assert sorted(r["offset"] for r in rows) == list(range(40))
+    with s.client() as http:
+        group = http.get("/v1/groups/copiers")
+        assert group.status_code == 200, group.text
+        assert "40" in group.text
+    listed = _tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", f"127.0.0.1:{port}", "list")
+    assert "copier" in listed and "CompleteCommit" in listed, listed
+    described = _tool(
+        "org.apache.kafka.tools.TransactionsCommand",
+        *("--bootstrap-server", f"127.0.0.1:{port}", "describe", "--transactional-id", "copier"),
+    )
+    assert "CompleteCommit" in described, described
