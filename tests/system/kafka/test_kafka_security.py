@@ -422,3 +422,41 @@ def test_a_consumer_over_its_quota_gets_throttle_time_ms(tmp_path: Path, server:
             assert len(response.responses[0].partitions[0].records or b"") > 30_000  # never refused, always served
             throttles.append(response.throttle_time.total_seconds())
     assert any(t > 0 for t in throttles), throttles
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(tmp_path: Path, server: StartServer) -> None:
+    node, bootstrap, keys = _secured(tmp_path, server)
+    conf = _conf(bootstrap, "alice", keys["alice"], **{"transactional.id": "alice-etl"})
+    with pytest.raises(ck.KafkaException) as denied:
+        ck.Producer(conf).init_transactions(30)
+    assert denied.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    acl = {
+        "principal": "User:alice",
+        "resource_type": "transactional_id",
+        "resource_name": "alice-etl",
+        "pattern_type": "literal",
+        "operation": "WRITE",
+        "permission": "ALLOW",
+    }
+    with node.client(api_key=keys["admin"]) as http:
+        r = http.post("/v1/admin/acls", json={"acls": [acl]})
+        assert r.status_code == 200, r.text
+    producer = ck.Producer(conf)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("orders", value=b"in a transaction", partition=0)
+    producer.commit_transaction(30)
+    with node.client(api_key=keys["admin"]) as http:
+        r = http.get("/v1/topics/orders/partitions/0/records", params={"offset": 0})
+        assert [rec["value"] for rec in r.json()["records"]] == ["in a transaction"]
+    # a topic alice may not write: its record fails delivery, the transaction must abort, nothing lands
+    reports: list[Any] = []
+    producer.begin_transaction()
+    producer.produce("hidden", value=b"no", on_delivery=lambda e, m: reports.append(e))
+    with pytest.raises(ck.KafkaException) as refused:
+        producer.commit_transaction(30)
+    assert refused.value.args[0].txn_requires_abort(), refused.value
+    assert [e.code() for e in reports] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    producer.abort_transaction(30)
+    with node.client(api_key=keys["admin"]) as http:
+        assert http.get("/v1/topics/hidden").json()["partitions"][0]["high_watermark"] == 0
