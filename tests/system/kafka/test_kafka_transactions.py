@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support.server import Server, free_port
+from tests.system.kafka.raw import produce_frame, produce_response, request
 
 ck = pytest.importorskip("confluent_kafka")
 admin = pytest.importorskip("confluent_kafka.admin")
@@ -176,3 +177,31 @@ def test_http_and_kafka_transactions_write_indistinguishable_rows(server: Callab
     assert (first["offset"], second["offset"]) == (0, 1)
     differing = {k for k in first if first[k] != second[k]}
     assert differing <= {"offset", "producer_id", "sequence"}, (first, second)
+
+
+def test_a_transactional_batch_retried_is_staged_once_and_an_old_epoch_is_refused(
+    server: Callable[..., Server],
+) -> None:
+    """Raw frames over one coordinator: ``init`` over HTTP, transactional batches over Kafka, commit over HTTP."""
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("out", 1))
+    with s.client() as http:
+        ids = http.post("/v1/transactions/raw/init", json={}).json()
+    pid, epoch = ids["producer_id"], ids["producer_epoch"]
+
+    def send(values: list[bytes], seq: int, producer_epoch: int = epoch) -> tuple[int, int]:
+        frame = produce_frame(
+            "out", 0, values, producer_id=pid, base_sequence=seq, producer_epoch=producer_epoch, transactional=True
+        )
+        return produce_response(request(bootstrap, frame))
+
+    assert send([b"a", b"b"], 0) == (0, -1)  # staged: no offset until the commit
+    assert send([b"a", b"b"], 0) == (0, -1)  # the producer's retry: answered, not staged again
+    assert send([b"c"], 2) == (0, -1)
+    assert send([b"e"], 5)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: a gap
+    assert send([b"x"], 3, producer_epoch=epoch - 1 if epoch else 7)[0] == 47  # INVALID_PRODUCER_EPOCH
+    assert _rows(s, "out") == []
+    with s.client() as http:
+        r = http.post("/v1/transactions/raw/commit", json={"producer_epoch": epoch})
+        assert r.status_code == 200, r.text
+    assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"a"), (1, b"b"), (2, b"c")]
