@@ -139,7 +139,8 @@ def test_transactional_message_copier_copies_exactly_once_through_aborts(server:
     with s.client() as http:
         group = http.get("/v1/groups/copiers")
         assert group.status_code == 200, group.text
-        assert "40" in group.text
+        partitions = group.json()["topics"][0]["partitions"]
+        assert [(p["partition"], p["committed_offset"]) for p in partitions] == [(0, 40)]
     listed = _tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", f"127.0.0.1:{port}", "list")
     assert "copier" in listed and "CompleteCommit" in listed, listed
     described = _tool(
