@@ -139,6 +139,8 @@ class TransactionHandlers:
                     )
             timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
             pid, epoch = await self._call(self.coordinator.init, tid, timeout_ms)
+            for key in [k for k in self._sequences if k[0] == tid]:  # the old epoch's sequences: gone with it
+                del self._sequences[key]
             out |= {"producer_id": pid, "producer_epoch": epoch}
         except Exception as e:
             out["error_code"] = self._code(22, version, e)

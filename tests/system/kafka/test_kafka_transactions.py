@@ -205,3 +205,28 @@ def test_a_transactional_batch_retried_is_staged_once_and_an_old_epoch_is_refuse
         r = http.post("/v1/transactions/raw/commit", json={"producer_epoch": epoch})
         assert r.status_code == 200, r.text
     assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_an_init_over_http_fences_a_kafka_producer_of_the_same_id(server: Callable[..., Server]) -> None:
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("out", 1))
+    producer = _producer(bootstrap, "shared")
+    producer.begin_transaction()
+    producer.produce("out", value=b"from kafka")
+    producer.flush(30)
+    with s.client() as http:
+        r = http.post("/v1/transactions/shared/init", json={})
+        assert r.status_code == 200, r.text
+        epoch = r.json()["producer_epoch"]
+    with pytest.raises(ck.KafkaException) as failed:
+        producer.commit_transaction(30)
+    assert failed.value.args[0].code() in (ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED), failed.value
+    with s.client() as http:
+        r = http.post(
+            "/v1/topics/out/records",
+            params={"transactional_id": "shared", "producer_epoch": epoch},
+            json={"records": [{"value": "from http"}]},
+        )
+        assert r.status_code == 200, r.text
+        assert http.post("/v1/transactions/shared/commit", json={"producer_epoch": epoch}).status_code == 200
+    assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"from http")]
