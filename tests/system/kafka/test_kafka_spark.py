@@ -77,13 +77,13 @@ def _sent(i: int, partitions: int, tag: str) -> tuple[int, bytes | None, bytes |
 
 
 def _confluent_produce(bootstrap: str, topic: str, partitions: int, n: int) -> list[Record]:
+    """``n`` records of :func:`_sent` through librdkafka (idempotent); their delivery reports (CreateTime)."""
     producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     delivered: list[Record] = []
 
     def report(err: Any, msg: Any, headers: Headers) -> None:
         assert err is None, err
-        kind, ts = msg.timestamp()
-        assert kind == ck.TIMESTAMP_CREATE_TIME
+        _, ts = msg.timestamp()  # CreateTime: a Produce answer's log_append_time_ms is -1 (docs/kafka-protocol.md)
         delivered.append((msg.partition(), msg.offset(), msg.key(), msg.value(), headers, ts, 0))
 
     for i in range(n):
@@ -152,7 +152,7 @@ def _table_records(s: Server, topic: str) -> list[Record]:
 
 
 def _http_records(s: Server, topic: str, partitions: int) -> list[Record]:
-    """Over ``GET .../records``, whose JSON has no timestamp type: -1 stands for it."""
+    """Over ``GET .../records`` (JSON: text or ``{"b64": …}``)."""
 
     def raw(v: Any) -> bytes | None:
         return None if v is None else base64.b64decode(v["b64"]) if isinstance(v, dict) else str(v).encode()
@@ -169,7 +169,8 @@ def _http_records(s: Server, topic: str, partitions: int) -> list[Record]:
                     if isinstance(h, list)
                     else [(k, raw(v)) for k, v in h.items()]
                 )
-                out.append((r["partition"], r["offset"], raw(r["key"]), raw(r["value"]), pairs, r["timestamp"], -1))
+                ts, kind = r["timestamp"], r["timestamp_type"]
+                out.append((r["partition"], r["offset"], raw(r["key"]), raw(r["value"]), pairs, ts, kind))
     return sorted(out)
 
 
@@ -358,4 +359,23 @@ def test_records_of_every_client_are_the_table_rows_and_read_back_alike_by_every
 
     assert _kafka_fetch(bootstrap, "doors", 2, 42) == table
     assert _spark_rows(_reader(spark, bootstrap, "doors")) == table
-    assert _http_records(s, "doors", 2) == [(*r[:6], -1) for r in table]
+    assert _http_records(s, "doors", 2) == table
+
+
+def test_log_append_time_is_the_timestamp_type_every_door_reads(
+    spark: SparkSession, server: Callable[..., Server]
+) -> None:
+    """A LogAppendTime topic: the table, HTTP, Kafka's Fetch and Spark's source all say 1 and the append time."""
+    s, bootstrap = _kafka_server(server)
+    client = admin.AdminClient({"bootstrap.servers": bootstrap})
+    topic = admin.NewTopic("stamped", 2, config={"message.timestamp.type": "LogAppendTime"})
+    for future in client.create_topics([topic]).values():
+        future.result(timeout=30)
+    before = int(time.time() * 1000)
+    _confluent_produce(bootstrap, "stamped", 2, 6)
+    table = _table_records(s, "stamped")
+    assert len(table) == 6
+    assert all(tt == 1 and ts >= before for *_, ts, tt in table)  # the producer's BASE_MS stamps were replaced
+    assert _http_records(s, "stamped", 2) == table
+    assert _kafka_fetch(bootstrap, "stamped", 2, 6) == table
+    assert _spark_rows(_reader(spark, bootstrap, "stamped")) == table
