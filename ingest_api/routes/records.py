@@ -243,11 +243,12 @@ def _fetch_body(result: FetchResult) -> dict[str, object]:
     else:
         headers = [_headers_json(h or []) for h in recs["headers"].to_pylist()]
     records = [
-        {"partition": p, "offset": o, "timestamp": t, "key": k, "value": v, "headers": h}
-        for p, o, t, k, v, h in zip(
+        {"partition": p, "offset": o, "timestamp": t, "timestamp_type": tt, "key": k, "value": v, "headers": h}
+        for p, o, t, tt, k, v, h in zip(
             recs["partition"].to_pylist(),
             recs["offset"].to_pylist(),
             ts,
+            recs["timestamp_type"].to_pylist(),
             _encode_column(recs["key"]),
             _encode_column(recs["value"]),
             headers,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.support.server import Server, free_port
 
@@ -114,3 +116,50 @@ def test_kafka_consumer_groups_lists_and_describes_committed_offsets(server: Cal
     described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--group", "billing")
     rows = [line.split()[:6] for line in described.splitlines() if line.startswith("billing")]
     assert rows == [["billing", "lagging", "0", "2", "5", "3"], ["billing", "lagging", "1", "5", "5", "0"]]
+
+
+def test_console_producer_headers_keys_and_nulls_are_the_table_rows(server: Callable[..., Server]) -> None:
+    """Kafka's console producer with ``parse.headers`` and ``null.marker``: each line is one row, byte for byte."""
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "lines", "partitions": 1}).status_code in (200, 201)
+    lines = [
+        "trace:1,trace:2,empty:NULL|k1|v1",  # a repeated header key, a null header value
+        "NULL|k2|v2",  # no headers ("NULL" as the whole header part)
+        "only:x|NULL|v3",  # a null key
+        "h:y|k4|NULL",  # a null value: a tombstone
+    ]
+    before = int(time.time() * 1000)
+    _tool(
+        "kafka.tools.ConsoleProducer",
+        "--bootstrap-server",
+        f"127.0.0.1:{port}",
+        "--topic",
+        "lines",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "parse.headers=true",
+        "--property",
+        "key.separator=|",
+        "--property",
+        "headers.delimiter=|",
+        "--property",
+        "null.marker=NULL",
+        "--producer-property",
+        "acks=all",
+        stdin="\n".join(lines) + "\n",
+    )
+    after = int(time.time() * 1000)
+    rows = DeltaTable(str(s.root / "topics" / "lines")).to_pyarrow_table().sort_by("offset").to_pylist()
+    assert [
+        (r["offset"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"] or []], r["timestamp_type"])
+        for r in rows
+    ] == [
+        (0, b"k1", b"v1", [("trace", b"1"), ("trace", b"2"), ("empty", None)], 0),
+        (1, b"k2", b"v2", [], 0),
+        (2, None, b"v3", [("only", b"x")], 0),
+        (3, b"k4", None, [("h", b"y")], 0),
+    ]
+    assert all(before <= int(r["timestamp"].timestamp() * 1000) <= after for r in rows)  # the producer's clock
