@@ -31,9 +31,11 @@ from typing import Any
 from kafka_api.admin import AdminHandlers
 from kafka_api.groups import GroupHandlers
 from kafka_api.handlers import Handlers, Listener
+from kafka_api.membership import CLIENT, MembershipHandlers
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
 from logstore.config import LogstoreConfig
 from logstore.errors import CorruptMessageError, InvalidConfigError, UnsupportedVersionError
+from logstore.groups.classic import ClassicCoordinator
 from logstore.node.broker import Broker
 
 __all__ = ["DEFAULT_LISTENERS", "KafkaServer", "bind_listener", "kafka_door", "parse_listener"]
@@ -138,7 +140,9 @@ class KafkaServer:
         self.handlers = Handlers(broker, config, advertised(config, sock))
         h = self.handlers
         admin = AdminHandlers(broker, config)
-        groups = GroupHandlers(broker)
+        self.classic = ClassicCoordinator(config)
+        groups = GroupHandlers(broker, self.classic)
+        members = MembershipHandlers(self.classic)
         self._apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
             1: h.fetch,
             2: h.list_offsets,
@@ -146,6 +150,10 @@ class KafkaServer:
             8: groups.offset_commit,
             9: groups.offset_fetch,
             10: h.find_coordinator,
+            11: members.join_group,
+            12: members.heartbeat,
+            13: members.leave_group,
+            14: members.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
             18: h.api_versions,
@@ -158,6 +166,7 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        self.classic.start()
         self._server = await asyncio.start_server(self._connection, sock=self.sock)
         host, port = self.sock.getsockname()[:2]
         print(f"logstore serving the Kafka protocol on PLAINTEXT://{host}:{port}", flush=True)
@@ -172,6 +181,7 @@ class KafkaServer:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.classic.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -226,6 +236,7 @@ class KafkaServer:
                 )
                 return
             header = read_header(frame)
+            CLIENT.set((header.client_id or "", str(peer[0]) if isinstance(peer, tuple) else ""))
             answers.put_nowait((header, await self._dispatch(header, frame)))
 
     async def _dispatch(self, header: FrameHeader, frame: bytes) -> Awaitable[Any]:

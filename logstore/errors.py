@@ -20,6 +20,7 @@ __all__ = [
     "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
     "CorruptMessageError",
+    "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidRequestError",
+    "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "KafkaStorageError",
@@ -42,6 +44,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
+    "RebalanceInProgressError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "SaslAuthenticationFailedError",
@@ -290,6 +293,36 @@ class UnknownMemberIdError(LogstoreError):
 
     code = 25
     name = "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeoutError(LogstoreError):
+    """A member's ``session.timeout.ms`` is outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
+
+    code = 26
+    name = "INVALID_SESSION_TIMEOUT"
+
+
+class RebalanceInProgressError(LogstoreError):
+    """The group is rebalancing: the member joins again (its next poll does) and then retries.
+
+    A Kafka-protocol member learns of a rebalance from its heartbeat; a
+    commit made while the group waits for the leader's assignment is refused
+    with this error and made again after the member rejoined.
+    """
+
+    code = 27
+    name = "REBALANCE_IN_PROGRESS"
+    retriable = True
+
+
+class FencedInstanceIdError(LogstoreError):
+    """A static member (``group.instance.id``) was replaced by a newer member with the same instance id.
+
+    Two consumers run with one ``group.instance.id``: give each its own.
+    """
+
+    code = 82
+    name = "FENCED_INSTANCE_ID"
 
 
 class InvalidGroupIdError(LogstoreError):

@@ -140,7 +140,8 @@ class GroupCoordinator:
         Raises:
             InvalidGroupIdError: empty group name.
             InvalidRequestError: no topics, an unknown assignor or offset reset.
-            InconsistentGroupProtocolError: the group's live members use another assignor.
+            InconsistentGroupProtocolError: the group's live members use another assignor, or it has members
+                through the Kafka listener.
             UnknownTopicOrPartitionError: a topic does not exist.
             GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
         """
@@ -165,6 +166,8 @@ class GroupCoordinator:
                     f"consumer group '{group}' uses the assignor '{g.assignor}'; "
                     f"set partition.assignment.strategy={g.assignor} (or stop its members first)"
                 )
+            if not g.leases:
+                self._refuse_kafka_group(group)
             self._hold_leases(g, wanted)
             if not g.members:
                 g.assignor = assignor
@@ -430,6 +433,15 @@ class GroupCoordinator:
             )
             lease.acquire([topic])
             g.leases[topic] = lease
+
+    def _refuse_kafka_group(self, group: str) -> None:
+        """A group with members through the Kafka listener (its leases say ``door: kafka``) takes no HTTP member."""
+        doors = GroupLease(self._store.config.root, group).live_doors()
+        if "kafka" in doors.values():
+            raise InconsistentGroupProtocolError(
+                f"consumer group '{group}' has members through the Kafka protocol listener (JoinGroup); a group is "
+                "served by one door at a time: stop those consumers or use another group.id"
+            )
 
     def _release_unused_leases(self, g: ConsumerGroup) -> None:
         used = {t for m in g.members.values() for t in m.topics}
