@@ -288,10 +288,10 @@ class ClassicCoordinator:
                     f"consumer group '{group}' has no generation {generation} here (it has no members: join first, "
                     "or commit with generation -1)"
                 )
-        if g.state == COMPLETING:
-            raise RebalanceInProgressError(f"consumer group '{group}' is rebalancing: commit after joining again")
         m = g.current(member_id, instance_id, generation)
         m.last_seen = self._clock()
+        if g.state == COMPLETING:  # a current member that has no assignment yet (as Kafka answers it)
+            raise RebalanceInProgressError(f"consumer group '{group}' is rebalancing: commit after its SyncGroup")
         return True
 
     async def renew(self, group: str, topics: set[str]) -> None:
