@@ -236,7 +236,7 @@ class KafkaServer:
                 )
                 return
             header = read_header(frame)
-            CLIENT.set((header.client_id or "", str(peer[0]) if isinstance(peer, tuple) else ""))
+            CLIENT.set((header.client_id or "", f"/{peer[0]}" if isinstance(peer, tuple) else ""))  # Kafka's form
             answers.put_nowait((header, await self._dispatch(header, frame)))
 
     async def _dispatch(self, header: FrameHeader, frame: bytes) -> Awaitable[Any]:
