@@ -375,18 +375,22 @@ class ClassicCoordinator:
             task.add_done_callback(_log_failure)
             self._releasing[group] = task
 
+    def tick(self) -> None:
+        """Remove members whose session ran out and complete rebalances whose time is up (every ``_SWEEP_S``)."""
+        now = self._clock()
+        for name, g in list(self._groups.items()):
+            try:
+                g.expire(now)
+                g.maybe_complete(now)
+                if not g.members:
+                    self._release_if_empty(name)
+            except Exception as e:  # one group's defect must not stop the sweep of the others
+                log.exception("classic group '%s': sweep failed: %s", name, describe(e))
+
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_S)
-            now = self._clock()
-            for name, g in list(self._groups.items()):
-                try:
-                    g.expire(now)
-                    g.maybe_complete(now)
-                    if not g.members:
-                        self._release_if_empty(name)
-                except Exception as e:  # one group's defect must not stop the sweep of the others
-                    log.exception("classic group '%s': sweep failed: %s", name, describe(e))
+            self.tick()
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -25,7 +25,7 @@ when they are not the group's, ``REBALANCE_IN_PROGRESS`` while it rebalances.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from logstore.errors import (
@@ -47,6 +47,9 @@ __all__ = [
     "JoinAnswer",
     "MemberView",
 ]
+
+_DEPARTED_KEPT = 1_000
+"""Departed members remembered per group, so that their next request says why they are gone."""
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -147,6 +150,8 @@ class ClassicGroup:
     members: dict[str, ClassicMember] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)
     """group.instance.id → member id of its static members."""
+    departed: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Recently removed members → why (the message of their next request's ``UNKNOWN_MEMBER_ID``)."""
     deadline: float = 0.0
     """While preparing a rebalance: when it completes with the members that rejoined by then."""
     initial_limit: float = 0.0
@@ -168,10 +173,8 @@ class ClassicGroup:
             )
         m = self.members.get(member_id)
         if m is None:
-            raise UnknownMemberIdError(
-                f"consumer group '{self.name}' has no member '{member_id}' (it left, or no heartbeat came within "
-                "its session.timeout.ms); join again"
-            )
+            why = self.departed.get(member_id, "it left, or no heartbeat came within its session.timeout.ms")
+            raise UnknownMemberIdError(f"consumer group '{self.name}' has no member '{member_id}' ({why}); join again")
         return m
 
     def current(self, member_id: str, instance_id: str | None, generation: int) -> ClassicMember:
@@ -282,6 +285,9 @@ class ClassicGroup:
         settle(m.syncing, error=gone)
         if self.leader == member_id:
             self.leader = ""
+        self.departed[member_id] = why
+        while len(self.departed) > _DEPARTED_KEPT:
+            self.departed.popitem(last=False)
 
     def changed(self, now: float) -> None:
         """Membership changed (a leave or an expiry): rebalance, or complete the one under way if all are in."""

@@ -120,7 +120,9 @@ def _poll_until(members: list[Member], done: Callable[[], bool], what: str, time
             m.poll()
         if done():
             return
-    raise AssertionError(f"timed out waiting for {what}: " + "; ".join(f"{m.name} {sorted(m.assigned)}" for m in members))
+    raise AssertionError(
+        f"timed out waiting for {what}: " + "; ".join(f"{m.name} {sorted(m.assigned)}" for m in members)
+    )
 
 
 def _all_read(members: list[Member], n: int) -> Callable[[], bool]:
@@ -171,7 +173,12 @@ def test_commit_then_seek_and_a_new_member_resumes_at_the_commit(server: Callabl
         producer.produce("ledger", value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
     consumer = ck.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "audit", "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "audit",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
     )
     consumer.subscribe(["ledger"])
     values = []
