@@ -167,7 +167,7 @@ class GroupCoordinator:
                     f"set partition.assignment.strategy={g.assignor} (or stop its members first)"
                 )
             if not g.leases:
-                self._refuse_kafka_group(group)
+                _refuse_kafka_group(self._store.config.root, group)
             self._hold_leases(g, wanted)
             if not g.members:
                 g.assignor = assignor
@@ -434,15 +434,6 @@ class GroupCoordinator:
             lease.acquire([topic])
             g.leases[topic] = lease
 
-    def _refuse_kafka_group(self, group: str) -> None:
-        """A group with members through the Kafka listener (its leases say ``door: kafka``) takes no HTTP member."""
-        doors = GroupLease(self._store.config.root, group).live_doors()
-        if "kafka" in doors.values():
-            raise InconsistentGroupProtocolError(
-                f"consumer group '{group}' has members through the Kafka protocol listener (JoinGroup); a group is "
-                "served by one door at a time: stop those consumers or use another group.id"
-            )
-
     def _release_unused_leases(self, g: ConsumerGroup) -> None:
         used = {t for m in g.members.values() for t in m.topics}
         for topic in [t for t in g.leases if t not in used]:
@@ -503,3 +494,12 @@ class GroupCoordinator:
         with g.lock:
             if g.positions.get(tp) == stale:
                 g.positions[tp] = new
+
+
+def _refuse_kafka_group(root: str, group: str) -> None:
+    """A group with members through the Kafka listener (its leases say ``door: kafka``) takes no HTTP member."""
+    if "kafka" in GroupLease(root, group).live_doors().values():
+        raise InconsistentGroupProtocolError(
+            f"consumer group '{group}' has members through the Kafka protocol listener (JoinGroup); a group is "
+            "served by one door at a time: stop those consumers or use another group.id"
+        )

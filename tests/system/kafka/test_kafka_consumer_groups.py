@@ -136,19 +136,23 @@ def _spread(members: list[Member]) -> Callable[[], bool]:
     )
 
 
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
 def test_a_group_of_three_rebalances_on_join_and_leave_and_reads_every_record_once(
-    server: Callable[..., Server],
+    server: Callable[..., Server], assignor: str
 ) -> None:
+    """Eager (range: every member gives everything up at each rebalance) and incremental (cooperative-sticky:
+    only what moves is revoked, in a second rebalance) assignment, both the clients' own."""
     s, bootstrap = _kafka_server(server)
     _create(bootstrap, "orders", PARTITIONS)
     _produce(bootstrap, "orders", 0, 300)
     owners: dict[int, str] = {}
-    a = Member("a", bootstrap, "billing", "orders", owners)
-    b = Member("b", bootstrap, "billing", "orders", owners)
+    strategy = {"partition.assignment.strategy": assignor}
+    a = Member("a", bootstrap, "billing", "orders", owners, **strategy)
+    b = Member("b", bootstrap, "billing", "orders", owners, **strategy)
     _poll_until([a, b], _spread([a, b]), "a and b to share the partitions")
     _poll_until([a, b], _all_read([a, b], 300), "the first 300 records")
 
-    c = Member("c", bootstrap, "billing", "orders", owners)  # joins: a rebalance over three
+    c = Member("c", bootstrap, "billing", "orders", owners, **strategy)  # joins: a rebalance over three
     _produce(bootstrap, "orders", 300, 300)
     _poll_until([a, b, c], lambda: _spread([a, b, c])() and _all_read([a, b, c], 600)(), "a, b and c to share")
     assert all(len(m.assigned) == 2 for m in (a, b, c))
