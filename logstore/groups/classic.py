@@ -50,6 +50,7 @@ from logstore.groups.classic_group import (
     ClassicMember,
     GroupView,
     JoinAnswer,
+    settle,
 )
 from logstore.groups.leases import GroupLease
 
@@ -227,6 +228,7 @@ class ClassicCoordinator:
         if g.state == PREPARING:
             raise RebalanceInProgressError(f"consumer group '{group}' is rebalancing: join again")
         if g.state == COMPLETING:
+            settle(m.syncing, error=RebalanceInProgressError("a newer SyncGroup of this member replaced this one"))
             m.syncing = asyncio.get_running_loop().create_future()
             fut = m.syncing
             g.sync(m, assignments)

@@ -46,6 +46,7 @@ __all__ = [
     "GroupView",
     "JoinAnswer",
     "MemberView",
+    "settle",
 ]
 
 _DEPARTED_KEPT = 1_000
