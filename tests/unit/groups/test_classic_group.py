@@ -18,6 +18,7 @@ from kafka_api.membership import subscribed_topics
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     FencedInstanceIdError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
@@ -200,6 +201,8 @@ def test_a_group_with_http_members_refuses_kafka_members_and_the_reverse(tmp_pat
         kafka = await c.join("kafka", _joining())
         with pytest.raises(InconsistentGroupProtocolError, match="Kafka protocol listener"):
             await asyncio.to_thread(http.join, "kafka", ["t"])
+        with pytest.raises(GroupSubscribedToTopicError):  # what a Spark query of the group takes first
+            await asyncio.to_thread(GroupLease(str(tmp_path), "kafka").acquire, ["t"])
         c.leave("kafka", [(kafka.member_id, None)])
         for _ in range(1000):  # the leases are released in a thread
             if not GroupLease(str(tmp_path), "kafka").live_doors():
