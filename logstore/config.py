@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logstore._config_keys import apply_overrides, flatten
+from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
 
 __all__ = [
@@ -50,13 +51,6 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _MIB = 1024 * 1024
 _DAY_MS = 24 * 3600 * 1000
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 DEFAULT_IO_THREADS = min(4, usable_cores())
@@ -324,7 +318,8 @@ class LogstoreConfig:
             "num.io.threads",
             "Threads that commit the ingest node's topics to Delta, shared by every topic "
             "(a topic commits on one of them at a time, and costs none while idle). "
-            "Default: the CPU cores this process may run on, at most 4.",
+            "Default: the CPU cores this process may run on (its affinity mask, at most its cgroup's CPU quota: a "
+            "container's CPU limit), at most 4.",
             minimum=1,
         ),
     )
