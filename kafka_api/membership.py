@@ -16,7 +16,7 @@ import struct
 from typing import Any
 
 from kafka_api.protocol import build, response_class
-from logstore.errors import InvalidTopicError, LogstoreError
+from logstore.errors import InvalidTopicError, LogstoreError, MemberIdRequiredError
 from logstore.groups.classic import ClassicCoordinator, Joining
 from logstore.log.catalog import validate_topic_name
 
@@ -76,13 +76,15 @@ class MembershipHandlers:
             protocol_type=req.protocol_type,
             protocols=protocols,
             topics=subscribed_topics(protocols) if req.protocol_type == "consumer" else frozenset(),
+            requires_member_id=version >= 4,
         )
         base = {"throttle_time": 0, "skip_assignment": False}
         try:
             a = await self.classic.join(req.group_id, joining)
         except LogstoreError as e:
             failed = {"error_code": e.code, "generation_id": -1, "protocol_name": "", "leader": "", "members": []}
-            return build(response_class(_JOIN_GROUP, version), base | failed | {"member_id": req.member_id})
+            member_id = e.member_id if isinstance(e, MemberIdRequiredError) else req.member_id
+            return build(response_class(_JOIN_GROUP, version), base | failed | {"member_id": member_id})
         members = [{"member_id": m, "group_instance_id": i, "metadata": data} for m, i, data in a.members]
         answer = {
             "error_code": 0,

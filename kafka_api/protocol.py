@@ -45,7 +45,7 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     8: (2, 9),  # OffsetCommit: v10 names topics by id
     9: (1, 9),  # OffsetFetch
     10: (0, 5),  # FindCoordinator
-    11: (0, 9),  # JoinGroup: the classic protocol, client-side assignors (no MEMBER_ID_REQUIRED round trip)
+    11: (0, 9),  # JoinGroup: the classic protocol, client-side assignors; v4+: MEMBER_ID_REQUIRED first
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup

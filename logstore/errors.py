@@ -37,6 +37,7 @@ __all__ = [
     "InvalidTopicError",
     "KafkaStorageError",
     "LogstoreError",
+    "MemberIdRequiredError",
     "MessageTooLargeError",
     "NetworkExceptionError",
     "NonEmptyGroupError",
@@ -323,6 +324,22 @@ class FencedInstanceIdError(LogstoreError):
 
     code = 82
     name = "FENCED_INSTANCE_ID"
+
+
+class MemberIdRequiredError(LogstoreError):
+    """A new dynamic member is given its member id first and joins again with it (Kafka's KIP-394).
+
+    So a JoinGroup the client gives up on leaves no member behind: the id
+    becomes a member only when the client comes back with it.
+    """
+
+    code = 79
+    name = "MEMBER_ID_REQUIRED"
+
+    def __init__(self, message: str, *, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+        """The id to join with."""
 
 
 class InvalidGroupIdError(LogstoreError):

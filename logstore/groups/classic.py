@@ -38,6 +38,7 @@ from logstore.errors import (
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     LogstoreError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -77,6 +78,7 @@ class Joining:
         protocol_type: str,
         protocols: tuple[tuple[str, bytes], ...],
         topics: frozenset[str],
+        requires_member_id: bool = False,
     ) -> None:
         self.member_id = member_id
         self.instance_id = instance_id
@@ -88,6 +90,8 @@ class Joining:
         self.protocols = protocols
         self.topics = topics
         """The topics its subscription names (for the group's leases); empty for protocols other than ``consumer``."""
+        self.requires_member_id = requires_member_id
+        """Whether a new dynamic member gets its id first (``MEMBER_ID_REQUIRED``: JoinGroup v4+, as in Kafka)."""
 
     def member(self, member_id: str, now: float) -> ClassicMember:
         return ClassicMember(
@@ -119,6 +123,8 @@ class ClassicCoordinator:
         self._topics: dict[str, set[str]] = {}
         self._lease_lock: dict[str, asyncio.Lock] = {}
         self._releasing: dict[str, asyncio.Task[None]] = {}
+        self._given: dict[tuple[str, str], float] = {}
+        """(group, member id) handed out with ``MEMBER_ID_REQUIRED`` → until when it may join (loop time)."""
         self._sweeper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -162,8 +168,13 @@ class ClassicCoordinator:
             )
         if not joining.protocol_type or not joining.protocols:
             raise InconsistentGroupProtocolError("a member must name its protocol type and at least one assignor")
-        if joining.member_id:  # a rejoin: of a member this group has (before any lease is taken)
+        given = self._given.pop((group, joining.member_id), None) is not None
+        if joining.member_id and not given:  # a rejoin: of a member this group has (before any lease is taken)
             self._known(group, joining.member_id).member(joining.member_id, joining.instance_id)
+        if not joining.member_id and joining.instance_id is None and joining.requires_member_id:
+            member_id = f"{joining.client_id or 'member'}-{uuid.uuid4()}"
+            self._given[(group, member_id)] = self._clock() + joining.session_timeout_ms / 1000
+            raise MemberIdRequiredError(f"join group '{group}' again with member id '{member_id}'", member_id=member_id)
         await self._hold(group, joining.topics)
         g = self._group(group)
         if not g.compatible(joining.protocol_type, joining.protocols, joining.member_id):
@@ -175,8 +186,8 @@ class ClassicCoordinator:
                 "partition.assignment.strategy on every member"
             )
         now = self._clock()
-        if not joining.member_id:
-            member_id = f"{joining.client_id or 'member'}-{uuid.uuid4()}"
+        if not joining.member_id or given:
+            member_id = joining.member_id or f"{joining.client_id or 'member'}-{uuid.uuid4()}"
             old = g.instances.get(joining.instance_id) if joining.instance_id is not None else None
             if old is not None:
                 return await self._rejoin_static(g, old, joining.member(member_id, now), now)
@@ -380,6 +391,8 @@ class ClassicCoordinator:
     def tick(self) -> None:
         """Remove members whose session ran out and complete rebalances whose time is up (every ``_SWEEP_S``)."""
         now = self._clock()
+        for key in [k for k, until in self._given.items() if until < now]:
+            del self._given[key]  # handed out, never used: the client gave up
         for name, g in list(self._groups.items()):
             try:
                 g.expire(now)

@@ -64,6 +64,7 @@ class Member:
         self.read: list[tuple[int, int]] = []
         self.assigned: set[int] = set()
         self.errors: list[str] = []
+        self.closed = False
         self.consumer = ck.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -110,7 +111,10 @@ class Member:
             )
 
     def close(self) -> None:
-        self.consumer.close()  # commits nothing more (all is committed), leaves the group: LeaveGroup
+        """Leave the group (LeaveGroup); all it read is committed already. Once: later calls do nothing."""
+        if not self.closed:
+            self.closed = True
+            self.consumer.close()
 
 
 def _poll_until(members: list[Member], done: Callable[[], bool], what: str, timeout_s: float = 90) -> None:
@@ -149,24 +153,28 @@ def test_a_group_of_three_rebalances_on_join_and_leave_and_reads_every_record_on
     strategy = {"partition.assignment.strategy": assignor}
     a = Member("a", bootstrap, "billing", "orders", owners, **strategy)
     b = Member("b", bootstrap, "billing", "orders", owners, **strategy)
-    _poll_until([a, b], _spread([a, b]), "a and b to share the partitions")
-    _poll_until([a, b], _all_read([a, b], 300), "the first 300 records")
+    members = [a, b]
+    try:
+        _poll_until([a, b], _spread([a, b]), "a and b to share the partitions")
+        _poll_until([a, b], _all_read([a, b], 300), "the first 300 records")
 
-    c = Member("c", bootstrap, "billing", "orders", owners, **strategy)  # joins: a rebalance over three
-    _produce(bootstrap, "orders", 300, 300)
-    _poll_until([a, b, c], lambda: _spread([a, b, c])() and _all_read([a, b, c], 600)(), "a, b and c to share")
-    assert all(len(m.assigned) == 2 for m in (a, b, c))
+        c = Member("c", bootstrap, "billing", "orders", owners, **strategy)  # joins: a rebalance over three
+        members.append(c)
+        _produce(bootstrap, "orders", 300, 300)
+        _poll_until([a, b, c], lambda: _spread([a, b, c])() and _all_read([a, b, c], 600)(), "a, b and c to share")
+        assert all(len(m.assigned) == 2 for m in (a, b, c))
 
-    a.close()  # leaves: b and c take its partitions
-    _produce(bootstrap, "orders", 600, 300)
-    _poll_until([b, c], lambda: _spread([b, c])() and _all_read([a, b, c], 900)(), "b and c to take a's partitions")
+        a.close()  # leaves: b and c take its partitions
+        _produce(bootstrap, "orders", 600, 300)
+        _poll_until([b, c], lambda: _spread([b, c])() and _all_read([a, b, c], 900)(), "b and c to take a's partitions")
 
-    read = sorted(r for m in (a, b, c) for r in m.read)
-    assert read == sorted({(i % PARTITIONS, i // PARTITIONS) for i in range(900)})  # each record once: none lost
-    assert [e for m in (a, b, c) for e in m.errors] == []
-    assert _http_committed(s, "billing", "orders") == {p: 150 for p in range(PARTITIONS)}
-    b.close()
-    c.close()
+        read = sorted(r for m in (a, b, c) for r in m.read)
+        assert read == sorted({(i % PARTITIONS, i // PARTITIONS) for i in range(900)})  # each record once: none lost
+        assert [e for m in (a, b, c) for e in m.errors] == []
+        assert _http_committed(s, "billing", "orders") == {p: 150 for p in range(PARTITIONS)}
+    finally:
+        for m in members:
+            m.close()
 
 
 def test_commit_then_seek_and_a_new_member_resumes_at_the_commit(server: Callable[..., Server]) -> None:

@@ -19,7 +19,7 @@ from kafka_api.protocol import build
 from tests.support.server import Server, free_port
 
 NONE, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID = 0, 22, 23, 25
-INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 26, 27, 82
+INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 26, 27, 79, 82
 JOIN, HEARTBEAT, LEAVE, SYNC, COMMIT, DESCRIBE = (11, 5), (12, 3), (13, 3), (14, 3), (8, 7), (15, 4)
 """(API key, version): versions without tagged fields, so that header v1 frames them."""
 
@@ -58,7 +58,7 @@ def _subscription(*topics: str) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-def _join(bootstrap: str, group: str, member_id: str = "", *, topic: str = "t", **extra: Any) -> Any:
+def _join_once(bootstrap: str, group: str, member_id: str = "", *, topic: str = "t", **extra: Any) -> Any:
     body = {
         "group_id": group,
         "session_timeout": 6000,
@@ -69,6 +69,14 @@ def _join(bootstrap: str, group: str, member_id: str = "", *, topic: str = "t", 
         "protocols": [{"name": "range", "metadata": _subscription(topic)}],
     } | extra
     return _call(bootstrap, JOIN, body)
+
+
+def _join(bootstrap: str, group: str, member_id: str = "", **extra: Any) -> Any:
+    """JoinGroup as a client does it: a new dynamic member joins again with the id MEMBER_ID_REQUIRED gave it."""
+    answer = _join_once(bootstrap, group, member_id, **extra)
+    if answer.error_code == MEMBER_ID_REQUIRED:
+        answer = _join_once(bootstrap, group, answer.member_id, **extra)
+    return answer
 
 
 def _sync(
@@ -167,6 +175,20 @@ def test_wrong_generation_unknown_member_rebalance_and_session_timeout_get_kafka
     assert time.monotonic() - silent > 5
     assert _heartbeat(bootstrap, "g", 2, m2) == UNKNOWN_MEMBER_ID
     assert _commit(bootstrap, "g", -1, "", offset=6) == NONE  # an empty group takes simple commits again
+
+
+def test_a_new_member_gets_its_id_first_and_only_joining_with_it_makes_it_a_member(
+    server: Callable[..., Server],
+) -> None:
+    _, bootstrap = _started(server)
+    first = _join_once(bootstrap, "fresh")
+    assert (first.error_code, first.member_id.startswith("raw-")) == (MEMBER_ID_REQUIRED, True)
+    assert _state(bootstrap, "fresh").members == ()  # nothing left behind if the client never comes back
+    assert _join_once(bootstrap, "fresh", "raw-invented").error_code == UNKNOWN_MEMBER_ID
+    joined = _join_once(bootstrap, "fresh", first.member_id)
+    assert (joined.error_code, joined.member_id, joined.generation_id) == (NONE, first.member_id, 1)
+    static = _join_once(bootstrap, "fresh-static", group_instance_id="w")  # static members join at once
+    assert (static.error_code, static.generation_id) == (NONE, 1)
 
 
 def test_a_leave_rebalances_at_once_and_describe_shows_members_and_assignments(server: Callable[..., Server]) -> None:
