@@ -38,10 +38,12 @@ from kafka_api.coordination import at_coordinator
 from kafka_api.groups import GroupHandlers
 from kafka_api.guarded import guarded_group_apis
 from kafka_api.handlers import Handlers, Listener
+from kafka_api.membership import CLIENT, MembershipHandlers
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
 from kafka_api.sasl import SaslGate, refuse_sasl
 from logstore.config import LogstoreConfig
 from logstore.errors import CorruptMessageError, InvalidConfigError, UnsupportedVersionError
+from logstore.groups.classic import ClassicCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Guard, QuotaKind
 
@@ -173,7 +175,9 @@ class KafkaServer:
         self.handlers = Handlers(broker, config, advertised(config, sock))
         h = self.handlers
         admin = AdminHandlers(broker, config)
-        groups = GroupHandlers(broker)
+        self.classic = ClassicCoordinator(config)
+        groups = GroupHandlers(broker, self.classic)
+        members = MembershipHandlers(self.classic)
         apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
             1: h.fetch,
             2: h.list_offsets,
@@ -181,6 +185,10 @@ class KafkaServer:
             8: groups.offset_commit,
             9: groups.offset_fetch,
             10: h.find_coordinator,
+            11: members.join_group,
+            12: members.heartbeat,
+            13: members.leave_group,
+            14: members.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
             17: functools.partial(refuse_sasl, api_key=17),
@@ -199,6 +207,7 @@ class KafkaServer:
 
     async def start(self) -> None:
         tls = tls_context(self.config) if self.protocol == "SASL_SSL" else None
+        self.classic.start()
         self._server = await asyncio.start_server(self._connection, sock=self.sock, ssl=tls)
         host, port = self.sock.getsockname()[:2]
         print(f"logstore serving the Kafka protocol on {self.protocol}://{host}:{port}", flush=True)
@@ -213,6 +222,7 @@ class KafkaServer:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.classic.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -278,6 +288,7 @@ class KafkaServer:
                 )
                 return
             header = read_header(frame)
+            CLIENT.set((header.client_id or "", f"/{peer[0]}" if isinstance(peer, tuple) else ""))  # Kafka's form
             if gate is not None and not gate.session.authenticated and header.api_key != _API_VERSIONS:
                 answer, close = await gate.request(header, frame)
                 answers.put_nowait((header, _now(answer)))

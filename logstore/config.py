@@ -197,6 +197,27 @@ class LogstoreConfig:
             minimum=1024,
         ),
     )
+    group_initial_rebalance_delay_ms: int = field(
+        default=3_000,
+        metadata=_key(
+            "group.initial.rebalance.delay.ms",
+            "How long (ms) the first rebalance of an empty Kafka-protocol group waits for more members, "
+            "extended by each join up to the members' rebalance.timeout.ms (as Kafka's).",
+            minimum=0,
+        ),
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6_000,
+        metadata=_key(
+            "group.min.session.timeout.ms", "Least session.timeout.ms (ms) a Kafka member may ask.", minimum=1
+        ),
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000,
+        metadata=_key(
+            "group.max.session.timeout.ms", "Most session.timeout.ms (ms) a Kafka member may ask.", minimum=1
+        ),
+    )
     server_ssl_certfile: str = field(
         default="",
         metadata=_key(

@@ -77,10 +77,13 @@ class GroupLease:
         *,
         timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        door: str = "",
     ) -> None:
         if not isinstance(group, str) or not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
         self.group = group
+        self.door = door
+        """What kind of reader holds the leases, written into them: ``kafka`` for a Kafka-protocol group."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.dir = os.path.join(os.path.abspath(root), "_groups", _safe(group))
         self._timeout_ms = timeout_ms
@@ -127,6 +130,38 @@ class GroupLease:
         """The generation of ``topic``'s lease this reader holds: its fencing token (0: it holds none)."""
         with self._lock:
             return self._held.get(topic, 0)
+
+    def live_doors(self) -> dict[str, str]:
+        """The other live readers of this group, on any topic: owner → its ``door`` ("" for HTTP members and Spark).
+
+        A group is read through one door at a time; the Kafka listener and the
+        coordinator of HTTP members ask before they admit a member.
+
+        Raises:
+            KafkaStorageError: the group's lease folder cannot be read.
+        """
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the leases of group '{self.group}' in {self.dir}: {e}") from e
+        out: dict[str, str] = {}
+        now = self._clock_ms()
+        for name in names:
+            if name.startswith(".") or _LEASE not in name:
+                continue
+            try:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    content = json.loads(f.read())
+            except (OSError, ValueError):
+                continue  # taken over and deleted meanwhile, or not a lease
+            if not isinstance(content, dict):
+                continue
+            owner, expires = content.get("owner"), content.get("expires_ms")
+            if owner != self.owner and isinstance(expires, int) and expires > now and _owner_alive(owner):
+                out[str(owner)] = str(content.get("door", ""))
+        return out
 
     def release(self) -> None:
         """Stop renewing and mark the leases this reader holds released (free for anyone at once)."""
@@ -180,7 +215,7 @@ class GroupLease:
 
     def _content(self, gen: int, expires_ms: int) -> bytes:
         return json.dumps(
-            {"owner": self.owner, "group": self.group, "generation": gen, "expires_ms": expires_ms}
+            {"owner": self.owner, "group": self.group, "generation": gen, "expires_ms": expires_ms, "door": self.door}
         ).encode()
 
     def _tmp(self, topic: str) -> str:
