@@ -173,7 +173,8 @@ class LogstoreConfig:
     """
 
     root: str = field(
-        default="./data", metadata=_key("logstore.root", "Directory (or URI) holding topics/ and _offsets/.")
+        default="./data",
+        metadata=_key("logstore.root", "Directory, or s3://bucket/prefix, holding topics/ and _offsets/."),
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
@@ -475,12 +476,22 @@ class LogstoreConfig:
 
     def __post_init__(self) -> None:
         # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
-        scheme, sep, _ = self.root.partition("://")
+        scheme, sep, rest = self.root.partition("://")
         if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
-            raise InvalidConfigError(
-                f"logstore.root '{self.root}': this build keeps the store on a local (or mounted) file system "
-                f"and has no '{scheme}://' support; give a directory path (object storage: docs/design.md §13)"
-            )
+            if scheme != "s3":
+                raise InvalidConfigError(
+                    f"logstore.root '{self.root}': '{scheme}://' roots are not served yet; give a directory "
+                    "path or an s3://bucket/prefix URI (docs/object-storage.md)"
+                )
+            if not rest.partition("/")[0]:
+                raise InvalidConfigError(
+                    f"logstore.root '{self.root}': an s3:// root names a bucket (s3://bucket/prefix)"
+                )
+            if self.zookeeper_connect:
+                raise InvalidConfigError(
+                    f"logstore.root '{self.root}' with zookeeper.connect: cluster mode needs a shared file system "
+                    "for now (group leases and failover locks have no object-store form yet; docs/object-storage.md)"
+                )
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

@@ -36,7 +36,6 @@ to the latest rows plus a bounded history (:mod:`maintenance.offsets`).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -52,6 +51,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
 from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
+from logstore.log.files import read_parquet
+from logstore.storage import absolute, join, storage_for
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
@@ -101,7 +102,8 @@ class OffsetsStore:
     """
 
     def __init__(self, root: str, *, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
-        self.path = os.path.join(os.path.abspath(root), "_offsets")
+        self.path = join(absolute(root), "_offsets")
+        self._storage = storage_for(self.path)
         self._clock_ms = clock_ms
         self._dt: DeltaTable | None = None
         self._cache_version = -1
@@ -217,10 +219,12 @@ class OffsetsStore:
 
     def _write_file(self, rows: pa.Table) -> NewFile:
         rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        path = os.path.join(self.path, rel)
+        path = join(self.path, rel)
         try:
-            pq.write_table(rows, path, compression="snappy")
-            size = os.path.getsize(path)
+            fs, where = self._storage.arrow(path)
+            with fs.open_output_stream(where) as sink:
+                pq.write_table(rows, sink, compression="snappy")
+                size = sink.tell()
         except OSError as err:
             raise KafkaStorageError(f"cannot write {path}: {err}") from err
         add = {
@@ -255,6 +259,7 @@ class OffsetsStore:
                 write_deltalake(
                     dt or self.path,
                     rows,
+                    storage_options=None if dt is not None else self._storage.delta_options or None,
                     mode="append",
                     schema_mode="merge",  # a table from before commit_seq gains the column
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
@@ -338,9 +343,9 @@ class OffsetsStore:
         tables.refresh(dt)
         if dt.version() == self._cache_version:
             return self._cache
-        files = [os.path.join(tables.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+        files = [join(tables.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
-        self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
+        self._files = {f: self._files.get(f) or read_parquet(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
             for row in latest_rows(pa.concat_tables(list(self._files.values()))).to_pylist():

@@ -45,6 +45,7 @@ from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     InconsistentTopicIdError,
+    InvalidConfigError,
     LogstoreError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
@@ -63,6 +64,7 @@ from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
+from logstore.storage import is_object_store
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -232,7 +234,7 @@ class Broker:
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
-        self._counts: dict[str, tuple[int, float, int]] = {}
+        self._counts: dict[str, tuple[int | None, float, int]] = {}
         """topic → (mtime_ns of its ``_delta_log`` directory, monotonic time read, partition count);
         see :meth:`partition_count`."""
         self._partitioner = Partitioner()
@@ -424,30 +426,26 @@ class Broker:
     def partition_count(self, topic: str, *, fresh: bool = False) -> int:
         """The topic's partition count, re-read at most every ``PARTITION_COUNT_MAX_AGE_S`` or when ``fresh``.
 
-        Every commit (a partition-count change too, by any process) adds a file
-        to the topic's ``_delta_log``, which bumps the directory's mtime: one
-        ``stat`` per call, and the table is opened again (ms per topic, more as
-        its log grows) only when the log moved *and* the count read is older
-        than ``PARTITION_COUNT_MAX_AGE_S``. A busy topic's log moves on every
-        commit, in a cluster by every node writing it; re-reading it for each
-        request cost those nodes most of their CPU. Like a Kafka producer's
-        metadata, the count may therefore lag a change made by another process
-        by that long; this node's own changes (:meth:`reconfigure`), a request
-        naming a partition past the count, and in a cluster a partition the
-        controller placed past it (:meth:`route`) read it at once.
+        Every commit (by any process) bumps the mtime of the topic's ``_delta_log`` (``Catalog.log_mark``; on an
+        object store age alone counts): one ``stat`` per call, and the table is opened again (ms per topic, more as
+        its log grows) only when the log moved *and* the count read is older than ``PARTITION_COUNT_MAX_AGE_S``.
+        A busy topic's log moves on every commit, in a cluster by every node writing it; re-reading it for each
+        request cost those nodes most of their CPU. Like a Kafka producer's metadata, the count may therefore lag a
+        change made by another process by that long; this node's own changes (:meth:`reconfigure`), a request naming
+        a partition past the count, and in a cluster one the controller placed past it (:meth:`route`) read it at once.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
-        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
         try:
-            mtime = os.stat(log_dir).st_mtime_ns
-        except FileNotFoundError:
+            mtime = self.store.catalog.log_mark(topic)
+        except UnknownTopicOrPartitionError:
             self._counts.pop(topic, None)
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+            raise
         now = time.monotonic()
         cached = None if fresh else self._counts.get(topic)
-        if cached is not None and (cached[0] == mtime or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
+        unmoved = cached is not None and mtime is not None and cached[0] == mtime
+        if cached is not None and (unmoved or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
             return cached[2]
         count, _ = self.store.catalog.topic_config(topic)
         self._counts[topic] = (mtime, now, count)
@@ -581,6 +579,8 @@ def wal_dir_of(config: LogstoreConfig) -> str:
     """
     if config.wal_dir:
         return os.path.abspath(config.wal_dir)
+    if is_object_store(config.root):  # the WAL has no object-store form yet (docs/object-storage.md)
+        raise InvalidConfigError(f"logstore.root '{config.root}' is an object store: set wal.dir to a local directory")
     if config.zookeeper_connect:
         return os.path.abspath(os.path.join(config.root, "_wal", str(config.node_id)))
     return os.path.abspath(os.path.join(config.root, "_wal"))
