@@ -1,0 +1,52 @@
+"""A real ``logstore serve`` on both roots: topics, acks=all and acks=1 produce, fetch and group offsets over HTTP.
+
+On an ``s3://`` root the node's commits, reads and ``_offsets`` go to the bucket; its acks=1 write-ahead log
+stays in a local ``wal.dir`` (the log has no object-store form yet, and a node on an object root without
+``wal.dir`` refuses to start, saying so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+
+from logstore.storage import is_object_store
+from tests.integration.ingest_api import test_api as api_tests
+from tests.support.server import Server
+
+StartServer = Callable[..., Server]
+
+
+@pytest.fixture
+def api(server: StartServer, root: str, tmp_path: Path) -> httpx.Client:
+    local_wal = {"wal.dir": str(tmp_path / "wal")} if is_object_store(root) else {}
+    return server(root, **local_wal).client()
+
+
+test_topics_lifecycle = api_tests.test_topics_lifecycle
+test_produce_and_fetch_round_trip = api_tests.test_produce_and_fetch_round_trip
+test_the_answer_names_each_records_partition_and_offset_in_request_order = (
+    api_tests.test_the_answer_names_each_records_partition_and_offset_in_request_order
+)
+
+
+def test_commits_and_offsets_land_in_the_bucket(api: httpx.Client, root: str) -> None:
+    api_tests.create(api, "t", 2)
+    r = api_tests.produce(api, "t", [{"value": f"v{i}", "partition": i % 2} for i in range(10)])
+    assert r.status_code == 200, r.text
+    got = api.get("/v1/topics/t/partitions/1/records", params={"offset": 0}).json()
+    assert [rec["value"] for rec in got["records"]] == [f"v{i}" for i in range(1, 10, 2)]
+    r = api.post("/v1/groups/g/offsets", json={"topic": "t", "partitions": {"1": 3}})
+    assert r.status_code == 200, r.text
+    want = {"partition": 1, "committed_offset": 3, "high_watermark": 5, "lag": 2}
+    assert api.get("/v1/groups/g").json()["topics"] == [{"topic": "t", "partitions": [want]}]
+    if is_object_store(root):  # nothing of the store went to a local folder: it is all in the bucket
+        bucket, _, prefix = root.removeprefix("s3://").partition("/")
+        keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+        assert f"{prefix}/topics/t/_delta_log/00000000000000000002.json" in keys
+        assert any(k.startswith(f"{prefix}/_offsets/_delta_log/") for k in keys)
+        assert any(k.startswith(f"{prefix}/topics/t/partition=1/") and k.endswith(".parquet") for k in keys)
