@@ -174,7 +174,11 @@ class LogstoreConfig:
 
     root: str = field(
         default="./data",
-        metadata=_key("logstore.root", "Directory, or s3://bucket/prefix, holding topics/ and _offsets/."),
+        metadata=_key(
+            "logstore.root",
+            "Directory, or s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores), holding "
+            "topics/ and _offsets/.",
+        ),
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
@@ -421,7 +425,8 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+            "in a cluster (shared storage, so a new leader can replay a dead node's records). A node on an s3:// "
+            "root needs a local directory here (the log has no object-store form yet).",
         ),
     )
     commit_fsync: bool = field(
@@ -490,7 +495,13 @@ class LogstoreConfig:
             if self.zookeeper_connect:
                 raise InvalidConfigError(
                     f"logstore.root '{self.root}' with zookeeper.connect: cluster mode needs a shared file system "
-                    "for now (group leases and failover locks have no object-store form yet; docs/object-storage.md)"
+                    "for now (the failover lock and the shared write-ahead log have no object-store form yet; "
+                    "docs/object-storage.md)"
+                )
+            if self.security_enabled:
+                raise InvalidConfigError(
+                    f"logstore.root '{self.root}' with security.enabled: keys, ACLs and quotas have no "
+                    "object-store form yet (docs/object-storage.md)"
                 )
 
     @classmethod

@@ -89,7 +89,7 @@ class LocalStorage:
     def list_names(self, prefix: str) -> list[str]:
         try:
             return sorted(os.listdir(prefix))
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             return []
 
     def delete(self, location: str) -> None:
