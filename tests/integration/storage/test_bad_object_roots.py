@@ -62,7 +62,7 @@ def test_a_root_with_no_bucket_or_an_unserved_scheme_is_refused() -> None:
         load_config(environ={}, path=None, overrides={"logstore.root": "s3:///data"})
     with pytest.raises(InvalidConfigError, match="'az://' roots are not served yet"):
         load_config(environ={}, path=None, overrides={"logstore.root": "az://container/data"})
-    with pytest.raises(InvalidConfigError, match="security.enabled: keys, ACLs and quotas have no object-store form"):
+    with pytest.raises(InvalidConfigError, match=r"security\.enabled: keys, ACLs and quotas have no object-store form"):
         load_config(environ={}, path=None, overrides={"logstore.root": "s3://b/data", "security.enabled": "true"})
     with pytest.raises(InvalidConfigError, match="cluster mode needs a shared file system"):
         load_config(
