@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,20 @@ from tests.support.s3 import s3_server as s3_server
 
 
 @pytest.fixture(params=["local", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty ``logstore.root``: a directory, or a new bucket's ``s3://<bucket>/data``."""
-    if request.param == "s3":
-        return str(request.getfixturevalue("s3_root"))
-    return str(tmp_path / "data")
+def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh, empty ``logstore.root``: a directory, or a new bucket's ``s3://<bucket>/data``.
+
+    An s3 test runs in an empty working directory (so do the nodes it starts), and fails if a folder named after
+    the URI appeared there: a URI taken for a local path would pass every test while writing nothing to S3.
+    """
+    if request.param == "local":
+        yield str(tmp_path / "data")
+        return
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    yield str(request.getfixturevalue("s3_root"))
+    assert not (cwd / "s3:").exists(), "the store wrote to a local folder named after the s3:// URI"
 
 
 @pytest.fixture
