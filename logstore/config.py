@@ -425,8 +425,8 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records). A node on an s3:// "
-            "root needs a local directory here (the log has no object-store form yet).",
+            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an s3:// root "
+            "in the bucket, an acks=1 answer waiting until its object is stored.",
         ),
     )
     commit_fsync: bool = field(

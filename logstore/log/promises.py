@@ -35,7 +35,7 @@ import orjson
 from logstore.common.fsync import fsync_path
 from logstore.errors import KafkaStorageError, LogstoreError
 from logstore.log.wal import DirectoryLock, WriteAheadLog
-from logstore.storage import is_object_store, join, storage_for
+from logstore.storage import absolute, is_object_store, join, storage_for
 from logstore.structs import AppendResult, ProducerBatch
 
 __all__ = [
@@ -96,7 +96,7 @@ def of_other_incarnation(header: Mapping[str, object], topic_id: str | None) -> 
 
 def write_marker(table_root: str, node_id: str, wal_dir: str) -> None:
     """Record (durably) that ``node_id`` may hold acks=1 promises on this table, logged in ``wal_dir``."""
-    info = {"node_id": node_id, "wal_dir": os.path.abspath(wal_dir), "pid": os.getpid(), "host": socket.gethostname()}
+    info = {"node_id": node_id, "wal_dir": absolute(wal_dir), "pid": os.getpid(), "host": socket.gethostname()}
     storage_for(table_root).put(join(table_root, _MARKERS, f"{node_id}.json"), orjson.dumps(info))
 
 
@@ -128,7 +128,7 @@ def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) ->
         except (FileNotFoundError, orjson.JSONDecodeError):
             continue  # removed meanwhile, or a torn write of a marker that never guarded anything
         wal_dir = str(info["wal_dir"])
-        if not os.path.isdir(wal_dir):
+        if not storage_for(wal_dir).exists(wal_dir):
             remove_marker(table_root, node_id)  # its WAL is gone: nothing to replay
             continue
         try:
@@ -136,7 +136,7 @@ def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) ->
         except KafkaStorageError:
             continue  # its node is alive: it commits what it promised itself
         try:
-            _replay(writer, os.path.join(wal_dir, writer.topic), node_id)
+            _replay(writer, join(wal_dir, writer.topic), node_id)
             remove_marker(table_root, node_id)
         finally:
             lock.release()
@@ -178,7 +178,7 @@ def replay_batches(
 
 
 def _replay(writer: Replayer, topic_wal: str, node_id: str) -> None:
-    if not os.path.isdir(topic_wal):
+    if not storage_for(topic_wal).exists(topic_wal):
         return
     wal = WriteAheadLog(topic_wal)
     try:

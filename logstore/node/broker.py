@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import numpy as np
@@ -45,7 +44,6 @@ from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     InconsistentTopicIdError,
-    InvalidConfigError,
     LogstoreError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
@@ -53,7 +51,7 @@ from logstore.errors import (
 )
 from logstore.log.partitioner import Partitioner
 from logstore.log.reader import TopicReader
-from logstore.log.wal import DirectoryLock, WriteAheadLog
+from logstore.log.wal import DirectoryLock, WriteAheadLog, node_id_in, topics_with_frames, wal_dir_of
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
 from logstore.node.committer import Committer
@@ -64,7 +62,7 @@ from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
-from logstore.storage import is_object_store
+from logstore.storage import join
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -90,7 +88,7 @@ class TopicPipeline:
         self._table_root = broker.store.catalog.topic_path(topic)
         cluster = broker.cluster is not None
         self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
-        self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
+        self.wal = WriteAheadLog(join(broker.wal_dir, topic))
         self._accumulator = Accumulator(
             topic,
             self.writer,
@@ -222,11 +220,10 @@ class Broker:
         self.committers = WorkerPool(config.num_io_threads, "committer")
         """Where every topic's committer runs (``num.io.threads``)."""
         self.wal_dir = wal_dir_of(config)
-        os.makedirs(self.wal_dir, exist_ok=True)
         # A second node on this WAL (same root, wal.dir, node id) would replay and delete segments
         # the first is still appending to.
         self._node_lock = DirectoryLock(self.wal_dir, "the write-ahead log directory")
-        self.node_id = _node_id(self.wal_dir)
+        self.node_id = node_id_in(self.wal_dir)
         self._pipelines: dict[str, TopicPipeline] = {}
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
@@ -275,10 +272,8 @@ class Broker:
             self.retention.start()
             self.ready = True
             return
-        for name in sorted(os.listdir(self.wal_dir)):
-            path = os.path.join(self.wal_dir, name)
-            has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
-            if has_frames and self.store.catalog.exists(name):
+        for name in topics_with_frames(self.wal_dir):
+            if self.store.catalog.exists(name):
                 self._at_start(name, self.pipeline)  # its frames are replayed before it takes a write
         self.retention.start()
         self.ready = True
@@ -567,34 +562,3 @@ class Broker:
             p.close_files()
         self.committers.shutdown()
         self._node_lock.release()
-
-
-def wal_dir_of(config: LogstoreConfig) -> str:
-    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``.
-
-    In cluster mode the default is ``<logstore.root>/_wal/<node.id>``: on the
-    shared storage, next to the other nodes' ones, where a new leader finds a
-    departed node's acks=1 records (a ``wal.dir`` set in cluster mode should
-    likewise be one ``<node.id>`` directory among its peers').
-    """
-    if config.wal_dir:
-        return os.path.abspath(config.wal_dir)
-    if is_object_store(config.root):  # the WAL has no object-store form yet (docs/object-storage.md)
-        raise InvalidConfigError(f"logstore.root '{config.root}' is an object store: set wal.dir to a local directory")
-    if config.zookeeper_connect:
-        return os.path.abspath(os.path.join(config.root, "_wal", str(config.node_id)))
-    return os.path.abspath(os.path.join(config.root, "_wal"))
-
-
-def _node_id(wal_dir: str) -> str:
-    path = os.path.join(wal_dir, "node.id")
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        node = uuid.uuid4().hex[:12]
-        with open(path, "w") as f:
-            f.write(node)
-            f.flush()
-            os.fsync(f.fileno())
-        return node

@@ -51,8 +51,9 @@ class Server:
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # stderr to a file, not a pipe: a pipe nobody reads fills up and stalls the server
-        # (an s3:// root is a string, with no parent folder to keep the log in: log_dir says where)
-        self.log_path = (log_dir or Path(root).parent) / f"server-{self.port}.log"
+        # An s3:// root has no parent folder to keep the log in: log_dir says where (default: the working directory).
+        default_dir = Path.cwd() if "://" in str(root) else Path(root).parent
+        self.log_path = (log_dir or default_dir) / f"server-{self.port}.log"
 
     def log(self) -> str:
         """What the server wrote on stderr so far (errors, audit lines), across restarts."""

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from logstore.config import LogstoreConfig, load_config
 from tests.support.s3 import s3_bucket as s3_bucket
 from tests.support.s3 import s3_root as s3_root
 from tests.support.s3 import s3_server as s3_server
+from tests.support.server import Server, started_servers
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -39,3 +40,13 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
 def config(root: str) -> LogstoreConfig:
     """Defaults over ``root`` (no config file, no LOGSTORE_* variables)."""
     return load_config(environ={}, path=None, overrides={"logstore.root": root})
+
+
+@pytest.fixture
+def server(root: str, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``logstore serve`` on ``root`` (the integration tier's fixture, on this folder's roots)."""
+
+    def new(on: str | None = None, **config: object) -> Server:
+        return Server(on or root, log_dir=tmp_path, **config)
+
+    yield from started_servers(new)

@@ -11,6 +11,7 @@ import pytest
 
 from logstore.config import load_config
 from logstore.errors import InvalidConfigError, KafkaStorageError
+from logstore.storage import storage_for
 from logstore.store import LogStore
 from tests.support.s3 import S3_ENV, start_moto, stop
 from tests.support.server import LOGSTORE, Server
@@ -72,8 +73,18 @@ def test_a_root_with_no_bucket_or_an_unserved_scheme_is_refused() -> None:
         )
 
 
-def test_a_node_on_an_object_root_needs_a_local_wal_dir(s3_root: str, tmp_path: Path) -> None:
+def test_a_write_ahead_log_held_from_another_host_is_refused_naming_its_lock(s3_root: str, tmp_path: Path) -> None:
+    # No flock on S3: a lock object left by a node on another machine stays until that node is back or it is
+    # deleted by someone who knows the node is gone; the error says which object.
+    lock = f"{s3_root}/_wal/node.lock"
+    storage_for(lock).put(lock, b'{"pid": 1, "host": "elsewhere", "since": "2026-01-01T00:00:00+00:00"}')
     node = Server(s3_root, log_dir=tmp_path)
     with pytest.raises(RuntimeError, match="server exited"):
         node.start()
-    assert "set wal.dir to a local directory" in node.log()
+    assert "in use by another process (pid 1 on host elsewhere" in node.log()
+    assert f"delete {lock}" in node.log()
+    storage_for(lock).delete(lock)
+    node.start()
+    assert node.client().get("/readyz").status_code == 200
+    node.stop()
+    assert not storage_for(lock).exists(lock)  # released on a clean stop
