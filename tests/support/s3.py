@@ -14,14 +14,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
 import httpx
 import pytest
 
-from tests.support.server import free_port
+from tests.support.server import Server, free_port, started_servers
 
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -91,3 +91,27 @@ def s3_bucket(s3_server: str) -> str:
 def s3_root(s3_bucket: str) -> str:
     """``logstore.root`` in a new bucket: ``s3://<bucket>/data``."""
     return f"s3://{s3_bucket}/data"
+
+
+@pytest.fixture
+def object_root(s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``s3_root`` for a test that runs in an empty working directory (so do the nodes it starts).
+
+    The test fails if a folder named after the URI appeared there: a URI taken for a local path would pass
+    every other check while writing nothing to S3.
+    """
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    yield s3_root
+    assert not (cwd / "s3:").exists(), "the store wrote to a local folder named after the s3:// URI"
+
+
+@pytest.fixture(name="server")
+def server_on_root(root: str, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``logstore serve`` on the ``root`` fixture's root: the tiers' ``server`` fixture, for storage tests."""
+
+    def new(on: str | None = None, **config: object) -> Server:
+        return Server(on or root, log_dir=tmp_path, **config)
+
+    yield from started_servers(new)
