@@ -57,17 +57,23 @@ LOAD_GENERATOR = "bench/_http_load.py: asyncio HTTP/1.1 in a child process, prep
 """How the benchmarks' JSON documents name this load generator."""
 
 
-def body(body_format: str = "json") -> bytes:
+def body(body_format: str = "json", partition: int | None = None) -> bytes:
     """One produce body: ``RECORDS`` distinct random ``VALUE_BYTES``-character values, null keys.
 
     ``body_format`` is ``json`` or ``arrow`` (the same records as an Arrow IPC stream).
+    With ``partition`` every record names that partition; else the node's
+    partitioner chooses.
     """
     rng = np.random.default_rng(0)
     letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
     vals = [bytes(letters[rng.integers(0, len(letters), VALUE_BYTES)]).decode() for _ in range(RECORDS)]
     if body_format == "arrow":
-        return encode_produce(pa.table({"value": pa.array(vals, pa.binary())}))
-    return orjson.dumps({"records": [{"value": v} for v in vals]})
+        columns = {"value": pa.array(vals, pa.binary())}
+        if partition is not None:
+            columns["partition"] = pa.array([partition] * RECORDS, pa.int32())
+        return encode_produce(pa.table(columns))
+    where = {} if partition is None else {"partition": partition}
+    return orjson.dumps({"records": [{"value": v, **where} for v in vals]})
 
 
 def content_type(body_format: str) -> str:
@@ -120,20 +126,35 @@ class Http1:
 
 
 def _produce_requests(
-    url: str, topics: list[str], acks: str, body_format: str, headers: Mapping[str, str] | None = None
-) -> dict[str, bytes]:
-    """One prepared produce request per topic: headers and the :func:`body` of ``body_format``."""
-    payload = body(body_format)
+    url: str,
+    topics: list[str],
+    acks: str,
+    body_format: str,
+    headers: Mapping[str, str] | None = None,
+    partitions: Mapping[str, list[int]] | None = None,
+) -> list[bytes]:
+    """Prepared produce requests: headers and the :func:`body` of ``body_format``.
+
+    One per topic; or, for a topic in ``partitions``, one per partition listed
+    there, each of whose records names that partition, sent with
+    ``?forward=false`` (a cluster node that does not lead it answers 421 and
+    the request counts as failed, instead of being forwarded).
+    """
     host = urlsplit(url).netloc
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    return {
-        t: (
-            f"POST /v1/topics/{t}/records?acks={acks} HTTP/1.1\r\nhost: {host}\r\n{extra}"
-            f"content-type: {content_type(body_format)}\r\ncontent-length: {len(payload)}\r\n\r\n"
-        ).encode()
-        + payload
-        for t in topics
-    }
+    out = []
+    for t in topics:
+        for p in (partitions or {}).get(t, [None]):
+            payload = body(body_format, p)
+            query = f"acks={acks}" + ("" if p is None else "&forward=false")
+            out.append(
+                (
+                    f"POST /v1/topics/{t}/records?{query} HTTP/1.1\r\nhost: {host}\r\n{extra}"
+                    f"content-type: {content_type(body_format)}\r\ncontent-length: {len(payload)}\r\n\r\n"
+                ).encode()
+                + payload
+            )
+    return out
 
 
 async def _closed_loop(
@@ -145,9 +166,10 @@ async def _closed_loop(
     requests: int,
     body_format: str,
     headers: Mapping[str, str] | None = None,
+    partitions: Mapping[str, list[int]] | None = None,
 ) -> dict[str, Any]:
     """``seconds`` > 0 bounds the run by time, ``requests`` > 0 by acknowledged requests (the first reached)."""
-    prepared = _produce_requests(url, topics, acks, body_format, headers)
+    prepared = _produce_requests(url, topics, acks, body_format, headers, partitions)
     parts = urlsplit(url)
     started = 0
     failed = 0
@@ -162,7 +184,7 @@ async def _closed_loop(
             started += 1
             t0 = time.perf_counter()
             try:
-                status = await conn.send(prepared[pick.choice(topics)])
+                status = await conn.send(pick.choice(prepared))
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 status = 0
             if status in (200, 202):
@@ -263,7 +285,7 @@ async def _schedule(
 
 
 async def _open_loop(url: str, topic: str, acks: str, seconds: float, rate: float, body_format: str) -> dict[str, Any]:
-    prepared = _produce_requests(url, [topic], acks, body_format)[topic]
+    prepared = _produce_requests(url, [topic], acks, body_format)[0]
     lat, failed = await _schedule(url, seconds, rate, lambda: prepared)
     return {
         "requests": len(lat),
@@ -312,10 +334,14 @@ def closed_loop(
     requests: int = 0,
     body_format: str = "json",
     headers: Mapping[str, str] | None = None,
+    partitions: Mapping[str, list[int]] | None = None,
 ) -> dict[str, Any]:
     """Closed loop in a child process (see the module docstring); ``seconds`` or ``requests`` bounds it.
 
     ``topic``: one topic, or a list to send each request to one of at random.
+    ``partitions``: for the topics named, the partitions to send to (each
+    request's records all to one of them, at random, with ``?forward=false``);
+    else the node's partitioner chooses.
     """
     topics = [topic] if isinstance(topic, str) else topic
     return _run(
@@ -328,6 +354,7 @@ def closed_loop(
         requests=requests,
         body_format=body_format,
         headers=dict(headers or {}),
+        partitions=dict(partitions or {}),
     )
 
 

@@ -23,6 +23,14 @@ an 8-partition topic of a fresh root (straight through the store), starts
   heartbeating (``session_timeout_ms`` = ``--session-ms``), time until the
   others own every partition, minus the session timeout. p50 and max in ms.
 
+With ``--member-cpus C`` every member process runs in a cgroup of its own
+capped at ``C`` CPU cores (``bench/_cgroups.py``; the server stays outside),
+moved there before it reads anything, so that more members bring more CPU as
+separate machines would; ``capped`` shows the cap, or why it could not be
+made (then members run uncapped), and ``member_cgroups_throttled`` how much
+of each run each member's cgroup was throttled (near 0: the cap did not limit it).
+``ratios_to_1_member`` divides each member count's records/s by one member's.
+
 Run: ``.venv/bin/python bench/groups.py`` (under a minute; ``--records 5000000`` for a longer run).
 """
 
@@ -30,15 +38,18 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pyarrow as pa
+from _cgroups import CpuCaps, unavailable
 from harness import LogstoreServer, emit, fill, load_average, open_store, summary_ms
 
 from logstore.client import Consumer
@@ -128,10 +139,14 @@ def count(body: bytes, fmt: str) -> int:
     return len(orjson.loads(body)["records"])
 
 
-def throughput(url: str, members: int, total: int, fetch: int, fmt: str) -> float:
-    """records/s of ``members`` member processes of a fresh group reading the whole topic.
+def throughput(
+    url: str, members: int, total: int, fetch: int, fmt: str, caps: CpuCaps | None = None
+) -> tuple[float, dict[str, Any]]:
+    """records/s of ``members`` member processes of a fresh group reading the whole topic, and with ``caps``
+    how much each member's cgroup was throttled meanwhile (:meth:`CpuCaps.throttled_since`; else {}).
 
     ``fmt``: ``arrow`` or ``json`` (raw HTTP members that count rows), or ``consumer`` (Python ``Consumer``s).
+    With ``caps``, member ``i`` is moved into cgroup ``member-i`` before the clock starts.
     """
     ctx = mp.get_context("spawn")
     consumed, done, barrier = ctx.Value("q", 0), ctx.Event(), ctx.Barrier(members + 1)
@@ -142,15 +157,19 @@ def throughput(url: str, members: int, total: int, fetch: int, fmt: str) -> floa
         else ctx.Process(target=_member, args=(url, group, fmt, fetch, total, consumed, barrier, done))
         for _ in range(members)
     ]
-    for p in procs:
+    before = caps.stats() if caps is not None else {}
+    for i, p in enumerate(procs):
         p.start()
+        if caps is not None and p.pid is not None:
+            caps.add(f"member-{i}", p.pid)  # before the barrier: no record is read outside the cgroup
     barrier.wait()
     started = time.perf_counter()
     done.wait()
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
-    return int(consumed.value) / elapsed
+    throttled = caps.throttled_since(before, [f"member-{i}" for i in range(members)]) if caps is not None else {}
+    return int(consumed.value) / elapsed, throttled
 
 
 def plain_route(url: str, clients: int, total: int, fetch: int) -> float:
@@ -275,33 +294,70 @@ def main() -> None:
     ap.add_argument("--fetch", type=int, default=10_000, help="max_records per fetch")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--session-ms", type=int, default=1000)
+    ap.add_argument(
+        "--member-cpus",
+        type=float,
+        default=0,
+        help="cap each member process at this many CPU cores in a cgroup of its own (0: uncapped)",
+    )
+    ap.add_argument("--skip-limits", action="store_true", help="no same-run limits (plain route, direct read)")
+    ap.add_argument("--skip-rebalance", action="store_true", help="no rebalance trials")
+    ap.add_argument("--formats", default="arrow,json,consumer", help="member kinds to measure, comma-separated")
     args = ap.parse_args()
+    formats = [f for f in args.formats.split(",") if f.strip()]
+    capped: dict[str, Any] = {"member_cpus": None}
+    with ExitStack() as stack:
+        caps = None
+        if args.member_cpus > 0:
+            why = unavailable()
+            if why is None:
+                caps = stack.enter_context(CpuCaps(args.member_cpus))
+                capped = {"member_cpus": args.member_cpus}
+            else:
+                print(f"groups.py: cannot cap the members' CPU ({why}); running uncapped", file=sys.stderr)
+                capped = {"member_cpus": None, "uncapped_because": why}
+        out = measure(args, formats, caps)
+    emit(out | {"capped": capped})
+
+
+def measure(args: argparse.Namespace, formats: list[str], caps: CpuCaps | None) -> dict[str, Any]:
+    """Fill a topic, serve it, and run every measurement that ``args`` asks for; the JSON document's figures."""
+    limits: dict[str, int] = {}
+    rb: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "data"
         filled(root, args.records)
         srv = LogstoreServer(root).start()
         try:
-            tp = {
-                fmt: {str(n): round(throughput(srv.url, n, args.records, args.fetch, fmt)) for n in (1, 2, 4)}
-                for fmt in ("arrow", "json", "consumer")
+            runs = {
+                fmt: {str(n): throughput(srv.url, n, args.records, args.fetch, fmt, caps) for n in (1, 2, 4)}
+                for fmt in formats
             }
-            limits = {
-                "plain_fetch_route_json_4_clients": round(plain_route(srv.url, 4, args.records, args.fetch)),
-                "direct_reader_1_thread": round(direct_read(root, args.records, args.fetch)),
-            }
-            rb = rebalances(srv.url, args.trials, args.session_ms)
+            tp = {fmt: {n: round(rate) for n, (rate, _) in by_n.items()} for fmt, by_n in runs.items()}
+            throttled = {fmt: {n: t for n, (_, t) in by_n.items()} for fmt, by_n in runs.items()}
+            if not args.skip_limits:
+                limits = {
+                    "plain_fetch_route_json_4_clients": round(plain_route(srv.url, 4, args.records, args.fetch)),
+                    "direct_reader_1_thread": round(direct_read(root, args.records, args.fetch)),
+                }
+            if not args.skip_rebalance:
+                rb = rebalances(srv.url, args.trials, args.session_ms)
         finally:
             srv.stop()
-    best = tp["arrow"]["4"]
-    out = {
+    out: dict[str, Any] = {
         "records": args.records,
         "records_per_s": tp,
-        "same_run_limits_records_per_s": limits,
-        "ratios_of_arrow_4_members": {k: round(best / v, 2) for k, v in limits.items()},
-        "rebalance": rb,
-        "load_average_1_5_15": load_average(),
+        "member_cgroups_throttled": throttled if caps is not None else None,
+        "ratios_to_1_member": {fmt: {n: round(v / by_n["1"], 2) for n, v in by_n.items()} for fmt, by_n in tp.items()},
     }
-    emit(out)
+    if limits and "arrow" in tp:
+        best = tp["arrow"]["4"]
+        out["same_run_limits_records_per_s"] = limits
+        out["ratios_of_arrow_4_members"] = {k: round(best / v, 2) for k, v in limits.items()}
+    if rb is not None:
+        out["rebalance"] = rb
+    out["load_average_1_5_15"] = load_average()
+    return out
 
 
 if __name__ == "__main__":

@@ -312,11 +312,14 @@ class LogstoreServer:
     """``logstore serve`` (the console script) on 127.0.0.1 in a child process; ``url`` is its base URL.
 
     ``config`` keys are the server's dotted config keys (``buffer.memory``),
-    passed as ``LOGSTORE_*`` environment variables.
+    passed as ``LOGSTORE_*`` environment variables. ``prefix`` runs before the
+    command and ``exec``s it (``bench/_cgroups.py``: into a CPU-capped cgroup),
+    so the server's pid is still ``proc.pid``.
     """
 
-    def __init__(self, root: Path, **config: object) -> None:
+    def __init__(self, root: Path, *, prefix: Sequence[str] = (), **config: object) -> None:
         self.root = root
+        self.prefix = list(prefix)
         self.config = config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -325,8 +328,9 @@ class LogstoreServer:
     def start(self) -> LogstoreServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
+        serve = ["serve", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            [*_LOGSTORE, "--root", str(self.root), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*self.prefix, *_LOGSTORE, "--root", str(self.root), *serve],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -35,7 +35,19 @@ from ingest_api.internode import node_client_tls
 from ingest_api.openapi import markdown_openapi
 from ingest_api.parser_pool import Parsers
 from ingest_api.quotas import QuotaMiddleware
-from ingest_api.routes import admin, cluster, groups, members, metadata, ops, records, stats, topic_log, topics
+from ingest_api.routes import (
+    admin,
+    cluster,
+    groups,
+    members,
+    metadata,
+    ops,
+    records,
+    stats,
+    topic_log,
+    topics,
+    transactions,
+)
 from logstore.cluster.security_store import open_security_store
 from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
@@ -49,6 +61,7 @@ from logstore.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InconsistentTopicIdError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogstoreError,
     MessageTooLargeError,
@@ -57,12 +70,15 @@ from logstore.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
+    ProducerFencedError,
     RecordListTooLargeError,
     RequestTimedOutError,
     SaslAuthenticationFailedError,
     ThrottlingQuotaExceededError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionalIdNotFoundError,
     UnknownMemberIdError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -72,6 +88,7 @@ from logstore.log.reader import TopicReader
 from logstore.node.broker import Broker
 from logstore.node.metrics import Metrics
 from logstore.security import Guard, PrincipalMapper, parse_super_users
+from logstore.transactions import TransactionCoordinator
 from logstore.wire.json_produce import parse_produce
 
 __all__ = ["Door", "create_app", "create_guard", "status_for"]
@@ -99,6 +116,10 @@ _STATUS: list[tuple[type[LogstoreError], int]] = [
     (RequestTimedOutError, 408),
     (ThrottlingQuotaExceededError, 429),
     (OutOfOrderSequenceNumberError, 409),
+    (InvalidTxnStateError, 409),
+    (ProducerFencedError, 409),
+    (TransactionalIdNotFoundError, 404),
+    (TransactionalIdAuthorizationFailedError, 403),
     (TopicAlreadyExistsError, 409),
     (NotLeaderOrFollowerError, 503),
     (NotCoordinatorError, 503),
@@ -182,9 +203,9 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     return lambda: gc.callbacks.remove(timed)
 
 
-Door = Callable[[Broker], AbstractAsyncContextManager[None]]
-"""Another front end over the node's one :class:`Broker` (the Kafka listener): entered once the node has started,
-left before it drains."""
+Door = Callable[[Broker, Guard | None], AbstractAsyncContextManager[None]]
+"""Another front end over the node's one :class:`Broker` (the Kafka listener), with the node's security (None when
+``security.enabled`` is false): entered once the node has started, left before it drains."""
 
 
 def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
@@ -201,6 +222,12 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
         coordinator = GroupCoordinator(broker.store)
         app.state.coordinator = coordinator
         sweeper = asyncio.create_task(_expire_sessions(coordinator, broker))
+        txn_coordinator = TransactionCoordinator(broker)
+        app.state.transactions = txn_coordinator
+        await run_in_threadpool(txn_coordinator.start)  # decided commits roll forward before the node is used
+        txn_sweeper = asyncio.create_task(
+            _expire_transactions(txn_coordinator, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
+        )
         store = broker.store
         app.state.stats = StatsSampler(
             config.stats_sample_ms,
@@ -214,14 +241,15 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
         try:
             async with AsyncExitStack() as stack:
                 for door in doors:
-                    await stack.enter_async_context(door(broker))
+                    await stack.enter_async_context(door(broker, guard))
                 yield
         finally:
-            for task in (sweeper, sampler):
+            for task in (sweeper, sampler, txn_sweeper):
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
             await run_in_threadpool(coordinator.close)
+            await run_in_threadpool(txn_coordinator.close)
             await run_in_threadpool(broker.close)
             await app.state.forwarder.close()
             await parsers.close()
@@ -242,7 +270,7 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
         redoc_url=None if secured else "/redoc",
     )
     app.state.guard = guard
-    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin, cluster):
+    for module in (topics, topic_log, records, groups, members, ops, stats, metadata, admin, cluster, transactions):
         app.include_router(module.router)
     mount_console(app)
     app.openapi = markdown_openapi(app)  # type: ignore[method-assign]
@@ -297,3 +325,17 @@ async def _expire_sessions(coordinator: GroupCoordinator, broker: Broker) -> Non
             await run_in_threadpool(coordinator.expire)
         except Exception as e:  # the sweep must outlive any one failure (storage errors are handled per group)
             log.exception("expiring group members failed (%s); retrying in %.1f s", describe(e), _SESSION_SWEEP_S)
+
+
+async def _expire_transactions(coordinator: TransactionCoordinator, interval_ms: int) -> None:
+    """Abort transactions open past their timeout, and finish decided commits a storage error left behind.
+
+    Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``; a failed sweep is logged and the next
+    one runs: this task ends only with the app.
+    """
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        try:
+            await run_in_threadpool(coordinator.expire)
+        except Exception as e:  # the sweep must outlive any one failure
+            log.exception("expiring transactions failed (%s); retrying in %d ms", describe(e), interval_ms)

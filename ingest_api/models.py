@@ -117,6 +117,8 @@ class FetchedRecord(BaseModel):
 class FetchResponse(BaseModel):
     records: list[FetchedRecord]
     high_watermark: int
+    last_stable_offset: int
+    """Equal to ``high_watermark``: a transaction's records reach the table only when it commits."""
     log_start_offset: int
 
 
@@ -235,3 +237,69 @@ class MemberRecord(FetchedRecord):
 
 class MemberRecords(BaseModel):
     records: list[MemberRecord]
+
+
+class InitTransaction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    transaction_timeout_ms: int | None = Field(
+        default=None,
+        description="abort the transaction when it stays open longer (ms); default 60000, "
+        "at most transaction.max.timeout.ms",
+    )
+
+
+class ProducerIdOut(BaseModel):
+    producer_id: int
+    producer_epoch: int
+
+
+class EndTransaction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    producer_epoch: int | None = Field(
+        description="the epoch init gave; abort only: null = an administrator's abort (bumps the epoch, "
+        "fencing the producer)"
+    )
+
+
+class TransactionOffset(BaseModel):
+    topic: str
+    partition: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    offset: Offset
+
+
+class TransactionOffsets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    producer_epoch: int
+    group: str
+    offsets: list[TransactionOffset] = Field(description="next offset to read, committed with the transaction")
+
+
+class CommittedRangeOut(BaseModel):
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+
+
+class CommitTransactionOut(BaseModel):
+    offsets: list[CommittedRangeOut]
+
+
+class TransactionTopic(BaseModel):
+    topic: str
+    partitions: list[int]
+
+
+class TransactionOut(BaseModel):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: Literal["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"]
+    transaction_timeout_ms: int
+    transaction_start_ms: int | None
+    topics: list[TransactionTopic]
+    last_update_ms: int
+
+
+class TransactionList(BaseModel):
+    transactions: list[TransactionOut]

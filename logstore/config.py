@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from logstore._config_keys import apply_overrides, flatten
+from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
 
 __all__ = [
@@ -50,13 +51,6 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _MIB = 1024 * 1024
 _DAY_MS = 24 * 3600 * 1000
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 DEFAULT_IO_THREADS = min(4, usable_cores())
@@ -186,17 +180,18 @@ class LogstoreConfig:
         default="PLAINTEXT://127.0.0.1:9092",
         metadata=_key(
             "listeners",
-            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API "
-            "(PLAINTEXT://host:port; empty = off). When this default port is taken the node warns and serves HTTP "
-            "without it; a configured listener that cannot bind stops the start. Embedded nodes only for now.",
+            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API, and how clients "
+            "authenticate: PLAINTEXT://host:port, SASL_PLAINTEXT://… or SASL_SSL://… (SASL/PLAIN: username = "
+            "principal, password = an API key; needs security.enabled); empty = off. When this default port is "
+            "taken the node warns and serves HTTP without it; a configured listener that cannot bind stops the start.",
         ),
     )
     advertised_listeners: str = field(
         default="",
         metadata=_key(
             "advertised.listeners",
-            "The PLAINTEXT://host:port Kafka clients are told to connect to (Metadata, FindCoordinator); "
-            "empty = the bound listener.",
+            "The PROTOCOL://host:port Kafka clients are told to connect to (Metadata, FindCoordinator; in "
+            "cluster mode registered in ZooKeeper for the other nodes' Metadata); empty = the bound listener.",
         ),
     )
     socket_request_max_bytes: int = field(
@@ -304,7 +299,8 @@ class LogstoreConfig:
             "num.io.threads",
             "Threads that commit the ingest node's topics to Delta, shared by every topic "
             "(a topic commits on one of them at a time, and costs none while idle). "
-            "Default: the CPU cores this process may run on, at most 4.",
+            "Default: the CPU cores this process may run on (its affinity mask, at most its cgroup's CPU quota: a "
+            "container's CPU limit), at most 4.",
             minimum=1,
         ),
     )
@@ -451,6 +447,24 @@ class LogstoreConfig:
         metadata=_key(
             "offsets.history.commits",
             "Commits kept per (group, topic, partition) when maintenance compacts _offsets (the latest included).",
+            minimum=1,
+        ),
+    )
+    transaction_max_timeout_ms: int = field(
+        default=900_000,
+        metadata=_key(
+            "transaction.max.timeout.ms",
+            "Longest transaction_timeout_ms a transactional producer may ask for at init (ms); longer is refused "
+            "with INVALID_TRANSACTION_TIMEOUT.",
+            minimum=1,
+        ),
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = field(
+        default=10_000,
+        metadata=_key(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "How often (ms) the transaction coordinator aborts transactions open past their timeout (bumping "
+            "their epoch, so the late producer is fenced).",
             minimum=1,
         ),
     )

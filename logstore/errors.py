@@ -25,6 +25,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "GroupSubscribedToTopicError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "InconsistentGroupProtocolError",
     "InconsistentTopicIdError",
     "InvalidConfigError",
@@ -33,6 +34,8 @@ __all__ = [
     "InvalidRequestError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "LogstoreError",
     "MessageTooLargeError",
@@ -42,6 +45,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
+    "ProducerFencedError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "SaslAuthenticationFailedError",
@@ -49,9 +53,12 @@ __all__ = [
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
+    "TransactionalIdNotFoundError",
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
 ]
 
@@ -222,6 +229,21 @@ class SaslAuthenticationFailedError(LogstoreError):
 
     code = 58
     name = "SASL_AUTHENTICATION_FAILED"
+
+
+class UnsupportedSaslMechanismError(LogstoreError):
+    """A Kafka client asked for a SASL mechanism the listener does not offer (it offers ``PLAIN``)."""
+
+    code = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(LogstoreError):
+    """A Kafka request out of the SASL sequence: an API other than ApiVersions before authenticating on a
+    ``SASL_*`` listener, SaslAuthenticate before SaslHandshake, or either on a ``PLAINTEXT`` listener."""
+
+    code = 34
+    name = "ILLEGAL_SASL_STATE"
 
 
 class InvalidRequestError(LogstoreError):
@@ -409,6 +431,44 @@ class SecurityDisabledError(LogstoreError):
 
     code = 54
     name = "SECURITY_DISABLED"
+
+
+class InvalidTxnStateError(LogstoreError):
+    """The transaction is not in a state that allows this call (commit with none open, produce while committing)."""
+
+    code = 48
+    name = "INVALID_TXN_STATE"
+
+
+class InvalidTransactionTimeoutError(LogstoreError):
+    """``transaction_timeout_ms`` is below 1 or above the node's ``transaction.max.timeout.ms``."""
+
+    code = 50
+    name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class TransactionalIdAuthorizationFailedError(LogstoreError):
+    """The caller may not use this ``transactional_id`` (ACL ``WRITE`` on resource ``transactional_id``)."""
+
+    code = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class ProducerFencedError(LogstoreError):
+    """A newer ``init`` of the same ``transactional_id`` (or its coordinator, after a timeout) bumped the epoch.
+
+    The producer holding the old epoch is a zombie: nothing it sends is accepted; it must stop, or ``init`` again.
+    """
+
+    code = 90
+    name = "PRODUCER_FENCED"
+
+
+class TransactionalIdNotFoundError(LogstoreError):
+    """No transaction was ever initialised under this ``transactional_id`` (``init`` first)."""
+
+    code = 105
+    name = "TRANSACTIONAL_ID_NOT_FOUND"
 
 
 _ALL: list[type[LogstoreError]] = [LogstoreError, *LogstoreError.__subclasses__()]

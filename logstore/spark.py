@@ -37,6 +37,7 @@ __all__ = [
     "local_file_system_conf",
     "register",
     "session",
+    "unbundled_jars",
     "spark_home_without_python_zips",
 ]
 
@@ -84,10 +85,19 @@ def delta_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[str]:
     minor = ".".join(_delta_version().split(".")[:2])
     if not any(folder.glob(f"{DELTA_ARTIFACT.split(':')[1]}-{minor}.*.jar")):
         return []
+    return unbundled_jars(folder)
+
+
+def unbundled_jars(jars_dir: str | os.PathLike[str]) -> list[str]:
+    """The jars in ``jars_dir`` whose artifact pyspark does not already bundle (paths, sorted).
+
+    For a connector fetched with its dependencies (Spark's Kafka source), so
+    that the versions Spark ships (Scala, Hadoop, …) stay the only ones on the classpath.
+    """
     import pyspark
 
     bundled = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return sorted(str(p) for p in folder.glob("*.jar") if _artifact(p.name) not in bundled)
+    return sorted(str(p) for p in Path(jars_dir).glob("*.jar") if _artifact(p.name) not in bundled)
 
 
 def _artifact(jar_name: str) -> str:

@@ -3,9 +3,10 @@
 :func:`main` is the ``logstore`` console script; ``python -m logstore_cli`` runs the same.
 
 One module per command group, each owning its commands' handlers and their arguments: ``topics``,
-``records`` (produce, consume), ``groups``, ``serve``, ``security`` (keys, acls, quotas), ``zookeeper``,
-``maintain``, ``demo``. ``cli`` holds :func:`main` (errors print as ``ERROR_NAME: message``, status 1) and the
-top-level parser; ``_common`` what the groups share (config, store or ``--server`` client, ``key=value``).
+``records`` (produce, consume), ``groups``, ``transactions``, ``serve``, ``security`` (keys, acls, quotas),
+``zookeeper``, ``maintain``, ``demo``. ``cli`` holds :func:`main` (errors print as ``ERROR_NAME: message``,
+status 1) and the top-level parser; ``_common`` what the groups share (config, store or ``--server`` client,
+``key=value``).
 
 To add a command group: write ``logstore_cli/<group>.py`` with ``register(sub, common)``, which calls
 ``sub.add_parser(name, help=…, parents=[common])`` (``common``: ``--root``, ``--server``, ``--api-key``,

@@ -7,7 +7,18 @@ import sys
 from collections.abc import Callable, Sequence
 
 from logstore.errors import InvalidConfigError, LogstoreError
-from logstore_cli import cluster, demo, groups, maintain, records, security, serve, topics, zookeeper
+from logstore_cli import (
+    cluster,
+    demo,
+    groups,
+    maintain,
+    records,
+    security,
+    serve,
+    topics,
+    transactions,
+    zookeeper,
+)
 from logstore_cli._common import CONNECTION_OPTIONS, Parents, Subparsers, build_parents, config_of, connection_options
 
 __all__ = ["COMMAND_GROUPS", "DESCRIPTION", "build_parser", "main"]
@@ -16,6 +27,7 @@ COMMAND_GROUPS: tuple[Callable[[Subparsers, Parents], None], ...] = (
     topics.register,
     records.register,
     groups.register,
+    transactions.register,
     serve.register,
     security.register,
     zookeeper.register,

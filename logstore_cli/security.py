@@ -66,6 +66,9 @@ def register(sub: Subparsers, parents: Parents) -> None:
         resource = p.add_mutually_exclusive_group(required=True)
         resource.add_argument("--topic", help="a topic name, a prefix (with prefixed) or * for every topic")
         resource.add_argument("--group", help="a group name, a prefix (with prefixed) or * for every group")
+        resource.add_argument(
+            "--transactional-id", help="a transactional id, a prefix (with prefixed) or * for every one"
+        )
         resource.add_argument("--cluster", action="store_true", help="the cluster (creating topics, metrics, admin)")
         p.add_argument(
             "--resource-pattern-type",
@@ -122,6 +125,8 @@ def _acl_bindings(args: argparse.Namespace) -> list[AclBinding]:
         rtype, name = ResourceType.CLUSTER, CLUSTER_NAME
     elif args.topic is not None:
         rtype, name = ResourceType.TOPIC, args.topic
+    elif args.transactional_id is not None:
+        rtype, name = ResourceType.TRANSACTIONAL_ID, args.transactional_id
     else:
         rtype, name = ResourceType.GROUP, args.group
     pattern = PatternType(args.resource_pattern_type)

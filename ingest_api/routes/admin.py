@@ -124,7 +124,7 @@ class Acl(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     principal: Principal
-    resource_type: Literal["topic", "group", "cluster"]
+    resource_type: Literal["topic", "group", "transactional_id", "cluster"]
     resource_name: str = Field(min_length=1, description="a name, a prefix (prefixed) or * (every resource)")
     pattern_type: Literal["literal", "prefixed"] = "literal"
     operation: Literal["READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "ALL"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import orjson
@@ -14,17 +14,18 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ingest_api.deps import BrokerDep, allow, allow_auto_create, checks, count_quota
+from ingest_api.deps import Access, AccessDep, BrokerDep, allow, allow_auto_create, checks, count_quota
 from ingest_api.forwarding import produce_in_cluster
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
-from logstore.errors import NotLeaderOrFollowerError, RequestTimedOutError
+from logstore.errors import InvalidRequestError, NotLeaderOrFollowerError, RequestTimedOutError
 from logstore.log.catalog import validate_topic_name
 from logstore.node.broker import Acks, Broker
-from logstore.security import Operation, ResourceType
+from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import AppendResult, FetchResult
+from logstore.transactions import TransactionCoordinator
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
 from logstore.wire.json_bytes import encode_bytes
-from logstore.wire.json_produce import parse_arrow
+from logstore.wire.json_produce import ParsedRecords, parse_arrow
 
 router = APIRouter(prefix="/v1/topics", tags=["records"])
 
@@ -68,12 +69,21 @@ async def produce(
     topic: str,
     request: Request,
     broker: BrokerDep,
+    access: AccessDep,
     acks: Acks = "all",
     forward: Annotated[
         bool, Query(description="cluster mode: false answers 421 NOT_LEADER_OR_FOLLOWER instead of forwarding")
     ] = True,
+    transactional_id: Annotated[
+        str | None, Query(description="produce inside this id's open transaction (the first produce begins it)")
+    ] = None,
+    producer_epoch: Annotated[int | None, Query(description="with transactional_id: the epoch init gave")] = None,
 ) -> Response:
     """Produce a batch of records; see docs/design.md §3 for acks, idempotence and limits.
+
+    With ``transactional_id`` the records are staged in the transaction, durably, and answered with
+    ``"offset": null``: they reach the topic table, at consecutive offsets per partition, when it commits
+    (docs/transactions.md). That needs ``WRITE`` on the ``transactional_id`` too.
 
     The body is JSON, or with ``Content-Type: application/vnd.apache.arrow.stream``
     an Arrow IPC stream of the records (:mod:`logstore.wire.arrow_produce`). Cluster
@@ -93,6 +103,8 @@ async def produce(
     else:
         parsed = await request.app.state.parsers.parse(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)
+    if transactional_id is not None or producer_epoch is not None:
+        return await _produce_in_transaction(request, access, topic, parsed, transactional_id, producer_epoch)
     if broker.cluster is not None:
         parts, placed = await produce_in_cluster(
             broker,
@@ -130,6 +142,18 @@ async def produce(
         stages.labels("ack").observe(done - ready)
     broker.metrics.produce_latency.labels(acks).observe(done - started)
     return response
+
+
+async def _produce_in_transaction(
+    request: Request, access: Access, topic: str, parsed: ParsedRecords, tid: str | None, epoch: int | None
+) -> Response:
+    """Stage the records in ``tid``'s transaction: 200 once durable, each record's partition and a null offset."""
+    if tid is None or epoch is None:
+        raise InvalidRequestError("a transactional produce names both transactional_id and producer_epoch")
+    access.require(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, tid))
+    transactions: TransactionCoordinator = request.app.state.transactions
+    parts = await run_in_threadpool(transactions.produce, tid, epoch, topic, parsed)
+    return _json({"offsets": [{"partition": p, "offset": None} for p in parts.to_pylist()]})
 
 
 async def _read_body(request: Request, broker: Broker) -> bytes:
@@ -177,6 +201,10 @@ async def fetch(
     forward: Annotated[
         bool, Query(description="cluster mode: false answers 421 NOT_LEADER_OR_FOLLOWER on a node that does not lead")
     ] = True,
+    isolation_level: Annotated[
+        Literal["read_committed", "read_uncommitted"],
+        Query(description="accepted for Kafka's clients; both read the same: only committed records are in a table"),
+    ] = "read_uncommitted",
 ) -> Response:
     """Records from ``offset`` on; with ``wait_ms`` waits (long poll) for new ones.
 
@@ -226,7 +254,13 @@ def _fetch_body(result: FetchResult) -> dict[str, object]:
             strict=True,
         )
     ]
-    return {"records": records, "high_watermark": result.high_watermark, "log_start_offset": result.log_start_offset}
+    # The last stable offset is the high watermark: an open or aborted transaction has nothing in the table.
+    return {
+        "records": records,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.high_watermark,
+        "log_start_offset": result.log_start_offset,
+    }
 
 
 def _encode_column(col: pa.ChunkedArray | pa.Array) -> list[Any]:

@@ -32,6 +32,8 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     "ssl.certificate.location": None,
     "ssl.key.location": None,
     "on_delivery": None,
+    "transactional.id": None,
+    "transaction.timeout.ms": 60_000,
 }
 _PRODUCER_ALIASES = {
     "url": "bootstrap.servers",
@@ -143,6 +145,7 @@ def producer_config(config: Mapping[str, Any] | str | None, kwargs: dict[str, An
     conf["acks"] = acks
     if conf["on_delivery"] is not None and not callable(conf["on_delivery"]):
         raise InvalidConfigError(f"producer config 'on_delivery' must be a callable, got {conf['on_delivery']!r}")
+    conf["transaction.timeout.ms"] = as_int("producer", "transaction.timeout.ms", conf["transaction.timeout.ms"], 1)
     for key in ("linger.ms", "delivery.timeout.ms", "metadata.max.age.ms", "retry.backoff.max.ms"):
         conf[key] = as_int("producer", key, conf[key])
     conf["batch.num.messages"] = as_int("producer", "batch.num.messages", conf["batch.num.messages"], minimum=1)

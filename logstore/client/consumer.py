@@ -20,7 +20,9 @@ several separated by commas; also ``url``; without a scheme ``http://``, or
 ``cooperative-sticky``), ``max.poll.records`` (500 per fetch), ``api.key``
 (a secured server's API key; default ``$LOGSTORE_API_KEY``) and
 ``ssl.ca.location`` (a PEM CA bundle for an ``https://`` server), ``ssl.certificate.location`` and
-``ssl.key.location`` (a client certificate and its key, for a server that asks for one).
+``ssl.key.location`` (a client certificate and its key, for a server that asks for one), and
+``isolation.level`` (``read_committed``, or ``read_uncommitted``: the same here, since a transaction's records
+reach a topic only when it commits; docs/transactions.md).
 
 Threads: a heartbeat thread keeps the session alive and learns assignment
 changes; everything else — rebalance callbacks, revocation, auto commit —
@@ -56,6 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -79,7 +82,7 @@ from logstore.errors import (
 from logstore.structs import TopicPartition
 from logstore.wire.arrow_fetch import ARROW_STREAM, GENERATION_HEADER, decode_member_records
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "Message", "RebalanceCallback"]
+__all__ = ["TIMESTAMP_CREATE_TIME", "Consumer", "GroupMetadata", "Message", "RebalanceCallback"]
 
 log = logging.getLogger("logstore.client")
 
@@ -103,7 +106,16 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "ssl.ca.location": None,
     "ssl.certificate.location": None,
     "ssl.key.location": None,
+    "isolation.level": "read_committed",
 }
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """A consumer's group, for :meth:`~logstore.client.Producer.send_offsets_to_transaction`."""
+
+    group_id: str
 
 
 class Consumer:
@@ -121,6 +133,7 @@ class Consumer:
         conf = client_config("consumer", _CONSUMER_DEFAULTS, config, kwargs, {"url": "bootstrap.servers"})
         if not conf["group.id"]:
             raise InvalidConfigError("consumer config 'group.id' is required")
+        _check_isolation_level(conf["isolation.level"])
         self._conf = conf
         self.group: str = conf["group.id"]
         self._m = GroupMembership(conf, stopped_polling=self._stopped_polling, record_error=self._record)
@@ -155,6 +168,10 @@ class Consumer:
     def member_id(self) -> str | None:
         """This consumer's id in the group (None before :meth:`subscribe`)."""
         return self._m.member_id
+
+    def consumer_group_metadata(self) -> GroupMetadata:
+        """What :meth:`Producer.send_offsets_to_transaction` takes for this group (confluent-kafka's)."""
+        return GroupMetadata(self.group)
 
     def subscribe(
         self,
@@ -500,3 +517,10 @@ class Consumer:
             errors, self._errors = self._errors, []
         if errors:
             raise errors[0]
+
+
+def _check_isolation_level(level: Any) -> None:
+    if level not in _ISOLATION_LEVELS:
+        raise InvalidConfigError(
+            f"consumer config 'isolation.level' must be read_committed or read_uncommitted, got {level!r}"
+        )

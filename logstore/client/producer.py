@@ -44,15 +44,17 @@ import pyarrow as pa
 from logstore.client._config import producer_config
 from logstore.client._http import raise_for
 from logstore.client._routing import ClusterView, Nodes, Route, is_leadership_error, plan_routes
+from logstore.client._transactions import Transactions
 from logstore.client.message import Message
 from logstore.common.logs import describe
 from logstore.errors import (
+    InvalidTxnStateError,
     LogstoreError,
     NetworkExceptionError,
     UnknownServerError,
 )
 from logstore.log.schema import HEADERS_TYPE
-from logstore.structs import OFFSET_INVALID
+from logstore.structs import OFFSET_INVALID, TopicPartition
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER, encode_produce
 
 __all__ = ["DeliveryCallback", "Producer"]
@@ -112,6 +114,11 @@ class Producer:
       ``ca_file``): a PEM CA bundle for ``https://``; ``ssl.certificate.location`` and ``ssl.key.location``
       (also ``client_cert=(cert, key)``): a client certificate, which names the principal without an API key.
     * ``on_delivery``: the delivery callback of records produced without one.
+    * ``transactional.id``: a transactional producer (docs/transactions.md): call :meth:`init_transactions`
+      once, then :meth:`begin_transaction`, :meth:`produce`, :meth:`send_offsets_to_transaction`,
+      :meth:`commit_transaction` or :meth:`abort_transaction`. Its records are delivered (callbacks run) with
+      offset ``OFFSET_INVALID``: they get offsets when the transaction commits (:meth:`commit_transaction`
+      returns them). ``transaction.timeout.ms`` (60000): the node aborts a transaction open longer.
 
     Delivery callbacks run in the caller's thread inside :meth:`poll`, :meth:`flush` and :meth:`close`
     (an exception a callback raises comes out of that call).
@@ -139,7 +146,12 @@ class Producer:
         self._acks: str = conf["acks"]
         self._linger = conf["linger.ms"] / 1000
         self._batch_records: int = conf["batch.num.messages"]
-        self._producer_id = f"py-{uuid.uuid4().hex}" if conf["enable.idempotence"] else None
+        tid = conf["transactional.id"]
+        self._transactions = (
+            Transactions(str(tid), conf["transaction.timeout.ms"], self._nodes.call) if tid is not None else None
+        )
+        # A transaction is idempotent itself (its records are appended once, at commit).
+        self._producer_id = f"py-{uuid.uuid4().hex}" if conf["enable.idempotence"] and tid is None else None
         self._delivery_timeout = conf["delivery.timeout.ms"] / 1000
         self._retry_backoff_max = conf["retry.backoff.max.ms"] / 1000
         self._on_delivery: DeliveryCallback | None = conf["on_delivery"]
@@ -187,6 +199,8 @@ class Producer:
         if timestamp_ms is not None and not -(2**63) <= timestamp_ms < 2**63:
             raise ValueError(f"timestamp must be an int64 (ms since the epoch), got {timestamp_ms}")
         record, raw_key = _record_of(value, key, headers, timestamp_ms)
+        if self._transactions is not None:
+            self._transactions.check_open()
         with self._cond:
             if self._closed:
                 raise RuntimeError("producer is closed")
@@ -229,6 +243,45 @@ class Producer:
                 if not self._reports:
                     wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
                     self._cond.wait(wait)
+
+    # -- transactions (confluent-kafka's names; ``timeout`` in seconds, None: no limit) -------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id``: a new epoch, fencing older producers of it (``INVALID_TRANSACTION_TIMEOUT``:
+        ``transaction.timeout.ms`` is over the node's ``transaction.max.timeout.ms``)."""
+        _transactional(self._transactions).init()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the records produced until it ends belong to it."""
+        _transactional(self._transactions).begin()
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        """Commit the group's ``positions`` (next offsets to read) with the open transaction, and only then.
+
+        ``group_metadata``: the group's name, or an object with ``group_id`` (a consumer's group metadata).
+        """
+        group = group_metadata if isinstance(group_metadata, str) else str(group_metadata.group_id)
+        _transactional(self._transactions).send_offsets(positions, group)
+
+    def commit_transaction(self, timeout: float | None = None) -> list[TopicPartition]:
+        """Send what is buffered, then commit: all records visible at once; the first offset per partition written.
+
+        Raises:
+            ProducerFencedError: a newer producer initialised the id, or the transaction timed out.
+            InvalidTxnStateError: no transaction is open, or one of its records failed (abort it).
+            KafkaStorageError: decided but not yet complete; it completes on the node (retry to learn the offsets).
+        """
+        txn = _transactional(self._transactions)
+        self.flush(timeout)
+        return [TopicPartition(o["topic"], o["partition"], o["first_offset"]) for o in txn.commit()]
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Wait for the records in flight, then abort: none of the transaction's records is ever visible."""
+        txn = _transactional(self._transactions)
+        self.flush(timeout)
+        txn.abort()
 
     def __len__(self) -> int:
         """Records buffered, in flight, or delivered with their callback not run yet (confluent-kafka's ``len``)."""
@@ -352,6 +405,8 @@ class Producer:
                 self._sequences[topic] = seq + 1
                 headers |= {PRODUCER_ID_HEADER: self._producer_id, SEQUENCE_HEADER: str(seq)}
             offsets, error = self._deliver(topic, body, headers, route, sub_keys, sub_parts, deadline)
+            if error is not None and self._transactions is not None:
+                self._transactions.failed(error)
             for j, i in enumerate(route.indexes):
                 results[i] = offsets[j] if offsets is not None else None
                 errors[i] = error if offsets is None else None
@@ -381,6 +436,8 @@ class Producer:
         error: LogstoreError
         while True:
             params = {"acks": self._acks} | ({} if forward else {"forward": "false"})
+            if self._transactions is not None:
+                params |= self._transactions.produce_params()
             tried = url
             named: str | None = None
             try:
@@ -468,8 +525,8 @@ def _delivery_reports(
         if cb is None:
             continue
         r, o = records[i], results[i]
-        if o:
-            partition, offset = o["partition"], o["offset"]
+        if o:  # a transaction's records get their offsets at its commit
+            partition, offset = o["partition"], OFFSET_INVALID if o["offset"] is None else o["offset"]
         else:  # failed, or acks=0: no offset
             partition, offset = (parts[i] if parts[i] is not None else -1), OFFSET_INVALID
         headers = [(str(h["key"]), _raw(h["value"])) for h in r.headers] if r.headers else None
@@ -507,3 +564,9 @@ def _arrow_body(records: list[_Record], keys: list[bytes | None], parts: list[in
 
 def _raw(value: bytes | str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
+
+
+def _transactional(transactions: Transactions | None) -> Transactions:
+    if transactions is None:
+        raise InvalidTxnStateError("this producer has no transactional.id")
+    return transactions

@@ -49,6 +49,7 @@ class ResourceType(StrEnum):
     TOPIC = "topic"
     GROUP = "group"
     CLUSTER = "cluster"
+    TRANSACTIONAL_ID = "transactional_id"
 
 
 class PatternType(StrEnum):
@@ -88,7 +89,7 @@ def parse_principal(text: str) -> str:
 
 @dataclass(frozen=True)
 class Resource:
-    """A resource a request acts on: a topic, a group, or the cluster (named ``kafka-cluster``)."""
+    """A resource a request acts on: a topic, a group, a transactional id, or the cluster (``kafka-cluster``)."""
 
     type: ResourceType
     name: str
@@ -112,7 +113,7 @@ class AclBinding:
 
     Attributes:
         principal: ``User:alice``, or ``User:*`` for every user.
-        resource_type: topic, group or cluster.
+        resource_type: topic, group, transactional_id or cluster.
         resource_name: a name, a prefix (``pattern_type=prefixed``) or ``*`` (literal: every resource).
         pattern_type: literal or prefixed.
         operation: the operation granted or denied (``ALL``: every one).

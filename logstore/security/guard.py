@@ -15,6 +15,7 @@ from logstore.errors import (
     LogstoreError,
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from logstore.security.acl import Operation, Resource, ResourceType, authorize
 from logstore.security.audit import audit
@@ -29,6 +30,7 @@ _DENIED: dict[ResourceType, type[LogstoreError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailedError,
     ResourceType.GROUP: GroupAuthorizationFailedError,
     ResourceType.CLUSTER: ClusterAuthorizationFailedError,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailedError,
 }
 
 

@@ -40,3 +40,14 @@ def test_acls_add_list_remove_with_the_cli(tmp_path: Path) -> None:
     assert cli(root, "acls", "add", "--allow-principal", "User:a", "--operation", "FLY", "--topic", "t").returncode == 2
     r = cli(root, "acls", "add", "--operation", "READ", "--topic", "t")
     assert r.returncode == 1 and "INVALID_REQUEST" in r.stderr
+
+
+def test_an_acl_on_a_transactional_id(tmp_path: Path) -> None:
+    from tests.support.cli import cli
+
+    root = tmp_path / "data"
+    r = cli(root, "acls", "add", "--allow-principal", "User:etl", "--operation", "WRITE",
+            "--transactional-id", "etl-", "--resource-pattern-type", "prefixed")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    listed = [line.split() for line in cli(root, "acls", "list").stdout.splitlines()]
+    assert listed[1] == ["User:etl", "ALLOW", "WRITE", "transactional_id", "prefixed", "etl-"]

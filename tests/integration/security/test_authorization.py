@@ -29,6 +29,7 @@ OPEN = {"GET /healthz", "GET /readyz"}
 """Routes that answer without credentials (probes)."""
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+X = ResourceType.TRANSACTIONAL_ID
 A, D = Permission.ALLOW, Permission.DENY
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 
@@ -37,6 +38,7 @@ ACLS = [
     AclBinding("User:alice", T, "orders-", PRE, Operation.ALL, A),
     AclBinding("User:alice", T, "orders-locked", LIT, Operation.WRITE, D),
     AclBinding("User:alice", G, "orders-", PRE, Operation.READ, A),
+    AclBinding("User:alice", X, "orders-", PRE, Operation.WRITE, A),
     # bob reads every topic, describes every group and the cluster, may create topics anywhere
     AclBinding("User:bob", T, "*", LIT, Operation.READ, A),
     AclBinding("User:bob", G, "*", LIT, Operation.DESCRIBE, A),
@@ -87,6 +89,15 @@ def reset(topic: str) -> dict[str, Any]:
 
 TF, GF, CF = "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"
 AUTH = "SASL_AUTHENTICATION_FAILED"
+XF, XNF = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_NOT_FOUND"
+TXN = "/v1/transactions/orders-none-{u}"
+EPOCH = {"producer_epoch": 0}
+
+
+def txn_offsets(group: str) -> dict[str, Any]:
+    return {"producer_epoch": 0, "group": group, "offsets": [{"topic": "orders-eu", "partition": 0, "offset": 0}]}
+
+
 FETCH = "/v1/topics/{t}/partitions/0/records?offset=0"
 OFFSETS = "/v1/topics/{t}/partitions/0/offsets?timestamp=0"
 
@@ -339,6 +350,41 @@ TABLE: list[Case] = [
     Case("DELETE /v1/admin/quotas", "admin", "/v1/admin/quotas?principal=User:nobody", None, 200),
     Case("DELETE /v1/admin/quotas", "bob", "/v1/admin/quotas?principal=User:alice", None, 403, CF),
     Case("DELETE /v1/admin/quotas", None, "/v1/admin/quotas?principal=User:alice", None, 401, AUTH),
+    # transactions: WRITE on the transactional id (DESCRIBE to read), READ on the group for offsets
+    Case("POST /v1/transactions/{tid}/init", "alice", "/v1/transactions/orders-tx-{u}/init", {}, 200),
+    Case("POST /v1/transactions/{tid}/init", "bob", "/v1/transactions/orders-tx-{u}/init", {}, 403, XF),
+    Case("POST /v1/transactions/{tid}/init", None, "/v1/transactions/orders-tx-{u}/init", {}, 401, AUTH),
+    Case("POST /v1/transactions/{tid}/offsets", "alice", TXN + "/offsets", txn_offsets("orders-g"), 404, XNF),
+    Case("POST /v1/transactions/{tid}/offsets", "alice", TXN + "/offsets", txn_offsets("payments-g"), 403, GF),
+    Case("POST /v1/transactions/{tid}/offsets", "bob", TXN + "/offsets", txn_offsets("payments-g"), 403, XF),
+    Case("POST /v1/transactions/{tid}/offsets", None, TXN + "/offsets", txn_offsets("orders-g"), 401, AUTH),
+    Case("POST /v1/transactions/{tid}/commit", "alice", TXN + "/commit", EPOCH, 404, XNF),
+    Case("POST /v1/transactions/{tid}/commit", "bob", TXN + "/commit", EPOCH, 403, XF),
+    Case("POST /v1/transactions/{tid}/commit", None, TXN + "/commit", EPOCH, 401, AUTH),
+    Case("POST /v1/transactions/{tid}/abort", "alice", TXN + "/abort", EPOCH, 404, XNF),
+    Case("POST /v1/transactions/{tid}/abort", "carol", TXN + "/abort", EPOCH, 403, XF),
+    Case("POST /v1/transactions/{tid}/abort", None, TXN + "/abort", EPOCH, 401, AUTH),
+    Case("GET /v1/transactions", "carol", "/v1/transactions", None, 200),  # lists only what carol may describe
+    Case("GET /v1/transactions", None, "/v1/transactions", None, 401, AUTH),
+    Case("GET /v1/transactions/{tid}", "alice", TXN, None, 404, XNF),  # WRITE implies DESCRIBE
+    Case("GET /v1/transactions/{tid}", "carol", TXN, None, 403, XF),
+    Case("GET /v1/transactions/{tid}", None, TXN, None, 401, AUTH),
+    Case(
+        "POST /v1/topics/{topic}/records",
+        "alice",
+        "/v1/topics/orders-eu/records?transactional_id=payments-tx&producer_epoch=0",
+        rec(),
+        403,
+        XF,
+    ),
+    Case(
+        "POST /v1/topics/{topic}/records",
+        "alice",
+        "/v1/topics/orders-eu/records?transactional_id=orders-none-{u}&producer_epoch=0",
+        rec(),
+        404,
+        XNF,
+    ),
     Case("GET /healthz", None, "/healthz", None, 200),
     Case("GET /readyz", None, "/readyz", None, 200),
 ]

@@ -90,7 +90,7 @@ def test_every_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_top_level_help_lists_the_commands_in_registration_order(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
-    order = "{topics,produce,consume,groups,serve,keys,acls,quotas,zookeeper,cluster,maintain,demo}"
+    order = "{topics,produce,consume,groups,transactions,serve,keys,acls,quotas,zookeeper,cluster,maintain,demo}"
     assert order in capsys.readouterr().out
 
 

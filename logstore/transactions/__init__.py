@@ -1,0 +1,13 @@
+"""Transactions: Kafka's transactional producer, where nothing uncommitted ever reaches a topic table.
+
+See :mod:`logstore.transactions.coordinator`; the state lives in ``<root>/_transactions/``.
+"""
+
+from logstore.transactions.coordinator import (
+    STATES,
+    CommittedRange,
+    TransactionCoordinator,
+    TransactionDescription,
+)
+
+__all__ = ["STATES", "CommittedRange", "TransactionCoordinator", "TransactionDescription"]
