@@ -57,3 +57,12 @@ def test_commits_and_offsets_land_in_the_bucket(api: httpx.Client, root: str) ->
         assert any(k.startswith(f"{prefix}/_offsets/_delta_log/") for k in keys)
         assert f"{prefix}/_wal/node.id" in keys and f"{prefix}/_wal/node.lock" in keys
         assert any(k.startswith(f"{prefix}/topics/t/partition=1/") and k.endswith(".parquet") for k in keys)
+
+
+def test_transactions_are_refused_on_an_object_root_and_served_on_a_disk(api: httpx.Client, root: str) -> None:
+    r = api.post("/v1/transactions/tx-1/init", json={})
+    if is_object_store(root):  # their state log and staging have no object-store form yet: refused, never local
+        assert r.status_code >= 400 and r.json()["error_code"] == "UNSUPPORTED_VERSION", r.text
+        assert "not served on an object-store logstore.root" in r.json()["message"]
+    else:
+        assert r.status_code == 200, r.text
