@@ -8,6 +8,7 @@ them for the next writer to replay.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import boto3
 import httpx
@@ -41,7 +42,7 @@ test_the_answer_names_each_records_partition_and_offset_in_request_order = (
 
 
 def test_commits_and_offsets_land_in_the_bucket(api: httpx.Client, root: str) -> None:
-    api_tests.create(api, "t", 2)
+    assert api_tests.create(api, "t", 2)["root"] == (root if is_object_store(root) else str(Path(root).resolve()))
     r = api_tests.produce(api, "t", [{"value": f"v{i}", "partition": i % 2} for i in range(10)])
     assert r.status_code == 200, r.text
     got = api.get("/v1/topics/t/partitions/1/records", params={"offset": 0}).json()
