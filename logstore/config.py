@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from logstore._config_keys import apply_overrides, flatten
+from logstore._config_keys import apply_overrides, check_root, flatten
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
 
@@ -494,29 +494,7 @@ class LogstoreConfig:
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
     def __post_init__(self) -> None:
-        # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
-        scheme, sep, rest = self.root.partition("://")
-        if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
-            if scheme != "s3":
-                raise InvalidConfigError(
-                    f"logstore.root '{self.root}': '{scheme}://' roots are not served yet; give a directory "
-                    "path or an s3://bucket/prefix URI (docs/object-storage.md)"
-                )
-            if not rest.partition("/")[0]:
-                raise InvalidConfigError(
-                    f"logstore.root '{self.root}': an s3:// root names a bucket (s3://bucket/prefix)"
-                )
-            if self.zookeeper_connect:
-                raise InvalidConfigError(
-                    f"logstore.root '{self.root}' with zookeeper.connect: cluster mode needs a shared file system "
-                    "for now (the failover lock and the shared write-ahead log have no object-store form yet; "
-                    "docs/object-storage.md)"
-                )
-            if self.security_enabled:
-                raise InvalidConfigError(
-                    f"logstore.root '{self.root}' with security.enabled: keys, ACLs and quotas have no "
-                    "object-store form yet (docs/object-storage.md)"
-                )
+        check_root(self.root, zookeeper_connect=self.zookeeper_connect, security_enabled=self.security_enabled)
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:
