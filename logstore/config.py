@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from logstore._config_keys import apply_overrides, flatten
+from logstore._config_keys import apply_overrides, check_root, flatten
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
 
@@ -167,7 +167,12 @@ class LogstoreConfig:
     """
 
     root: str = field(
-        default="./data", metadata=_key("logstore.root", "Directory (or URI) holding topics/ and _offsets/.")
+        default="./data",
+        metadata=_key(
+            "logstore.root",
+            "Directory, or s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores), holding "
+            "topics/ and _offsets/.",
+        ),
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
@@ -437,7 +442,8 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an s3:// root "
+            "in the bucket, an acks=1 answer waiting until its object is stored.",
         ),
     )
     commit_fsync: bool = field(
@@ -509,13 +515,7 @@ class LogstoreConfig:
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
     def __post_init__(self) -> None:
-        # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
-        scheme, sep, _ = self.root.partition("://")
-        if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
-            raise InvalidConfigError(
-                f"logstore.root '{self.root}': this build keeps the store on a local (or mounted) file system "
-                f"and has no '{scheme}://' support; give a directory path (object storage: docs/design.md §13)"
-            )
+        check_root(self.root, zookeeper_connect=self.zookeeper_connect, security_enabled=self.security_enabled)
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

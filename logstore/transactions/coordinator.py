@@ -63,6 +63,7 @@ from logstore.errors import (
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
+from logstore.storage import is_object_store
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
 from logstore.wire.json_produce import ParsedRecords
@@ -402,6 +403,11 @@ class TransactionCoordinator:
             raise UnsupportedVersionError(
                 "transactions are served by a single (embedded) node only; this node runs in cluster mode "
                 "(zookeeper.connect is set)"
+            )
+        if is_object_store(self._broker.config.root):  # its state log and staging are local files for now
+            raise UnsupportedVersionError(
+                f"transactions are not served on an object-store logstore.root ('{self._broker.config.root}') "
+                "yet (docs/object-storage.md)"
             )
 
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
