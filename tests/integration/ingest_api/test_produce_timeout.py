@@ -53,3 +53,23 @@ def test_acks_all_gets_request_timed_out_while_the_commit_fails_and_lands_after(
     assert [(x["offset"], x["value"]) for x in got] == [(0, "v")]
     r = c.post("/v1/topics/b/records", params={"acks": "all"}, json={"records": [{"value": "w"}]})
     assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 1}], r.text
+
+
+def test_an_idempotent_retry_after_timeouts_is_written_once(server: Callable[..., Server]) -> None:
+    srv = server(**{"request.timeout.ms": 500})
+    c = srv.client(timeout=30)
+    assert c.post("/v1/topics", json={"name": "i", "partitions": 1}).status_code == 201
+    blocker = srv.root / "topics" / "i" / "partition=0"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.touch()
+    body = {"producer_id": "p1", "sequence": 0, "records": [{"value": "once"}]}
+    for _ in range(3):  # a client retrying its timed-out request: every attempt stays queued
+        r = c.post("/v1/topics/i/records", json=body)
+        assert r.status_code == 408 and r.json()["error_code"] == "REQUEST_TIMED_OUT", r.text
+    blocker.unlink()  # storage recovers; the client retries until it gets an answer (the committer backs off ~1 s)
+    deadline = time.monotonic() + 30
+    while (r := c.post("/v1/topics/i/records", json=body)).status_code == 408:
+        assert time.monotonic() < deadline, r.text
+    assert r.status_code == 200 and r.json()["offsets"] == [{"partition": 0, "offset": 0}], r.text
+    got = c.get("/v1/topics/i/partitions/0/records", params={"offset": 0}).json()["records"]
+    assert [(x["offset"], x["value"]) for x in got] == [(0, "once")]
