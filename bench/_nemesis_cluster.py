@@ -7,6 +7,10 @@ shared root. Node *n* reaches each ZooKeeper server through a
 :class:`~_proxy.CuttableProxy` of its own, so the nemesis can cut one node
 from ZooKeeper while it keeps serving clients. A node keeps its HTTP port
 across restarts, so clients keep their list of nodes.
+
+With ``security``, the nodes run with ``security.enabled`` and the nemesis's
+clients act as the super user ``User:nemesis``, whose API key is put in the
+cluster's security store (ZooKeeper) before the nodes start: :attr:`NemesisCluster.headers`.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ from pathlib import Path
 import httpx
 from _proxy import CuttableProxy
 
+from logstore.cluster.security_store import ZooKeeperSecurityStore
 from logstore.cluster.zookeeper_server import ZooKeeperServer, ensemble
+from logstore.security import new_key
 
 __all__ = ["NemesisCluster", "Node", "free_port"]
 
 _LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 CHROOT = "/nemesis"
+SUPER_USER = "User:nemesis"
+"""The principal every client of the nemesis acts as when security is on (in ``super.users``)."""
 
 
 def free_port() -> int:
@@ -122,7 +130,14 @@ class Node:
 class NemesisCluster:
     """ZooKeeper ensemble + proxies + nodes under ``work_dir`` (data in ``work_dir/data``)."""
 
-    def __init__(self, work_dir: Path, nodes: int = 3, zookeepers: int = 3, **node_config: object) -> None:
+    def __init__(
+        self, work_dir: Path, nodes: int = 3, zookeepers: int = 3, *, security: bool = False, **node_config: object
+    ) -> None:
+        self.security = security
+        if security:
+            node_config = {"security.enabled": "true", "super.users": SUPER_USER, **node_config}
+        self.headers: dict[str, str] = {}
+        """What every client request carries: the super user's API key when security is on."""
         self.work_dir = work_dir
         self.root = work_dir / "data"
         self.logs = work_dir / "logs"
@@ -173,10 +188,19 @@ class NemesisCluster:
         for p in self.proxies[n]:
             p.heal()
 
+    def security_store(self) -> ZooKeeperSecurityStore:
+        """The cluster's keys and ACLs in ZooKeeper, reached directly (not through a node's proxies); close it."""
+        return ZooKeeperSecurityStore(",".join(f"{z.host}:{z.port}" for z in self.zk) + CHROOT)
+
     def start(self) -> None:
         for i in range(len(self.zk)):
             self.start_zookeeper(i)
         self.wait_zookeeper()
+        if self.security:
+            record, key = new_key(SUPER_USER)
+            with self.security_store() as store:
+                store.add_key(record)
+            self.headers = {"Authorization": f"Bearer {key}"}
         self.start_nodes()
 
     def shutdown(self) -> None:

@@ -126,7 +126,7 @@ class Workload:
         proc, producer_id = f"producer-{i}", f"nemesis-{self.seed}-{i}"
         sequences: dict[str, int] = {}
         count = 0
-        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=self.cluster.headers) as client:
             while not self.stop.is_set():
                 topic = rng.choice((STABLE, STABLE, CHURN))
                 acks = rng.choice(("0", "1", "all", "all"))
@@ -174,7 +174,7 @@ class Workload:
         member: str | None = None
         generation = 0
         h = self.history
-        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=self.cluster.headers) as client:
             while not self.stop.is_set():
                 node, url = self._node(rng)
                 if member is None:
@@ -266,7 +266,7 @@ class Workload:
 
     def _observe_loop(self) -> None:
         rng = random.Random(f"{self.seed}-observer")
-        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=self.cluster.headers) as client:
             while not self.stop.wait(2.0):
                 node, url = self._node(rng)
                 self.history.call(

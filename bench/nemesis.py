@@ -19,15 +19,18 @@ the nemesis can cut, ``bench/_proxy.py``), then for N minutes runs at once:
   leader); kill -9 of a ZooKeeper server and its restart; kill -9 of the whole
   cluster and its restart; a node cut from ZooKeeper (its proxies) while it
   still serves clients, then healed; the delete and re-create of a topic;
-  partitions added to a topic.
+  partitions added to a topic. With ``--security`` (the nodes run with
+  ``security.enabled``, the clients as a super user), also a change of the
+  security store: a probe principal gets an API key and an ACL to write a
+  topic, then loses the ACL or its key, while probes check that every node
+  follows within the documented 5 s (``stale_authorization``).
 
 Every operation and its answer is a line of ``DIR/history.jsonl`` (format:
 ``bench/nemesis_check.py``). At the end the nemesis heals every fault, writes
 one acks=all record to every partition (so each leader has replayed what a
 dead one acknowledged), stops the nodes with SIGTERM, reads the final tables
 directly with delta-rs into the history, and prints the checker's JSON line.
-Exit status 0 when every anomaly count is 0. Security is off: a change of the
-security store is not among the faults (it needs a secured cluster).
+Exit status 0 when every anomaly count is 0.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from typing import Any
 
 import httpx
 from _nemesis_cluster import NemesisCluster
+from _nemesis_security import SecurityChange
 from _nemesis_workload import CHURN, REQUEST_TIMEOUT_S, SESSION_MS, STABLE, History, Workload
 from nemesis_check import ANOMALIES, check, load_history, read_final
 
@@ -63,14 +67,18 @@ class Nemesis:
         "cluster_down",
         "recreate_topic",
         "add_partitions",
+        "change_security",
     )
+    SECURE_ONLY = ("change_security",)
+    """Faults that need ``--security``."""
     MAX_PARTITIONS = 6
     """Partitions of the stable topic at most: each added one is another partition to commit and check."""
 
     def __init__(self, cluster: NemesisCluster, workload: Workload, history: History, seed: int) -> None:
         self.cluster, self.workload, self.history = cluster, workload, history
         self.rng = random.Random(seed)
-        self.admin = httpx.Client(timeout=30)
+        self.admin = httpx.Client(timeout=30, headers=cluster.headers)
+        self.security = SecurityChange(cluster, history, seed) if cluster.security else None
 
     def run(self, seconds: float, faults: tuple[str, ...] = FAULTS) -> None:
         """Faults from ``faults`` until ``seconds`` have passed, each after a quiet time of 2-5 s."""
@@ -190,6 +198,11 @@ class Nemesis:
         if line["ok"]:
             self.workload.partitions[STABLE] = current + 1
 
+    def change_security(self) -> dict[str, Any] | None:
+        if self.security is None:
+            return None
+        return self.security.run(self.rng)
+
     def heal(self) -> None:
         """Undo whatever is still broken: every proxy healed, every ZooKeeper server and node running."""
         for n, node in self.cluster.nodes.items():
@@ -213,7 +226,7 @@ def barrier(cluster: NemesisCluster, history: History, partitions: dict[str, int
     serves, and so has replayed what a dead leader acknowledged with acks=1. A partition that takes none is
     unavailable until the end of the history, which the checker reports."""
     rng = random.Random(f"{seed}-barrier")
-    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=cluster.headers) as client:
         for topic, count in partitions.items():
             for p in range(count):
                 deadline = time.monotonic() + BARRIER_S
@@ -246,6 +259,7 @@ def run(
     members: int = 2,
     faults: tuple[str, ...] = Nemesis.FAULTS,
     spark: bool = False,
+    security: bool = False,
 ) -> dict[str, Any]:
     """Start the cluster, run workload and nemesis for ``minutes``, check; the checker's result."""
     out.mkdir(parents=True, exist_ok=True)
@@ -257,10 +271,10 @@ def run(
         "num.io.threads": 2,
         "stats.sample.ms": 60000,
     }
-    cluster = NemesisCluster(out, **config)
+    cluster = NemesisCluster(out, security=security, **config)
     t0 = history.now()
     setup = {"seed": seed, "minutes": minutes, "root": str(cluster.root), "session_timeout_ms": SESSION_MS}
-    setup |= {"faults": list(faults), "producers": producers, "members": members, "spark": spark}
+    setup |= {"faults": list(faults), "producers": producers, "members": members, "spark": spark, "security": security}
     try:
         cluster.start()
         history.write("setup", "nemesis", None, t0, setup, ok=True)
@@ -268,7 +282,9 @@ def run(
         nemesis = Nemesis(cluster, workload, history, seed)
         admin = cluster.nodes[1].url
         for topic, n in workload.partitions.items():
-            httpx.post(f"{admin}/v1/topics", json={"name": topic, "partitions": n}, timeout=30).raise_for_status()
+            httpx.post(
+                f"{admin}/v1/topics", json={"name": topic, "partitions": n}, headers=cluster.headers, timeout=30
+            ).raise_for_status()
         workload.start()
         reader = None
         if spark:
@@ -311,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=int, default=2)
     parser.add_argument("--spark", action="store_true", help="also an availableNow Spark reader every 15 s")
     parser.add_argument(
+        "--security", action="store_true", help="nodes with security.enabled, and changes of the security store"
+    )
+    parser.add_argument(
         "--faults",
         default=",".join(Nemesis.FAULTS),
         help=f"the faults to draw from, comma-separated (default: all of {', '.join(Nemesis.FAULTS)})",
@@ -319,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     if not faults or set(faults) - set(Nemesis.FAULTS):
         parser.error(f"--faults: choose among {', '.join(Nemesis.FAULTS)}")
+    if not args.security:
+        faults = tuple(f for f in faults if f not in Nemesis.SECURE_ONLY)
+        if not faults:
+            parser.error(f"--faults: {', '.join(Nemesis.SECURE_ONLY)} needs --security")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nemesis-"))
     try:
-        result = run(args.minutes, args.seed, out, args.producers, args.members, faults, args.spark)
+        result = run(args.minutes, args.seed, out, args.producers, args.members, faults, args.spark, args.security)
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)

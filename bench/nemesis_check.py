@@ -17,6 +17,11 @@ The operations it reads:
 - ``commit`` by a member: ``req = {"group", "member_id", "generation",
   "offsets": [[topic, partition, offset], …]}`` (offset = the next one to read).
 - ``group_offsets``: ``GET /v1/groups/{g}``, ``ans = {"offsets": [[topic, partition, committed], …]}``.
+- ``security_change`` (``--security``): ``req = {"principal", "allowed"}``,
+  from the start to the end of the write to the security store that gave
+  ``principal`` the right to write (``allowed`` true) or took it away.
+  A ``produce`` whose ``req`` has a ``principal`` is a probe sent with that
+  principal's key.
 - ``fault``: what the nemesis did, ``req = {"kind", …}``; kind
   ``cluster_down`` spans the time the whole cluster was killed (from the kill
   to every node serving again), which unavailability does not count.
@@ -56,13 +61,18 @@ incarnation are checked against the final table.
 - ``restart_failed``: a fault the cluster did not recover from — a node or
   ZooKeeper server that could not start again (a ``fault`` with ``ok`` false).
 - ``unreadable``: a topic's final table that delta-rs cannot read (a ``final`` with ``ok`` false).
+- ``stale_authorization``: a probe answered against the security store's
+  state (200 after its principal lost the right, 401/403 after it gained it)
+  although the last change of that principal begun before the probe ended had
+  completed more than ``AUTHORIZATION_BOUND_S`` (5 s) before the probe began.
 
 **Unavailability**, per partition and incarnation: the longest time from a
 failed acks=1/all attempt on it (a request naming the partition explicitly)
-to the next acknowledged write to it, minus the time the whole cluster was
+to the next acknowledged write to it (or, never followed by one, to the end
+of the history or of the topic's incarnation), minus the time the whole cluster was
 down on purpose and ``idle`` time. Answers 404 (no such topic or partition,
 yet or any more) and refusals (counted as ``refused``) are not failed
-attempts. ``worst_unavailability_s`` is the largest, ``None`` when no attempt
+attempts, nor are authorisation answers (401, 403). ``worst_unavailability_s`` is the largest, ``None`` when no attempt
 failed; ``worst_unavailability_at`` = ``[topic, partition, start, end]``
 (history seconds).
 
@@ -95,8 +105,12 @@ ANOMALIES = (
     "commit_backwards",
     "restart_failed",
     "unreadable",
+    "stale_authorization",
 )
 """Every count the checker makes that must be 0."""
+
+AUTHORIZATION_BOUND_S = 5.0
+"""How long a change of keys or ACLs may take to reach every node (docs/design.md §10)."""
 
 REFUSED_STATUSES = (400, 409, 422)
 """Answers a correct producer must never get."""
@@ -150,6 +164,11 @@ class Incarnations:
                 return None
         return k
 
+    def end_of(self, topic: str, k: int, default: float) -> float:
+        """When incarnation ``k`` of ``topic`` ended (the start of the delete after it); ``default`` if it did not."""
+        wins = self.windows.get(topic, ())
+        return wins[k][0] if k < len(wins) else default
+
     def last(self, topic: str) -> int:
         """The final table's incarnation (None-free: an open window means the topic is gone at the end)."""
         return sum(1 for _s, end in self.windows.get(topic, ()) if end != math.inf)
@@ -172,6 +191,7 @@ def check(ops: Sequence[Op]) -> dict[str, Any]:
     out["commit_backwards"] = _backwards(ops)
     out["restart_failed"] = sum(1 for o in ops if o["op"] == "fault" and not o["ok"])
     out["unreadable"] = sum(1 for o in ops if o["op"] == "final" and not o["ok"])
+    out["stale_authorization"] = _stale_authorizations(ops)
     worst, where = _unavailability(produces, ops, inc)
     out["worst_unavailability_s"] = None if worst is None else round(worst, 3)
     out["worst_unavailability_at"] = where
@@ -294,7 +314,7 @@ def _unavailability(
         if op["ok"]:
             for acked in op["ans"]["offsets"]:
                 events.append((op["t1"], 0, (topic, acked["partition"], k)))
-        elif op.get("status") not in (404, *REFUSED_STATUSES):  # missing topic or partition; refused (counted apart)
+        elif op.get("status") not in (401, 403, 404, *REFUSED_STATUSES):  # not allowed; missing; refused
             for p in {r["partition"] for r in op["req"]["records"] if r.get("partition") is not None}:
                 events.append((op["t0"], 1, (topic, p, k)))
     events.sort()
@@ -307,12 +327,33 @@ def _unavailability(
             first_failure.setdefault(key, t)
         elif key in first_failure:
             windows.append((first_failure.pop(key), t, key))
-    windows += [(start, end, key) for key, start in first_failure.items()]  # never recovered before the end
+    # Never recovered: until the end, or until the incarnation ended (a delete of the topic began).
+    windows += [(start, inc.end_of(key[0], key[2], end), key) for key, start in first_failure.items()]
     for start, stop, key in windows:
         length = stop - start - sum(max(0.0, min(stop, d1) - max(start, d0)) for d0, d1 in down)
         if worst is None or length > worst[0]:
             worst = (length, [key[0], key[1], round(start, 3), round(stop, 3)])
     return (None, None) if worst is None else worst
+
+
+def _stale_authorizations(ops: Sequence[Op]) -> int:
+    """Probes answered against a change of their principal's rights that was older than the bound."""
+    changes: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for op in ops:
+        if op["op"] == "security_change" and op["ok"]:
+            changes[op["req"]["principal"]].append((op["t0"], op["t1"], bool(op["req"]["allowed"])))
+    n = 0
+    for op in ops:
+        principal = op["req"].get("principal") if op["op"] == "produce" else None
+        if principal is None or op.get("status") not in (200, 401, 403):
+            continue  # no answer, or one that says nothing of authorisation (421, 503, ...)
+        begun = [c for c in changes.get(principal, ()) if c[0] < op["t1"]]
+        if not begun:
+            continue
+        _t0, done, allowed = max(begun)
+        if done + AUTHORIZATION_BOUND_S < op["t0"] and (op["status"] == 200) != allowed:
+            n += 1
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,11 +47,15 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     10: (0, 5),  # FindCoordinator
     15: (0, 5),  # DescribeGroups: groups of committed offsets only (no members yet)
     16: (0, 4),  # ListGroups
+    17: (0, 1),  # SaslHandshake: PLAIN, on SASL_* listeners
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 5),  # InitProducerId
     32: (1, 4),  # DescribeConfigs: topics and this node
+    36: (0, 2),  # SaslAuthenticate
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs: topics
 }
 """API key → (lowest, highest) version this listener serves; ApiVersions advertises exactly these."""
 

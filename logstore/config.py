@@ -175,17 +175,18 @@ class LogstoreConfig:
         default="PLAINTEXT://127.0.0.1:9092",
         metadata=_key(
             "listeners",
-            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API "
-            "(PLAINTEXT://host:port; empty = off). When this default port is taken the node warns and serves HTTP "
-            "without it; a configured listener that cannot bind stops the start. Embedded nodes only for now.",
+            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API, and how clients "
+            "authenticate: PLAINTEXT://host:port, SASL_PLAINTEXT://… or SASL_SSL://… (SASL/PLAIN: username = "
+            "principal, password = an API key; needs security.enabled); empty = off. When this default port is "
+            "taken the node warns and serves HTTP without it; a configured listener that cannot bind stops the start.",
         ),
     )
     advertised_listeners: str = field(
         default="",
         metadata=_key(
             "advertised.listeners",
-            "The PLAINTEXT://host:port Kafka clients are told to connect to (Metadata, FindCoordinator); "
-            "empty = the bound listener.",
+            "The PROTOCOL://host:port Kafka clients are told to connect to (Metadata, FindCoordinator; in "
+            "cluster mode registered in ZooKeeper for the other nodes' Metadata); empty = the bound listener.",
         ),
     )
     socket_request_max_bytes: int = field(

@@ -25,6 +25,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "GroupSubscribedToTopicError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "InconsistentGroupProtocolError",
     "InconsistentTopicIdError",
     "InvalidConfigError",
@@ -57,6 +58,7 @@ __all__ = [
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
 ]
 
@@ -230,6 +232,21 @@ class SaslAuthenticationFailedError(LogstoreError):
 
     code = 58
     name = "SASL_AUTHENTICATION_FAILED"
+
+
+class UnsupportedSaslMechanismError(LogstoreError):
+    """A Kafka client asked for a SASL mechanism the listener does not offer (it offers ``PLAIN``)."""
+
+    code = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(LogstoreError):
+    """A Kafka request out of the SASL sequence: an API other than ApiVersions before authenticating on a
+    ``SASL_*`` listener, SaslAuthenticate before SaslHandshake, or either on a ``PLAINTEXT`` listener."""
+
+    code = 34
+    name = "ILLEGAL_SASL_STATE"
 
 
 class InvalidRequestError(LogstoreError):

@@ -165,13 +165,23 @@ class LogStore:
 
     # groups
     def commit_offsets(
-        self, group: str, topic: str, offsets: Mapping[int, int], *, metadata: str | None = None
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        metadata: str | None = None,
+        fence: int | None = None,
     ) -> None:
         """Commit ``offsets`` for ``group``, each checked to lie in [log start, HW].
+
+        ``fence``: the committer's generation of the group's lease of ``topic`` (see
+        :meth:`OffsetsStore.commit <logstore.groups.offsets.OffsetsStore.commit>`).
 
         Raises:
             OffsetOutOfRangeError: an offset outside its partition's range.
             UnknownTopicOrPartitionError: no such topic or partition.
+            NotCoordinatorError: another committer holds a newer lease generation; nothing was committed.
         """
         info = self.describe_topic(topic)
         for p, o in offsets.items():
@@ -183,7 +193,15 @@ class LogStore:
                     f"offset {o} of topic '{topic}' partition {p} is outside "
                     f"[{part.log_start_offset}, {part.high_watermark}]"
                 )
-        self.offsets.commit(group, topic, offsets, metadata=metadata)
+        self.offsets.commit(group, topic, offsets, metadata=metadata, fence=fence)
+
+    def fence_offsets(self, group: str, topic: str, generation: int) -> None:
+        """Refuse from now on the commits of ``group`` on ``topic`` fenced with a lease generation below ``generation``.
+
+        Raises:
+            NotCoordinatorError: a newer generation holds the fence already.
+        """
+        self.offsets.fence(group, topic, generation)
 
     def reset_offsets(
         self, group: str, topic: str, to: str | dict[str, int], *, force: bool = False, dry_run: bool = False
@@ -211,9 +229,12 @@ class LogStore:
         """
         lease = self._reset_lease(group, topic, wait_s=2 * DEFAULT_LEASE_TIMEOUT_MS / 1000 if force else 0.0)
         try:
+            fence = lease.generation(topic)
+            if not dry_run:
+                self.offsets.fence(group, topic, fence)  # an earlier holder's late commit cannot land after it
             new = self._reset_offsets(group, topic, to)
             if not dry_run:
-                self.offsets.commit(group, topic, new, metadata="reset")
+                self.offsets.commit(group, topic, new, metadata="reset", fence=fence)
             return new
         finally:
             lease.release()

@@ -152,6 +152,8 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planner: Planner | None = None
         self._offsets: OffsetsStore | None = None
         self._lease: GroupLease | None = None
+        self._fenced: dict[str, int] = {}
+        """Topic → the lease generation this reader wrote as the group's fence in ``_offsets``."""
         self._committed: dict[tuple[str, str], int] = {}
         self._target: dict[tuple[str, int], int] | None = None
         self._plans: dict[str, Views] = {}
@@ -287,6 +289,12 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._lease is None:
             self._lease = GroupLease(self.options.root, self.options.group)
         self._lease.acquire(topics)
+        for t in sorted(topics):
+            # A lease newly taken fences the previous holder's commits before this reader reads the offsets.
+            generation = self._lease.generation(t)
+            if self._fenced.get(t) != generation:
+                self._offsets_().fence(self.options.group, t, generation)
+                self._fenced[t] = generation
 
     def _commit_group(self, offsets: dict[str, Any], current: TopicIds) -> None:
         """Commit ``offsets`` as the group's; not those of a topic whose ID is no longer ``current``'s.
@@ -307,7 +315,8 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # A query that lost the topic to another query of its group must not move the
                 # group's offsets back to its own (older) position: check the lease right before.
                 self._hold_topics({t})
-                self._offsets_().commit(self.options.group, t, changed, metadata="spark")
+                fence = self._lease.generation(t) if self._lease is not None else None
+                self._offsets_().commit(self.options.group, t, changed, metadata="spark", fence=fence)
                 for p, o in changed.items():
                     self._committed[(t, str(p))] = o
 

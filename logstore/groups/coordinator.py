@@ -23,6 +23,12 @@ group's lock, and adds what needs the store:
 - **One consumer type.** While members subscribe to a topic, the node holds
   the group's lease (:class:`~logstore.groups.leases.GroupLease`) on it, so a Spark
   query reading with ``group=G`` and members of G never share a topic.
+- **Fencing.** The lease's generation is the coordinator's fencing token: on
+  taking a lease it writes the generation into ``_offsets`` before it reads the
+  group's offsets there, and every commit carries it; the table refuses a commit
+  with an older one (``NOT_COORDINATOR``). So a coordinator that lost the group —
+  also one stalled between its lease check and its write for longer than the
+  lease lasts — never answers a commit its successor did not read.
 """
 
 from __future__ import annotations
@@ -86,7 +92,11 @@ class GroupStore(Protocol):
 
     def committed(self, group: str, topic: str) -> dict[GroupTopicPartition, OffsetCommit]: ...
 
-    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
+    def commit_offsets(
+        self, group: str, topic: str, offsets: Mapping[int, int], *, fence: int | None = None
+    ) -> None: ...
+
+    def fence_offsets(self, group: str, topic: str, generation: int) -> None: ...
 
 
 PausedSet = frozenset[TopicPartition]
@@ -143,6 +153,7 @@ class GroupCoordinator:
             InconsistentGroupProtocolError: the group's live members use another assignor.
             UnknownTopicOrPartitionError: a topic does not exist.
             GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
+            NotCoordinatorError: a newer holder of the group's lease fenced the offsets meanwhile.
         """
         if not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
@@ -315,6 +326,7 @@ class GroupCoordinator:
                 left or expired, or it does not own one of the partitions.
             OffsetOutOfRangeError: an offset outside [log start, high watermark].
             GroupSubscribedToTopicError: the node lost the group's lease of the topic.
+            NotCoordinatorError: a newer holder of the lease fenced this one (nothing was committed).
         """
         g = self._group(group)
         with g.lock:
@@ -332,12 +344,13 @@ class GroupCoordinator:
                 by_topic.setdefault(tp.topic, {})[tp.partition] = o
             # Under the group's lock: a partition cannot change owner while its commit is being written,
             # so its next owner starts from this commit, never from the one before.
-            for topic, offs in sorted(by_topic.items()):
+            for topic, offs in sorted(by_topic.items()):  # fenced by the lease's generation (module docstring)
                 lease = g.leases.get(topic)
                 if lease is not None:
                     lease.acquire([topic])
                 with self._offsets_lock:
-                    self._store.commit_offsets(group, topic, offs)
+                    fence = None if lease is None else lease.generation(topic)
+                    self._store.commit_offsets(group, topic, offs, fence=fence)
 
     def seek(self, group: str, member_id: str, positions: Mapping[TopicPartition, int]) -> None:
         """Move the fetch positions of partitions the member owns (``Consumer.seek``): :meth:`ConsumerGroup.seek`.
@@ -423,13 +436,8 @@ class GroupCoordinator:
         for topic in topics:
             if topic in g.leases:
                 continue
-            lease = (
-                GroupLease(self._store.config.root, g.name)
-                if self._lease_timeout_ms is None
-                else GroupLease(self._store.config.root, g.name, timeout_ms=self._lease_timeout_ms)
-            )
-            lease.acquire([topic])
-            g.leases[topic] = lease
+            with self._offsets_lock:
+                g.leases[topic] = _fenced_lease(self._store, g.name, topic, self._lease_timeout_ms)
 
     def _release_unused_leases(self, g: ConsumerGroup) -> None:
         used = {t for m in g.members.values() for t in m.topics}
@@ -491,3 +499,24 @@ class GroupCoordinator:
         with g.lock:
             if g.positions.get(tp) == stale:
                 g.positions[tp] = new
+
+
+def _fenced_lease(store: GroupStore, group: str, topic: str, timeout_ms: int | None) -> GroupLease:
+    """The group's lease of ``topic``, taken, with its generation written as the fence of the group's offsets there.
+
+    Before this coordinator reads any offset of the group: each commit of an
+    earlier holder either landed before the fence (and is read) or is refused.
+
+    Raises:
+        GroupSubscribedToTopicError: another live reader holds the lease.
+        NotCoordinatorError: a newer holder's fence is in the table already (the lease is released again).
+    """
+    root = store.config.root
+    lease = GroupLease(root, group) if timeout_ms is None else GroupLease(root, group, timeout_ms=timeout_ms)
+    lease.acquire([topic])
+    try:
+        store.fence_offsets(group, topic, lease.generation(topic))
+    except LogstoreError:
+        lease.release()
+        raise
+    return lease

@@ -123,6 +123,11 @@ class GroupLease:
             self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.group}", daemon=True)
             self._thread.start()
 
+    def generation(self, topic: str) -> int:
+        """The generation of ``topic``'s lease this reader holds: its fencing token (0: it holds none)."""
+        with self._lock:
+            return self._held.get(topic, 0)
+
     def release(self) -> None:
         """Stop renewing and mark the leases this reader holds released (free for anyone at once)."""
         self._stop.set()

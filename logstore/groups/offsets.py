@@ -49,12 +49,18 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from logstore.errors import ConcurrentTransactionsError, InvalidGroupIdError, InvalidRequestError, KafkaStorageError
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    KafkaStorageError,
+    NotCoordinatorError,
+)
 from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
-__all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_offsets", "latest_rows"]
+__all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_fence", "app_offsets", "latest_rows"]
 
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -88,11 +94,21 @@ def app_offsets(group: str) -> str:
     return f"logstore.groups.offsets.{group}"
 
 
+def app_fence(group: str, topic: str) -> str:
+    """The Delta ``txn`` app id that holds the newest lease generation of ``group`` on ``topic`` (its fence).
+
+    The topic first: a topic's name has no ``/``, so no two (group, topic) pairs share an id.
+    """
+    return f"logstore.groups.fence.{topic}/{group}"
+
+
 class OffsetsStore:
     """Commits and reads consumer-group offsets under one root.
 
     Safe across processes: commits of one group are ordered by ``commit_seq``
     (see the module docstring), commits of different groups never conflict.
+    Safe across threads: a read answers with the table as it was when the read
+    began or later, never older than a commit that completed before it began.
     The table is created on first commit.
 
     Args:
@@ -104,6 +120,9 @@ class OffsetsStore:
         self.path = os.path.join(os.path.abspath(root), "_offsets")
         self._clock_ms = clock_ms
         self._dt: DeltaTable | None = None
+        self._handle_lock = threading.RLock()
+        """One thread at a time moves or reads the shared delta-rs handle (a refresh while another thread lists
+        its files would let that thread file an older snapshot under the newer version)."""
         self._cache_version = -1
         self._cache: dict[GroupTopicPartition, OffsetCommit] = {}
         self._files: dict[str, pa.Table] = {}
@@ -121,14 +140,22 @@ class OffsetsStore:
         offsets: Mapping[int, int],
         *,
         metadata: str | None = None,
+        fence: int | None = None,
     ) -> None:
         """Record ``offsets`` (partition → next offset to read) for ``group`` on ``topic``.
 
         Durable when it returns. Range checks against the topic belong to the caller.
 
+        ``fence``: the generation of the group's lease of ``topic`` that the
+        committer holds (:mod:`logstore.groups.leases`), its fencing token. The
+        commit is refused when the table holds a newer one (:meth:`fence`):
+        another committer took the group over since, and may have read the
+        group's offsets already. None: not fenced.
+
         Raises:
             InvalidGroupIdError: empty group name.
             InvalidRequestError: a negative offset.
+            NotCoordinatorError: ``fence`` is older than the table's; nothing was committed.
         """
         if not isinstance(group, str) or not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
@@ -137,16 +164,49 @@ class OffsetsStore:
         for p, o in offsets.items():
             if o < 0:
                 raise InvalidRequestError(f"committed offset for partition {p} must be >= 0, got {o}")
+        self._write(group, topic, offsets, metadata, fence)
+
+    def fence(self, group: str, topic: str, generation: int) -> None:
+        """Record lease ``generation`` of ``group`` on ``topic``: commits fenced with an older one are refused.
+
+        One commit without rows, durable when it returns. Whoever takes a
+        group's lease of a topic calls it before it reads the group's offsets:
+        a commit of the previous holder either landed before it (and is read)
+        or is refused — never answered and unseen.
+
+        Raises:
+            NotCoordinatorError: the table holds a newer generation.
+        """
+        if not isinstance(group, str) or not group:
+            raise InvalidGroupIdError("consumer group name must be a non-empty string")
+        self._write(group, topic, {}, None, generation)
+
+    def _write(
+        self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None, fence: int | None
+    ) -> None:
         dt = self._table()
         if dt is None or "commit_seq" not in dt.schema().to_arrow().names:
-            self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
-        else:
-            with self._append_lock:  # the race state below is this store's; other processes race by version
-                self._append(dt, group, topic, offsets, metadata)
-        if self._dt is None:
-            self._table()
+            if fence is None:
+                self._commit_with_delta_rs(group, topic, offsets, metadata)  # creates the table, or adds the column
+                self._table()
+                return
+            # A fenced commit goes through the appender, whose put-if-absent makes the fence check exact:
+            # create the table (or add the column) with no rows first.
+            self._commit_with_delta_rs(group, topic, {}, None)
+            dt = self._table()
+            assert dt is not None
+        with self._append_lock:  # the race state below is this store's; other processes race by version
+            self._append(dt, group, topic, offsets, metadata, fence)
 
-    def _append(self, dt: DeltaTable, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
+    def _append(
+        self,
+        dt: DeltaTable,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        metadata: str | None,
+        fence: int | None,
+    ) -> None:
         """Commit one data file and the group's next ``commit_seq`` with the core's log appender.
 
         delta-rs's ``write_deltalake`` rebuilds the table's state for every
@@ -156,22 +216,33 @@ class OffsetsStore:
         settles is settled here the same way: the version was taken → read the
         commits that took it; if one carries this group's ``txn``, take the
         number after it (a new file), else try the next version with the same file.
+
+        With ``fence``, the commit also carries the lease generation
+        (:func:`app_fence`) and is made only while every commit before its
+        version holds none newer: the versions up to the one it creates are
+        all known here (the handle's snapshot, then those read after each race).
+        Without ``offsets`` it is the fence alone.
         """
         app = app_offsets(group)
+        guard = app_fence(group, topic)
         appender = self._appender_()
         time_us = self._clock_ms() * 1000
         for _ in range(_COMMIT_ATTEMPTS):
-            if dt.version() > self._known:  # the handle moved past what this store read itself
-                self._known, self._seqs = dt.version(), {}
-            last = self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
+            with self._handle_lock:  # the version and the group's number from one snapshot
+                if dt.version() > self._known:  # the handle moved past what this store read itself
+                    self._known, self._seqs = dt.version(), {}
+                last = self._txn(dt, app)
             seq = 0 if last is None else last + 1
-            file = self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))
+            files = [self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))] if offsets else []
+            txns = ([(app, seq)] if offsets else []) + ([(guard, fence)] if fence is not None else [])
             version = self._known + 1
             while True:
+                if fence is not None:
+                    self._check_fence(dt, group, topic, fence, files)
                 try:
-                    appender.commit(version, [file], [(app, seq)], info=_COMMIT_INFO)
+                    appender.commit(version, files, txns, info=_COMMIT_INFO)
                 except VersionTaken:
-                    if self._read_since(version, app):
+                    if self._read_since(version, app) and offsets:
                         break  # this group committed meanwhile: next number
                     version = self._known + 1
                     continue
@@ -182,18 +253,34 @@ class OffsetsStore:
                     if not self._settled(appender, e):
                         break
                 except KafkaStorageError:
-                    appender.discard([file])  # nothing was committed
+                    appender.discard(files)  # nothing was committed
                     raise
-                self._known, self._seqs[app] = version, seq
+                self._known = version
+                self._seqs.update(txns)
                 return
-            appender.discard([file])
+            appender.discard(files)
         raise ConcurrentTransactionsError(
             f"commit of offsets of group '{group}' lost the race {_COMMIT_ATTEMPTS} times; retry"
         )
 
+    def _txn(self, dt: DeltaTable, app: str) -> int | None:
+        """``app``'s ``txn`` version as of ``_known`` (call with the handle's lock held)."""
+        return self._seqs[app] if app in self._seqs else tables.txn_version(dt, app)
+
+    def _check_fence(self, dt: DeltaTable, group: str, topic: str, fence: int, files: list[NewFile]) -> None:
+        with self._handle_lock:
+            held = self._txn(dt, app_fence(group, topic))
+        if held is not None and held > fence:
+            self._appender_().discard(files)
+            raise NotCoordinatorError(
+                f"consumer group '{group}' was taken over on topic '{topic}' (lease generation {held}, this "
+                f"committer's {fence}): nothing was committed; its members join again at its coordinator"
+            )
+
     def _reload(self, dt: DeltaTable, group: str) -> None:
         try:
-            tables.refresh(dt)
+            with self._handle_lock:
+                tables.refresh(dt)
         except (DeltaError, OSError) as e:
             raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
         self._known = -1
@@ -241,33 +328,34 @@ class OffsetsStore:
     def _commit_with_delta_rs(self, group: str, topic: str, offsets: Mapping[int, int], metadata: str | None) -> None:
         """The first commit (it creates the table) and one into a table without ``commit_seq`` (it adds it)."""
         for attempt in range(_COMMIT_ATTEMPTS):
-            dt = self._table()
-            if dt is not None:
+            with self._handle_lock:  # write_deltalake moves the handle it is given
+                dt = self._table()
+                if dt is not None:
+                    try:
+                        tables.refresh(dt)
+                    except (DeltaError, OSError) as e:
+                        raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
+                last = tables.txn_version(dt, app_offsets(group)) if dt is not None else None
+                seq = 0 if last is None else last + 1
+                rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
+                first = dt.version() + 1 if dt is not None else 0
                 try:
-                    tables.refresh(dt)
+                    write_deltalake(
+                        dt or self.path,
+                        rows,
+                        mode="append",
+                        schema_mode="merge",  # a table from before commit_seq gains the column
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
+                    )
+                    tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
+                except CommitFailedError as e:
+                    # Another commit of this group took number `seq` first: take the next one.
+                    if attempt == _COMMIT_ATTEMPTS - 1:
+                        raise tables.translate(e, f"commit of offsets of group '{group}'") from e
+                    continue
                 except (DeltaError, OSError) as e:
-                    raise KafkaStorageError(f"cannot read the offsets of group '{group}': {e}") from e
-            last = tables.txn_version(dt, app_offsets(group)) if dt is not None else None
-            seq = 0 if last is None else last + 1
-            rows = _rows(group, topic, offsets, metadata, self._clock_ms() * 1000, seq)
-            first = dt.version() + 1 if dt is not None else 0
-            try:
-                write_deltalake(
-                    dt or self.path,
-                    rows,
-                    mode="append",
-                    schema_mode="merge",  # a table from before commit_seq gains the column
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
-                )
-                tables.sync_commits(self.path, first)  # delta-rs does not fsync what it writes
-            except CommitFailedError as e:
-                # Another commit of this group took number `seq` first: take the next one.
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise tables.translate(e, f"commit of offsets of group '{group}'") from e
-                continue
-            except (DeltaError, OSError) as e:
-                raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
-            return
+                    raise KafkaStorageError(f"cannot commit offsets of group '{group}': {e}") from e
+                return
 
     def delete_group(self, group: str) -> int:
         """Remove every committed offset of ``group`` (Kafka's DeleteGroups); returns how many rows went.
@@ -300,9 +388,10 @@ class OffsetsStore:
             return 0
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
-                tables.refresh(dt)
-                metrics = dt.delete(predicate)
-                tables.sync_commits(self.path, dt.version())
+                with self._handle_lock:  # delete moves the handle
+                    tables.refresh(dt)
+                    metrics = dt.delete(predicate)
+                    tables.sync_commits(self.path, dt.version())
             except CommitFailedError as e:
                 if attempt == _COMMIT_ATTEMPTS - 1:
                     raise tables.translate(e, f"deletion of {what}") from e
@@ -324,29 +413,44 @@ class OffsetsStore:
         return sorted({k[0] for k in self._latest()})
 
     def _table(self) -> DeltaTable | None:
-        if self._dt is None:
-            try:
-                self._dt = tables.open_table(self.path)
-            except TableNotFoundError:
-                return None
-        return self._dt
+        with self._handle_lock:
+            if self._dt is None:
+                try:
+                    self._dt = tables.open_table(self.path)
+                except TableNotFoundError:
+                    return None
+            return self._dt
 
     def _latest(self) -> dict[GroupTopicPartition, OffsetCommit]:
+        """The latest commits at the table's newest version; thread-safe.
+
+        The version and its files are taken from the handle in one step, and
+        the answer is cached under that version only when nothing newer is
+        cached: a slow reader of an older snapshot never files it under a newer
+        version, which would hide commits from every later reader until the
+        table moves again.
+        """
         dt = self._table()
         if dt is None:
             return {}
-        tables.refresh(dt)
-        if dt.version() == self._cache_version:
-            return self._cache
-        files = [os.path.join(tables.table_path(dt), p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+        with self._handle_lock:
+            tables.refresh(dt)
+            version = dt.version()
+            if version == self._cache_version:
+                return self._cache
+            root = tables.table_path(dt)
+            files = [os.path.join(root, p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
-        self._files = {f: self._files.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
+        known = self._files
+        read = {f: known.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
-            for row in latest_rows(pa.concat_tables(list(self._files.values()))).to_pylist():
+            for row in latest_rows(pa.concat_tables(list(read.values()))).to_pylist():
                 key = GroupTopicPartition(row["group"], row["topic"], row["partition"])
                 latest[key] = OffsetCommit(row["offset"], row["commit_time"] // 1000, row["metadata"])
-        self._cache, self._cache_version = latest, dt.version()
+        with self._handle_lock:
+            if version > self._cache_version:
+                self._cache, self._cache_version, self._files = latest, version, read
         return latest
 
 

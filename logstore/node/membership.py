@@ -53,14 +53,21 @@ import time
 from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
-__all__ = ["LEASE_FRACTION", "ClusterMembership", "advertised_url", "check_node_id_free", "failover_lock"]
+__all__ = [
+    "LEASE_FRACTION",
+    "ClusterMembership",
+    "advertised_kafka",
+    "advertised_url",
+    "check_node_id_free",
+    "failover_lock",
+]
 
 log = logging.getLogger("logstore.cluster")
 
@@ -79,6 +86,20 @@ def advertised_url(config: LogstoreConfig) -> str:
     scheme = "https" if config.server_ssl_certfile else "http"
     host = config.server_host if config.server_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     return f"{scheme}://{host}:{config.server_port}"
+
+
+def advertised_kafka(config: LogstoreConfig) -> str | None:
+    """``host:port`` of the Kafka listener clients are told of: ``advertised.listeners``, else ``listeners`` (a
+    wildcard host as 127.0.0.1); None when the listener is off. The protocol (``SASL_SSL://`` …) is left out."""
+    value = (config.advertised_listeners or config.listeners).strip()
+    if not value:
+        return None
+    address = value.partition("://")[2] or value
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
 
 
 @contextlib.contextmanager
@@ -117,16 +138,17 @@ def check_node_id_free(config: LogstoreConfig) -> None:
     except Exception as e:  # kazoo's timeout is a plain exception class of its own
         raise KafkaStorageError(f"cannot reach ZooKeeper at zookeeper.connect={config.zookeeper_connect}: {e}") from e
     try:
-        holder = zk.exists(f"/brokers/ids/{config.node_id}")
-        if holder is not None:
-            data, _ = zk.get(f"/brokers/ids/{config.node_id}")
-            raise DuplicateBrokerRegistrationError(
-                f"node.id {config.node_id} is registered by a live node ({data.decode(errors='replace')}); "
-                "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
-            )
+        # One read, not exists() then get(): the previous run's session may expire between the two.
+        data, _ = zk.get(f"/brokers/ids/{config.node_id}")
+    except NoNodeError:
+        return  # free
     finally:
         zk.stop()
         zk.close()
+    raise DuplicateBrokerRegistrationError(
+        f"node.id {config.node_id} is registered by a live node ({data.decode(errors='replace')}); "
+        "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
+    )
 
 
 class ClusterMembership:
@@ -152,7 +174,7 @@ class ClusterMembership:
     ) -> None:
         if config.node_id < 0:
             raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
-        self.node = NodeInfo(config.node_id, advertised_url(config))
+        self.node = NodeInfo(config.node_id, advertised_url(config), advertised_kafka(config))
         self.configured_session_timeout_s = config.zookeeper_session_timeout_ms / 1000
         self._logged_timeout_s = self.configured_session_timeout_s
         self._changed = threading.Event()

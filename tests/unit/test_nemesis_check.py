@@ -182,6 +182,18 @@ def test_a_partition_that_never_recovers_is_unavailable_until_the_end() -> None:
     assert check(ops)["worst_unavailability_s"] == pytest.approx(20.1)
 
 
+def test_a_partition_of_a_deleted_incarnation_is_unavailable_only_until_the_delete() -> None:
+    ops = clean()
+    ops[-1:-1] = [
+        produce(10, ["f1"], [], ok=False, status=503),
+        op("delete_topic", 12, 12.5, {"topic": "t"}, status=204),
+        op("create_topic", 13, 13.5, {"topic": "t", "partitions": 1}, status=201),
+        produce(40, ["new"], [0]),  # the new incarnation's first write comes late: not the old one's outage
+    ]
+    ops[-1] = final([(0, 0, "new")])
+    assert check(ops)["worst_unavailability_s"] == pytest.approx(2.0)
+
+
 def test_the_command_line_checks_a_saved_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "history.jsonl"
     path.write_text("".join(json.dumps(o) + "\n" for o in clean()))
@@ -211,3 +223,28 @@ def test_a_failed_delete_opens_a_window_that_a_create_finding_the_topic_closes()
         final([(0, 0, "a"), (0, 1, "b"), (0, 2, "c")]),
     ]
     assert counts(ops) == {"lost": 1}  # after the window, in the last incarnation: judged
+
+
+def probe(t0: float, status: int, principal: str = "User:probe-1") -> Op:
+    """A produce sent with the probe principal's key (``--security``)."""
+    ok = status == 200
+    ans = {"offsets": [{"partition": 0, "offset": None}]} if ok else {}
+    records = [{"value": f"probe-{t0}", "partition": 0}]
+    req = {"topic": "t", "acks": "all", "principal": principal, "records": records}
+    return op("produce", t0, t0 + 0.1, req, ok, status, **ans)
+
+
+def test_a_probe_answered_against_a_change_older_than_the_bound_is_stale_authorization() -> None:
+    ops = clean()
+    grant = op("security_change", 10, 10.2, {"principal": "User:probe-1", "allowed": True}, status=None)
+    revoke = op("security_change", 20, 20.2, {"principal": "User:probe-1", "allowed": False}, status=None)
+    probes = [probe(10.5, 403), probe(16, 200), probe(21, 200), probe(26, 403)]  # each within the rules
+    ops[-1:-1] = [grant, *probes, revoke]
+    ops[-1]["ans"]["records"] += [[0, 3, "probe-16"], [0, 4, "probe-21"]]  # acknowledged probes are stored
+    assert counts(ops) == {}
+    assert check(ops)["worst_unavailability_s"] is None  # refusals by authorisation are not outages
+    ops.insert(-1, probe(15.3, 403))  # granted 5.1 s before: every node must allow it by now
+    ops.insert(-1, probe(25.3, 200))  # revoked 5.1 s before: every node must refuse it by now
+    ops.insert(-1, probe(25.3, 503))  # says nothing of authorisation
+    ops.insert(-1, probe(15.3, 403, principal="User:probe-2"))  # no change of its own: not judged
+    assert check(ops)["stale_authorization"] == 2

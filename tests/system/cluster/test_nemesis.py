@@ -3,8 +3,9 @@
 A real 3-server ZooKeeper ensemble and 3 ``logstore serve`` nodes under a fixed
 seed's schedule of faults — kill -9 and restart of a node, SIGSTOP/SIGCONT, kill
 of a ZooKeeper server, kill -9 of the whole cluster, a node cut from ZooKeeper
-while it serves clients, a topic deleted and created again, partitions added —
-while producers (acks 0/1/all, idempotent and plain) and group members work.
+while it serves clients, a topic deleted and created again, partitions added, a
+probe principal's key and ACL given and taken away (security on) — while producers
+(acks 0/1/all, idempotent and plain) and group members work.
 The checker (bench/nemesis_check.py) reads the history and the final tables:
 every anomaly count must be 0, and no partition may go longer without an
 acknowledged write than the session timeout + 4 s (docs/nemesis.md).
@@ -30,14 +31,14 @@ SEED = 20261125
 MINUTES = 3
 SESSION_S = 4.0
 """The nodes' ``zookeeper.session.timeout.ms`` in bench/nemesis.py, in seconds."""
-OPEN = {"reread_after_commit"}
-"""Anomalies found and not fixed yet (docs/nemesis.md, "Open"): this run reports them (a warning with the
-count and the history) and fails on every other one. A count becomes an assertion again when its fix lands."""
+OPEN: frozenset[str] = frozenset()
+"""Anomalies found and not fixed yet (docs/nemesis.md says which; none now): this run reports them (a warning with
+the count and the history) and fails on every other one. A count becomes an assertion again when its fix lands."""
 
 
 @pytest.mark.timeout(MINUTES * 60 + 600)
 def test_three_minutes_of_faults_leave_no_anomaly(tmp_path: Path) -> None:
-    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--out", str(tmp_path)]
+    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--security", "--out", str(tmp_path)]
     run = subprocess.run(
         [sys.executable, str(BENCH / "nemesis.py"), *args],
         capture_output=True,

@@ -5,8 +5,10 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -14,7 +16,9 @@ from logstore.errors import GroupIdNotFoundError, InvalidGroupIdError, InvalidRe
 from logstore.groups.offsets import OFFSETS_SCHEMA, OffsetsStore
 from logstore.log.schema import input_table
 from logstore.store import LogStore
-from logstore.structs import ProducerBatch
+from logstore.structs import GroupTopicPartition, ProducerBatch
+
+KEY = GroupTopicPartition("g", "t", 0)
 
 
 def test_latest_commit_wins_and_lag_follows(store: LogStore, make_topic: Callable[..., str]) -> None:
@@ -147,3 +151,41 @@ def test_a_version_taken_by_another_group_is_not_a_conflict(tmp_path: Path) -> N
     assert {g: sorted(s) for g, s in seqs.items()} == {"g": [0, 1, 2], "h": [0, 1]}
     for reader in (a, b, OffsetsStore(str(tmp_path))):
         assert {k[0]: v[0] for k, v in reader.committed().items()} == {"g": 3, "h": 2}
+
+
+def test_a_slow_reader_of_an_older_version_never_hides_a_newer_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One node's store, read by several threads at once (a group's coordinator placing a partition, the
+    # group listing, the console's sampler). A reader of version n that is still reading its files while
+    # another thread loads version n + 1 must not file its answer under n + 1: every later read would get
+    # the older offset until the table moves again, and a partition handed to a new member then starts
+    # below the group's commit (the nemesis's reread_after_commit).
+    store = OffsetsStore(str(tmp_path))
+    store.commit("g", "t", {0: 1})
+    assert store.committed("g", "t")[KEY].offset == 1
+    store.commit("g", "t", {0: 2})  # version 1: a file no reader has read yet
+    reading, resume = threading.Event(), threading.Event()
+    slow: list[threading.Thread] = []
+    real_read = pq.read_table
+
+    def read_table(*args: Any, **kwargs: Any) -> pa.Table:
+        if threading.current_thread() in slow:
+            reading.set()
+            assert resume.wait(30), "the test never let the slow reader go on"
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", read_table)
+    seen: list[int] = []
+    reader = threading.Thread(target=lambda: seen.append(store.committed("g", "t")[KEY].offset))
+    slow.append(reader)
+    reader.start()
+    try:
+        assert reading.wait(30), "the slow reader never read a file"
+        store.commit("g", "t", {0: 3})  # completed while the slow reader still reads version 1
+        assert store.committed("g", "t")[KEY].offset == 3
+    finally:
+        resume.set()
+        reader.join(30)
+    assert seen == [2]  # what the table held when that read began
+    assert store.committed("g", "t")[KEY].offset == 3  # and the newer commit stays seen
