@@ -355,7 +355,9 @@ class LogstoreConfig:
         default=30_000,
         metadata=_key(
             "request.timeout.ms",
-            "How long the HTTP API waits for a request body to arrive in full, in ms; else REQUEST_TIMED_OUT.",
+            "How long, in ms, a request body (HTTP) or frame (Kafka listener) may take to arrive in full, and a "
+            "produce may wait for its commit (acks=all; acks=1 without promised offsets); else REQUEST_TIMED_OUT. "
+            "A produce that timed out stays queued and may still be committed (as in Kafka).",
             minimum=1,
         ),
     )

@@ -140,7 +140,10 @@ class NotLeaderOrFollowerError(LogstoreError):
 
 
 class RequestTimedOutError(LogstoreError):
-    """A request did not arrive in full within ``request.timeout.ms`` (a stalled or trickling body)."""
+    """A request did not arrive in full, or a produce was not committed, within ``request.timeout.ms``.
+
+    A produce answered with it may still be committed later (its commit is retried): Kafka's contract.
+    """
 
     code = 7
     name = "REQUEST_TIMED_OUT"

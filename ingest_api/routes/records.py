@@ -21,7 +21,7 @@ from logstore.errors import InvalidRequestError, NotLeaderOrFollowerError, Reque
 from logstore.log.catalog import validate_topic_name
 from logstore.node.broker import Acks, Broker
 from logstore.security import Operation, Resource, ResourceType
-from logstore.structs import AppendResult, FetchResult
+from logstore.structs import FetchResult
 from logstore.transactions import TransactionCoordinator
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
 from logstore.wire.json_bytes import encode_bytes
@@ -131,7 +131,7 @@ async def produce(
         response = _offsets_json(sub.partitions, pa.array(sub.promised, pa.int64()))
         ready = sub.times.logged
     else:
-        result: AppendResult = await asyncio.wrap_future(sub.committed)
+        result = await sub.wait_committed(broker.config.request_timeout_ms)
         response = _offsets_json(result.partitions, result.offsets)
         ready = sub.times.answered
     done = time.perf_counter()

@@ -90,6 +90,7 @@ STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLE
 """Kafka's transaction states, as ``kafka-transactions.sh describe`` shows them."""
 COMMITTED_STATES = (PREPARE_COMMIT, COMPLETE_COMMIT)
 _IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+_OPEN = (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)
 _MAX_QUOTED_ID = 200
 """Longest transactional id, in characters once percent-encoded: it names a directory of staged records."""
 DEFAULT_TIMEOUT_MS = 60_000
@@ -151,6 +152,8 @@ class TransactionCoordinator:
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
+        self._metrics = broker.metrics
+        self._metrics.transactions_open.set_function(lambda: len(self.open_transactions()))
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -336,6 +339,7 @@ class TransactionCoordinator:
         """
         self._single_node()
         txn = self._held(tid, epoch)
+        started = time.perf_counter()
         with txn.lock:
             self._check_epoch(txn, epoch)
             state = txn.row.state
@@ -356,6 +360,7 @@ class TransactionCoordinator:
                     f"transactional id '{tid}' has no open transaction to commit (state {state}); produce first"
                 )
             self._complete(txn)
+            self._metrics.transaction_commit_latency.observe(time.perf_counter() - started)
             return _ranges(txn.row)
 
     def abort(self, tid: str, epoch: int | None) -> None:
@@ -388,6 +393,12 @@ class TransactionCoordinator:
         """
         self._single_node()
         return _describe(self._held(tid, None).row)
+
+    def open_transactions(self) -> list[TransactionDescription]:
+        """The transactions open now (``Ongoing``, ``PrepareCommit``, ``PrepareAbort``), by id; none in cluster mode."""
+        with self._guard:
+            rows = [t.row for t in self._txns.values() if t.row.state in _OPEN]
+        return sorted((_describe(r) for r in rows), key=lambda d: d.transactional_id)
 
     def list(self) -> list[TransactionDescription]:
         """Every transactional id's state, by id."""
@@ -478,6 +489,7 @@ class TransactionCoordinator:
         self._staging.delete(row.transactional_id, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
+        self._metrics.transactions_ended.labels("aborted").inc()
 
     def _roll_forward(self, txn: _Txn) -> None:
         """:meth:`_complete`, logging a failure (the next sweep tries again)."""
@@ -518,6 +530,7 @@ class TransactionCoordinator:
         for (group, topic), offsets in by_group.items():
             self._broker.store.offsets.commit(group, topic, offsets)
         self._write(txn, replace(row, state=COMPLETE_COMMIT, result=result, update_ms=self._clock_ms()))
+        self._metrics.transactions_ended.labels("committed").inc()
         self._staging.delete(tid, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
