@@ -40,7 +40,6 @@ from logstore.log.catalog import validate_topic_name
 from logstore.log.reader import offset_for_timestamp
 from logstore.node.broker import Broker
 from logstore.security import Operation, Resource, ResourceType
-from logstore.structs import AppendResult
 from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["Handlers", "Listener", "producer_name"]
@@ -289,7 +288,7 @@ class Handlers:
                 if acks == "1" and sub.promised is not None and sub.logged is not None:
                     await asyncio.wrap_future(sub.logged)
                     return self._placed(int(sub.promised[0]), topic, partition)
-                result: AppendResult = await asyncio.wrap_future(sub.committed)
+                result = await sub.wait_committed(self.config.request_timeout_ms)
                 return self._placed(int(result.offsets[0].as_py()), topic, partition)
             except LogstoreError as e:
                 return self._failed(e)

@@ -45,7 +45,11 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     8: (2, 9),  # OffsetCommit: v10 names topics by id
     9: (1, 9),  # OffsetFetch
     10: (0, 5),  # FindCoordinator
-    15: (0, 5),  # DescribeGroups: groups of committed offsets only (no members yet)
+    11: (0, 9),  # JoinGroup: the classic protocol, client-side assignors; v4+: MEMBER_ID_REQUIRED first
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups: classic groups with members, and groups of committed offsets
     16: (0, 4),  # ListGroups
     17: (0, 1),  # SaslHandshake: PLAIN, on SASL_* listeners
     18: (0, 3),  # ApiVersions

@@ -38,11 +38,13 @@ from kafka_api.coordination import at_coordinator
 from kafka_api.groups import GroupHandlers
 from kafka_api.guarded import guarded_group_apis
 from kafka_api.handlers import Handlers, Listener
+from kafka_api.membership import CLIENT, MembershipHandlers
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
 from kafka_api.sasl import SaslGate, refuse_sasl
 from kafka_api.transactions import TransactionHandlers
 from logstore.config import LogstoreConfig
 from logstore.errors import CorruptMessageError, InvalidConfigError, UnsupportedVersionError
+from logstore.groups.classic import ClassicCoordinator
 from logstore.node.broker import Broker
 from logstore.security import Guard, QuotaKind
 from logstore.transactions import TransactionCoordinator
@@ -182,7 +184,9 @@ class KafkaServer:
         self.handlers = Handlers(broker, config, advertised(config, sock))
         h = self.handlers
         admin = AdminHandlers(broker, config)
-        groups = GroupHandlers(broker)
+        self.classic = ClassicCoordinator(config)
+        groups = GroupHandlers(broker, self.classic)
+        members = MembershipHandlers(self.classic)
         txn = None if transactions is None else TransactionHandlers(transactions, h.init_producer_id)
         if txn is not None:
             h.transactional = txn.produce
@@ -193,6 +197,10 @@ class KafkaServer:
             8: groups.offset_commit,
             9: groups.offset_fetch,
             10: h.find_coordinator,
+            11: members.join_group,
+            12: members.heartbeat,
+            13: members.leave_group,
+            14: members.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
             17: functools.partial(refuse_sasl, api_key=17),
@@ -221,6 +229,7 @@ class KafkaServer:
 
     async def start(self) -> None:
         tls = tls_context(self.config) if self.protocol == "SASL_SSL" else None
+        self.classic.start()
         self._server = await asyncio.start_server(self._connection, sock=self.sock, ssl=tls)
         host, port = self.sock.getsockname()[:2]
         print(f"logstore serving the Kafka protocol on {self.protocol}://{host}:{port}", flush=True)
@@ -235,6 +244,7 @@ class KafkaServer:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.classic.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -300,6 +310,7 @@ class KafkaServer:
                 )
                 return
             header = read_header(frame)
+            CLIENT.set((header.client_id or "", f"/{peer[0]}" if isinstance(peer, tuple) else ""))  # Kafka's form
             if gate is not None and not gate.session.authenticated and header.api_key != _API_VERSIONS:
                 answer, close = await gate.request(header, frame)
                 answers.put_nowait((header, _now(answer)))

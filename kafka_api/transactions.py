@@ -56,7 +56,7 @@ from logstore.errors import (
     UnknownServerError,
 )
 from logstore.security import Operation, Resource, ResourceType
-from logstore.transactions import STATES, TransactionCoordinator
+from logstore.transactions import STATES, TransactionCoordinator, begin_transaction
 from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["TransactionHandlers"]
@@ -83,6 +83,8 @@ class TransactionHandlers:
     def __init__(self, coordinator: TransactionCoordinator, init_producer_id: Handler) -> None:
         self.coordinator = coordinator
         self._plain_init = init_producer_id
+        self._holders: dict[int, str] = {}
+        """Producer id → the transactional id holding it (an id keeps its producer id across epochs)."""
         self._sequences: dict[tuple[str, str, int], tuple[int, int]] = {}
         """(transactional id, topic, partition) → (epoch, next base_sequence expected)."""
 
@@ -101,9 +103,17 @@ class TransactionHandlers:
             return InvalidProducerIdMappingError.code
         return error.code if isinstance(error, LogstoreError) else UnknownServerError.code
 
+    def _holder(self, producer_id: int) -> str | None:
+        """The transactional id holding ``producer_id`` (Kafka's Produce names only the producer id); None if none
+        (blocks: it may list the coordinator's ids)."""
+        if producer_id not in self._holders:
+            for d in self.coordinator.list():
+                self._holders[d.producer_id] = d.transactional_id
+        return self._holders.get(producer_id)
+
     def _check_producer(self, tid: str, producer_id: int) -> None:
         """Raises InvalidProducerIdMappingError unless ``tid`` holds ``producer_id``."""
-        if self.coordinator.transactional_id_of(producer_id) != tid:
+        if self._holder(producer_id) != tid:
             raise InvalidProducerIdMappingError(
                 f"producer id {producer_id} is not the one transactional id '{tid}' holds; init it again"
             )
@@ -111,7 +121,7 @@ class TransactionHandlers:
     def _begin(self, tid: str, producer_id: int, epoch: int) -> None:
         self._check_producer(tid, producer_id)
         try:
-            self.coordinator.begin(tid, epoch)
+            begin_transaction(self.coordinator, tid, epoch)
         except InvalidTxnStateError as e:
             if self.coordinator.describe(tid).state in _PREPARING:
                 raise ConcurrentTransactionsError(f"transactional id '{tid}' is completing its transaction") from e
@@ -139,6 +149,7 @@ class TransactionHandlers:
                     )
             timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
             pid, epoch = await self._call(self.coordinator.init, tid, timeout_ms)
+            self._holders[pid] = tid
             for key in [k for k in self._sequences if k[0] == tid]:  # the old epoch's sequences: gone with it
                 del self._sequences[key]
             out |= {"producer_id": pid, "producer_epoch": epoch}
@@ -209,7 +220,7 @@ class TransactionHandlers:
                 (b.producer_id, b.producer_epoch) != (first.producer_id, first.producer_epoch) for b in batches
             ):
                 raise InvalidRequestError("a transactional produce carries transactional batches of one producer only")
-            tid = self.coordinator.transactional_id_of(first.producer_id)
+            tid = await self._call(self._holder, first.producer_id)
             if tid is None:
                 raise InvalidProducerIdMappingError(
                     f"producer id {first.producer_id} is held by no transactional id (InitProducerId first)"

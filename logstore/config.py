@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from logstore._config_keys import apply_overrides, flatten
+from logstore._config_keys import apply_overrides, check_root, flatten
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
 
@@ -167,7 +167,12 @@ class LogstoreConfig:
     """
 
     root: str = field(
-        default="./data", metadata=_key("logstore.root", "Directory (or URI) holding topics/ and _offsets/.")
+        default="./data",
+        metadata=_key(
+            "logstore.root",
+            "Directory, or s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores), holding "
+            "topics/ and _offsets/.",
+        ),
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
@@ -195,6 +200,27 @@ class LogstoreConfig:
             "socket.request.max.bytes",
             "Largest Kafka protocol request frame in bytes; a larger one closes its connection unread.",
             minimum=1024,
+        ),
+    )
+    group_initial_rebalance_delay_ms: int = field(
+        default=3_000,
+        metadata=_key(
+            "group.initial.rebalance.delay.ms",
+            "How long (ms) the first rebalance of an empty Kafka-protocol group waits for more members, "
+            "extended by each join up to the members' rebalance.timeout.ms (as Kafka's).",
+            minimum=0,
+        ),
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6_000,
+        metadata=_key(
+            "group.min.session.timeout.ms", "Least session.timeout.ms (ms) a Kafka member may ask.", minimum=1
+        ),
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000,
+        metadata=_key(
+            "group.max.session.timeout.ms", "Most session.timeout.ms (ms) a Kafka member may ask.", minimum=1
         ),
     )
     server_ssl_certfile: str = field(
@@ -329,7 +355,9 @@ class LogstoreConfig:
         default=30_000,
         metadata=_key(
             "request.timeout.ms",
-            "How long the HTTP API waits for a request body to arrive in full, in ms; else REQUEST_TIMED_OUT.",
+            "How long, in ms, a request body (HTTP) or frame (Kafka listener) may take to arrive in full, and a "
+            "produce may wait for its commit (acks=all; acks=1 without promised offsets); else REQUEST_TIMED_OUT. "
+            "A produce that timed out stays queued and may still be committed (as in Kafka).",
             minimum=1,
         ),
     )
@@ -416,7 +444,8 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an s3:// root "
+            "in the bucket, an acks=1 answer waiting until its object is stored.",
         ),
     )
     commit_fsync: bool = field(
@@ -488,13 +517,7 @@ class LogstoreConfig:
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
     def __post_init__(self) -> None:
-        # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
-        scheme, sep, _ = self.root.partition("://")
-        if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
-            raise InvalidConfigError(
-                f"logstore.root '{self.root}': this build keeps the store on a local (or mounted) file system "
-                f"and has no '{scheme}://' support; give a directory path (object storage: docs/design.md §13)"
-            )
+        check_root(self.root, zookeeper_connect=self.zookeeper_connect, security_enabled=self.security_enabled)
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from logstore.transactions.coordinator import (
     CommittedRange,
     TransactionCoordinator,
     TransactionDescription,
+    begin_transaction,
 )
 
-__all__ = ["STATES", "CommittedRange", "TransactionCoordinator", "TransactionDescription"]
+__all__ = ["STATES", "CommittedRange", "TransactionCoordinator", "TransactionDescription", "begin_transaction"]

@@ -63,6 +63,7 @@ from logstore.errors import (
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
+from logstore.storage import is_object_store
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
 from logstore.wire.json_produce import ParsedRecords
@@ -73,6 +74,7 @@ __all__ = [
     "CommittedRange",
     "TransactionCoordinator",
     "TransactionDescription",
+    "begin_transaction",
 ]
 
 log = logging.getLogger("logstore.transactions")
@@ -89,6 +91,7 @@ STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLE
 """Kafka's transaction states, as ``kafka-transactions.sh describe`` shows them."""
 COMMITTED_STATES = (PREPARE_COMMIT, COMPLETE_COMMIT)
 _IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+_OPEN = (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)
 _MAX_QUOTED_ID = 200
 """Longest transactional id, in characters once percent-encoded: it names a directory of staged records."""
 DEFAULT_TIMEOUT_MS = 60_000
@@ -150,6 +153,8 @@ class TransactionCoordinator:
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
+        self._metrics = broker.metrics
+        self._metrics.transactions_open.set_function(lambda: len(self.open_transactions()))
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -302,23 +307,6 @@ class TransactionCoordinator:
             txn.row = replace(txn.row, partitions={**txn.row.partitions, topic: sorted(touched)})
             return parts
 
-    def begin(self, tid: str, epoch: int) -> None:
-        """Begin ``tid``'s transaction unless one is open (Kafka's AddPartitionsToTxn and AddOffsetsToTxn).
-
-        Raises: as :meth:`send_offsets`; InvalidTxnStateError while its previous one completes (``PrepareCommit``).
-        """
-        self._single_node()
-        txn = self._held(tid, epoch)
-        with txn.lock:
-            self._check_epoch(txn, epoch)
-            self._begin(txn)
-
-    def transactional_id_of(self, producer_id: int) -> str | None:
-        """The transactional id holding ``producer_id`` (Kafka's produce names only the producer id); None if none."""
-        with self._guard:
-            held = [t for t, x in self._txns.items() if x.row.producer_id == producer_id and x.row.update_ms >= 0]
-        return held[0] if held else None
-
     def send_offsets(self, tid: str, epoch: int, group: str, offsets: list[tuple[str, int, int]]) -> None:
         """Commit ``offsets`` ((topic, partition, next offset to read)) for ``group`` with ``tid``'s transaction.
 
@@ -352,6 +340,7 @@ class TransactionCoordinator:
         """
         self._single_node()
         txn = self._held(tid, epoch)
+        started = time.perf_counter()
         with txn.lock:
             self._check_epoch(txn, epoch)
             state = txn.row.state
@@ -372,6 +361,7 @@ class TransactionCoordinator:
                     f"transactional id '{tid}' has no open transaction to commit (state {state}); produce first"
                 )
             self._complete(txn)
+            self._metrics.transaction_commit_latency.observe(time.perf_counter() - started)
             return _ranges(txn.row)
 
     def abort(self, tid: str, epoch: int | None) -> None:
@@ -405,6 +395,12 @@ class TransactionCoordinator:
         self._single_node()
         return _describe(self._held(tid, None).row)
 
+    def open_transactions(self) -> list[TransactionDescription]:
+        """The transactions open now (``Ongoing``, ``PrepareCommit``, ``PrepareAbort``), by id; none in cluster mode."""
+        with self._guard:
+            rows = [t.row for t in self._txns.values() if t.row.state in _OPEN]
+        return sorted((_describe(r) for r in rows), key=lambda d: d.transactional_id)
+
     def list(self) -> list[TransactionDescription]:
         """Every transactional id's state, by id."""
         self._single_node()
@@ -419,6 +415,11 @@ class TransactionCoordinator:
             raise UnsupportedVersionError(
                 "transactions are served by a single (embedded) node only; this node runs in cluster mode "
                 "(zookeeper.connect is set)"
+            )
+        if is_object_store(self._broker.config.root):  # its state log and staging are local files for now
+            raise UnsupportedVersionError(
+                f"transactions are not served on an object-store logstore.root ('{self._broker.config.root}') "
+                "yet (docs/object-storage.md)"
             )
 
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
@@ -489,6 +490,7 @@ class TransactionCoordinator:
         self._staging.delete(row.transactional_id, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
+        self._metrics.transactions_ended.labels("aborted").inc()
 
     def _roll_forward(self, txn: _Txn) -> None:
         """:meth:`_complete`, logging a failure (the next sweep tries again)."""
@@ -529,9 +531,26 @@ class TransactionCoordinator:
         for (group, topic), offsets in by_group.items():
             self._broker.store.offsets.commit(group, topic, offsets)
         self._write(txn, replace(row, state=COMPLETE_COMMIT, result=result, update_ms=self._clock_ms()))
+        self._metrics.transactions_ended.labels("committed").inc()
         self._staging.delete(tid, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
+
+
+def begin_transaction(coordinator: TransactionCoordinator, tid: str, epoch: int) -> None:
+    """Begin ``tid``'s transaction unless one is open: Kafka's AddPartitionsToTxn and AddOffsetsToTxn, which open
+    it before its first record or offset (over HTTP the first produce does).
+
+    Raises:
+        TransactionalIdNotFoundError, ProducerFencedError: as :meth:`TransactionCoordinator.send_offsets`.
+        InvalidTxnStateError: its previous transaction is completing (``PrepareCommit``).
+        KafkaStorageError: ``_transactions`` could not be written.
+    """
+    coordinator._single_node()
+    txn = coordinator._held(tid, epoch)
+    with txn.lock:
+        coordinator._check_epoch(txn, epoch)
+        coordinator._begin(txn)
 
 
 def _first_last(topic: str, partitions: pa.Array, offsets: pa.Array) -> list[tuple[str, int, int, int]]:

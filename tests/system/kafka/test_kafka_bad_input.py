@@ -49,7 +49,7 @@ def test_unknown_api_and_version_are_answered_unsupported_version_on_a_live_conn
     _, bootstrap = _kafka_server(server)
     host, port = bootstrap.split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        for api_key, version in [(9999, 0), (0, 99), (11, 0)]:  # no such API; Produce v99; JoinGroup
+        for api_key, version in [(9999, 0), (0, 99), (42, 0)]:  # no such API; Produce v99; DeleteGroups
             frame = _header(api_key, version)
             sock.sendall(struct.pack(">i", len(frame)) + frame)
             size, correlation_id, code = struct.unpack(">iih", sock.recv(10))
@@ -64,7 +64,36 @@ def test_unknown_api_and_version_are_answered_unsupported_version_on_a_live_conn
         correlation_id, code, count = struct.unpack_from(">ihi", body)
         served = {struct.unpack_from(">hhh", body, 10 + 6 * i)[0] for i in range(count)}
         assert (correlation_id, code) == (CORRELATION_ID, UNSUPPORTED_VERSION)
-        assert served == {0, 1, 2, 3, 8, 9, 10, 15, 16, 17, 18, 19, 20, 22, 24, 25, 26, 28, 32, 36, 37, 44, 65, 66}
+        assert served == {
+            0,
+            1,
+            2,
+            3,
+            8,
+            9,
+            10,
+            11,
+            12,
+            13,
+            14,
+            15,
+            16,
+            17,
+            18,
+            19,
+            20,
+            22,
+            24,
+            25,
+            26,
+            28,
+            32,
+            36,
+            37,
+            44,
+            65,
+            66,
+        }
 
 
 def test_a_frame_over_socket_request_max_bytes_closes_the_connection_unread(server: Callable[..., Server]) -> None:

@@ -1,52 +1,24 @@
-"""Spark's own Kafka connector (``format("kafka")``, spark-sql-kafka-0-10) against a logstore node's listener.
+"""Spark's own Kafka connector (``format("kafka")``, spark-sql-kafka-0-10) against a secured node's listener.
 
-Only the bootstrap address changes: the batch source, the streaming source
-(``availableNow``) and the sink run unchanged. The connector's jars come from
-``.cache/spark-kafka`` (``make kafka``), as ``bench/vs_kafka.py`` takes them; the
-run's one SparkSession was started without them, so the query runs in its own
-driver process (as ``spark-submit --jars`` would run it).
+A job written for a SASL/PLAIN Kafka cluster runs unchanged but for the bootstrap address: the batch source,
+the streaming source (``availableNow``) and the sink authenticate with ``kafka.security.protocol``,
+``kafka.sasl.mechanism`` and ``kafka.sasl.jaas.config`` and are held to the ACLs the HTTP API checks. The
+plaintext connector is tests/system/kafka/test_kafka_spark.py's; both use the run's one SparkSession, which
+has the connector on its classpath (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
-from tests.support.paths import REPO
+from tests.support.paths import SPARK_KAFKA_JARS
 from tests.support.server import Server, free_port
 
 pytestmark = [pytest.mark.spark]
-
-_KAFKA_JARS = REPO / ".cache" / "spark-kafka"
-
-CHILD = """
-import json, sys
-from logstore.spark import session
-
-bootstrap, jars, out, security = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-spark = session(**{"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-                   "spark.jars": jars})
-spark.sparkContext.setLogLevel("ERROR")
-kafka = lambda r: r.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**security)
-source = lambda r: kafka(r).option("subscribe", "in")
-columns = "partition, offset, CAST(key AS STRING) AS key, CAST(value AS STRING) AS value, timestamp"
-batch = source(spark.read).option("startingOffsets", "earliest").load().selectExpr(*columns.split(", "))
-rows = [[r.partition, r.offset, r.key, r.value, int(r.timestamp.timestamp() * 1000)] for r in batch.collect()]
-q = (source(spark.readStream).option("startingOffsets", "earliest").load().selectExpr(*columns.split(", "))
-     .writeStream.format("parquet").option("path", out + "/stream").option("checkpointLocation", out + "/checkpoint")
-     .trigger(availableNow=True).start())
-q.awaitTermination()
-streamed = [[r.partition, r.offset, r.key, r.value] for r in spark.read.parquet(out + "/stream").collect()]
-(spark.createDataFrame([(f"k{i}", f"from-spark-{i}") for i in range(50)], "key STRING, value STRING")
- .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**security).option("topic", "out")
- .save())
-print(json.dumps({"batch": rows, "stream": streamed}), flush=True)
-"""
 
 
 def _secured_node(server: Callable[..., Server], root: Path, port: int) -> tuple[Server, str, dict[str, str]]:
@@ -86,20 +58,14 @@ def _secured_node(server: Callable[..., Server], root: Path, port: int) -> tuple
 
 
 @pytest.mark.skipif(
-    not any(_KAFKA_JARS.glob("spark-sql-kafka-*.jar")),
-    reason="Spark's Kafka connector comes from 'make kafka' (.cache/spark-kafka)",
+    not any(SPARK_KAFKA_JARS.glob("spark-sql-kafka-*.jar")),
+    reason="Spark's Kafka connector comes from 'make setup' ('make kafka': .cache/spark-kafka)",
 )
-@pytest.mark.parametrize("secured", [False, True], ids=["plaintext", "sasl-plain"])
-def test_spark_kafka_source_and_sink_read_and_write_a_logstore_topic(
-    server: Callable[..., Server], tmp_path: Path, secured: bool
+def test_spark_kafka_source_and_sink_read_and_write_a_topic_over_sasl_plain(
+    spark: SparkSession, server: Callable[..., Server], tmp_path: Path
 ) -> None:
-    from logstore.spark import delta_jars, unbundled_jars
-
     port = free_port()
-    if secured:  # the kafka.* security options of a secured Kafka cluster, and the ACLs the HTTP API checks
-        s, key, security = _secured_node(server, tmp_path / "data", port)
-    else:
-        s, key, security = server(listeners=f"PLAINTEXT://127.0.0.1:{port}"), None, {}
+    s, key, security = _secured_node(server, tmp_path / "data", port)
     with s.client(api_key=key) as http:
         for name in ("in", "out"):
             assert http.post("/v1/topics", json={"name": name, "partitions": 2}).status_code == 201
@@ -110,18 +76,35 @@ def test_spark_kafka_source_and_sink_read_and_write_a_logstore_topic(
             for p in range(2)
             for r in http.get(f"/v1/topics/in/partitions/{p}/records", params={"offset": 0}).json()["records"]
         ]
-    jars = ",".join(delta_jars() + unbundled_jars(_KAFKA_JARS))
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, f"127.0.0.1:{port}", jars, str(tmp_path / "spark"), json.dumps(security)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=REPO,
+
+    def kafka(r):
+        return r.format("kafka").option("kafka.bootstrap.servers", f"127.0.0.1:{port}").options(**security)
+
+    columns = ["partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "timestamp"]
+    batch = kafka(spark.read).option("subscribe", "in").option("startingOffsets", "earliest").load()
+    rows = [
+        [r.partition, r.offset, r.key, r.value, int(r.timestamp.timestamp() * 1000)]
+        for r in batch.selectExpr(*columns).collect()
+    ]
+    assert sorted(rows) == sorted(stored)  # same partition, offset, key, value and timestamp
+    out = tmp_path / "spark"
+    q = (
+        kafka(spark.readStream)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr(*columns)
+        .writeStream.format("parquet")
+        .option("path", str(out / "stream"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
     )
-    assert child.returncode == 0, child.stderr[-6000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
-    assert sorted(result["batch"]) == sorted(stored)  # same partition, offset, key, value and timestamp
-    assert sorted(result["stream"]) == sorted(r[:4] for r in stored)
+    q.awaitTermination()
+    streamed = [[r.partition, r.offset, r.key, r.value] for r in spark.read.parquet(str(out / "stream")).collect()]
+    assert sorted(streamed) == sorted(r[:4] for r in stored)
+    sent = spark.createDataFrame([(f"k{i}", f"from-spark-{i}") for i in range(50)], "key STRING, value STRING")
+    kafka(sent.write).option("topic", "out").save()
     with s.client(api_key=key) as http:
         written = [
             (r["key"], r["value"])
