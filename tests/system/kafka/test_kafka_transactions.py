@@ -230,3 +230,33 @@ def test_an_init_over_http_fences_a_kafka_producer_of_the_same_id(server: Callab
         assert r.status_code == 200, r.text
         assert http.post("/v1/transactions/shared/commit", json={"producer_epoch": epoch}).status_code == 200
     assert [(r["offset"], r["value"]) for r in _rows(s, "out")] == [(0, b"from http")]
+
+
+def test_a_subscribed_consumers_position_commits_with_the_transaction(server: Callable[..., Server]) -> None:
+    """Consume, transform, produce with a group member (the classic protocol): its offsets commit with the
+    transaction, under the member's group metadata."""
+    s, bootstrap = _kafka_server(server)
+    _create(bootstrap, ("words", 1), ("upper", 1))
+    with s.client() as http:
+        r = http.post("/v1/topics/words/records", json={"records": [{"value": w} for w in ("a", "b", "c")]})
+        assert r.status_code == 200, r.text
+    consumer = _consumer(bootstrap, "upper-job", **{"auto.offset.reset": "earliest"})
+    consumer.subscribe(["words"])
+    batch: list[Any] = []
+    deadline = time.monotonic() + 60
+    while len(batch) < 3 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            batch.append(msg)
+    producer = _producer(bootstrap, "upper-job-0")
+    producer.begin_transaction()
+    for m in batch:
+        producer.produce("upper", value=m.value().upper())
+    producer.send_offsets_to_transaction(
+        [ck.TopicPartition("words", 0, batch[-1].offset() + 1)], consumer.consumer_group_metadata(), 30
+    )
+    producer.commit_transaction(30)
+    assert consumer.committed([ck.TopicPartition("words", 0)], 30)[0].offset == 3
+    consumer.close()
+    assert [(r["offset"], r["value"]) for r in _rows(s, "upper")] == [(0, b"A"), (1, b"B"), (2, b"C")]
