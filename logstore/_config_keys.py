@@ -15,9 +15,14 @@ from logstore.errors import InvalidConfigError
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["apply_overrides", "check_root", "flatten"]
+__all__ = ["apply_overrides", "check_root", "flatten", "key"]
 
 _T = TypeVar("_T", bound="DataclassInstance")
+
+
+def key(name: str, doc: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config field's ``metadata``: its dotted Kafka-style ``name``, what it means, and its bounds."""
+    return {"key": name, "doc": doc, "minimum": minimum, "choices": choices}
 
 
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -22,11 +22,19 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from logstore._config_keys import apply_overrides, check_root, flatten
+from logstore._config_keys import key as _key
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
+from logstore.topic_config import (
+    MIB,
+    CleanupPolicy,
+    CompressionType,
+    TimestampType,
+    TopicConfig,
+)
 
 __all__ = [
     "DEFAULT_IO_THREADS",
@@ -40,17 +48,8 @@ __all__ = [
     "usable_cores",
 ]
 
-CleanupPolicy = Literal["delete", "compact", "compact,delete"]
-TimestampType = Literal["CreateTime", "LogAppendTime"]
-CompressionType = Literal["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]
-
 # LOGSTORE_* variables that are not config keys: the config file's path, and the clients' API key
 _CLIENT_VARIABLES = ("LOGSTORE_CONFIG", "LOGSTORE_API_KEY")
-_CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
-_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
-_MIB = 1024 * 1024
-_DAY_MS = 24 * 3600 * 1000
 
 
 DEFAULT_IO_THREADS = min(4, usable_cores())
@@ -73,89 +72,6 @@ loop shares with the committers; a 1,000-record JSON body costs the event loop
 about 1 ms of it to parse. On one core a parser process would only take turns
 with the node.
 """
-
-
-def _key(name: str, doc: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"key": name, "doc": doc, "minimum": minimum, "choices": choices}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TopicConfig:
-    """A topic's effective settings (Kafka topic-config names in ``key`` metadata).
-
-    Every field falls back to the service default of the same key in
-    :class:`LogstoreConfig` when the topic table carries no ``logstore.<key>``
-    property.
-    """
-
-    retention_ms: int = field(
-        default=7 * _DAY_MS,
-        metadata=_key(
-            "retention.ms", "Age in ms after which whole data files are deleted; -1 keeps forever.", minimum=-1
-        ),
-    )
-    retention_bytes: int = field(
-        default=-1,
-        metadata=_key(
-            "retention.bytes", "Bytes kept per partition before the oldest files are deleted; -1: no limit.", minimum=-1
-        ),
-    )
-    cleanup_policy: CleanupPolicy = field(
-        default="delete",
-        metadata=_key("cleanup.policy", "delete | compact | compact,delete.", choices=_CLEANUP_POLICIES),
-    )
-    segment_bytes: int = field(
-        default=128 * _MIB,
-        metadata=_key("segment.bytes", "Target data-file size in bytes after segment compaction.", minimum=1024),
-    )
-    message_max_bytes: int = field(
-        default=_MIB,
-        metadata=_key("message.max.bytes", "Largest record (key + value + headers) in bytes.", minimum=1),
-    )
-    message_timestamp_type: TimestampType = field(
-        default="CreateTime",
-        metadata=_key(
-            "message.timestamp.type",
-            "CreateTime keeps the producer's timestamp; LogAppendTime stamps records at commit.",
-            choices=_TIMESTAMP_TYPES,
-        ),
-    )
-    delete_retention_ms: int = field(
-        default=_DAY_MS,
-        metadata=_key("delete.retention.ms", "How long tombstones survive key compaction, in ms.", minimum=0),
-    )
-    min_compaction_lag_ms: int = field(
-        default=0,
-        metadata=_key("min.compaction.lag.ms", "Records younger than this (ms) are never key-compacted.", minimum=0),
-    )
-    compression_type: CompressionType = field(
-        default="producer",
-        metadata=_key(
-            "compression.type",
-            "Codec of the topic's new data files (Parquet): uncompressed | gzip | snappy | lz4 (LZ4_RAW) | zstd; "
-            "producer keeps a Kafka client's batch codec, else the node's compression.type (producer there: snappy). "
-            "Existing files keep theirs.",
-            choices=_COMPRESSION_TYPES,
-        ),
-    )
-
-    @classmethod
-    def known_keys(cls) -> tuple[str, ...]:
-        """The dotted keys a topic may override."""
-        return tuple(f.metadata["key"] for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_overrides(cls, overrides: Mapping[str, Any], defaults: TopicConfig | None = None) -> TopicConfig:
-        """Apply dotted-key ``overrides`` (strings or typed values) over ``defaults``.
-
-        Raises:
-            InvalidConfigError: a key is not a topic config key, or a value is invalid.
-        """
-        return apply_overrides(defaults or cls(), overrides, "topic config")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Dotted key → value, as ``topics describe`` shows it."""
-        return {f.metadata["key"]: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +111,7 @@ class LogstoreConfig:
         ),
     )
     socket_request_max_bytes: int = field(
-        default=100 * _MIB,
+        default=100 * MIB,
         metadata=_key(
             "socket.request.max.bytes",
             "Largest Kafka protocol request frame in bytes; a larger one closes its connection unread.",
@@ -309,7 +225,7 @@ class LogstoreConfig:
         ),
     )
     batch_size: int = field(
-        default=1 * _MIB,
+        default=1 * MIB,
         metadata=_key(
             "batch.size", "Bytes of pending records that trigger a commit without waiting for linger.ms.", minimum=1
         ),
@@ -336,14 +252,14 @@ class LogstoreConfig:
         ),
     )
     buffer_memory: int = field(
-        default=256 * _MIB,
+        default=256 * MIB,
         metadata=_key("buffer.memory", "Bytes of accepted, uncommitted records before producers get 429.", minimum=1),
     )
     max_request_size: int = field(
-        default=16 * _MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
+        default=16 * MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
     )
     fetch_max_bytes: int = field(
-        default=55 * _MIB,
+        default=55 * MIB,
         metadata=_key(
             "fetch.max.bytes",
             "Most bytes of keys and values one fetch returns, whatever max_bytes it asks for (Kafka: 55 MiB); "
