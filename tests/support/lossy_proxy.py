@@ -36,6 +36,8 @@ class Rule:
     action: str
     """``"drop_reply"`` (forward, then close without answering) or ``"refuse"`` (close without forwarding)."""
     count: int = 1
+    then: list[Rule] = field(default_factory=list)
+    """Rules that take effect once this one has acted (say, refusing reads only after a write went through)."""
 
 
 @dataclass
@@ -68,6 +70,8 @@ class LossyProxy:
                 if rule.count > 0 and rule.method == method and re.search(rule.path, path):
                     rule.count -= 1
                     action = rule.action
+                    self.rules += rule.then
+                    rule.then = []
                     break
             self.seen.append((method, path, action))
             return action
