@@ -216,7 +216,10 @@ class S3Storage:
         except (botocore.exceptions.HTTPClientError, botocore.exceptions.ConnectionError) as e:
             raise self._unreachable(e, location) from e
         except botocore.exceptions.BotoCoreError as e:  # never sent: no credentials, a bad parameter
-            raise KafkaStorageError(f"S3 {op} of {location} failed: {e}") from e
+            raise KafkaStorageError(
+                f"logstore.root: S3 {op} of {location} was not sent ({e}); "
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN)"
+            ) from e
 
     def _error(self, e: botocore.exceptions.ClientError, location: str, op: str) -> Exception:
         code = str(e.response.get("Error", {}).get("Code", ""))
