@@ -53,7 +53,7 @@ from logstore.common.workers import shared_pool
 from logstore.errors import KafkaStorageError
 from logstore.log._delta import COMMIT_ID, file_stats, last_checkpoint, open_table, refresh, sync_checkpoint
 from logstore.log.compression import file_suffix
-from logstore.storage import ObjectExists, is_object_store, join, storage_for
+from logstore.storage import ObjectExists, StorageUnreachable, is_object_store, join, storage_for
 
 __all__ = ["CommitInDoubt", "LogAppender", "NewFile", "StaleVersion", "VersionTaken"]
 
@@ -326,13 +326,17 @@ class LogAppender:
             # A PUT retried after its first reply was lost finds its own commit: read back whose it is.
             try:
                 ours = self.settle(version, commit_id)
-            except OSError as again:
+            except (OSError, KafkaStorageError) as again:  # S3 unreachable too: still in doubt
                 raise CommitInDoubt(version, commit_id, f"version exists, reading it back: {again}") from again
             if not ours:
                 raise VersionTaken(version) from None
             return
+        except StorageUnreachable as err:
+            # Every retry failed to reach S3, but an earlier attempt may have been stored (its reply lost).
+            self._decide(version, commit_id, err)
+            return
         except KafkaStorageError:
-            raise
+            raise  # refused credentials, a missing bucket: nothing was sent
         except OSError as err:
             self._decide(version, commit_id, err)
             return
@@ -343,11 +347,11 @@ class LogAppender:
         if self._fsync and not self._object:
             fsync_path(self.log_dir)
 
-    def _decide(self, version: int, commit_id: str, err: OSError) -> None:
+    def _decide(self, version: int, commit_id: str, err: OSError | StorageUnreachable) -> None:
         """After an error at or after the link: return if the commit landed (and is durable), else raise."""
         try:
             landed = self.settle(version, commit_id)
-        except OSError as again:
+        except (OSError, KafkaStorageError) as again:
             raise CommitInDoubt(version, commit_id, f"{err}; reading it back: {again}") from err
         if not landed:
             raise KafkaStorageError(f"cannot write commit {self._commit_path(version)}: {err}") from err

@@ -14,6 +14,8 @@ logstore's own records need:
 * :meth:`Storage.read_versioned` / :meth:`Storage.replace` — read an object
   with its entity tag, and replace it only if it still has that tag
   (``If-Match`` on S3), else :class:`PreconditionFailed`;
+* a write that cannot reach the object store raises :class:`StorageUnreachable`
+  (a :class:`~logstore.errors.KafkaStorageError`): it may or may not have landed;
 * :meth:`Storage.read`, :meth:`Storage.read_range`, :meth:`Storage.list_names`,
   :meth:`Storage.delete`, :meth:`Storage.delete_tree`;
 * :meth:`Storage.arrow` — pyarrow's file system and path for a location, for
@@ -33,7 +35,7 @@ import os
 import posixpath
 import threading
 
-from logstore.storage._base import ObjectExists, PreconditionFailed, Storage
+from logstore.storage._base import ObjectExists, PreconditionFailed, Storage, StorageUnreachable
 from logstore.storage._local import LocalStorage
 from logstore.storage._s3 import S3Storage, parse_s3
 
@@ -44,6 +46,7 @@ __all__ = [
     "PreconditionFailed",
     "S3Storage",
     "Storage",
+    "StorageUnreachable",
     "absolute",
     "is_object_store",
     "join",

@@ -6,7 +6,9 @@ from typing import Protocol
 
 import pyarrow.fs as pafs
 
-__all__ = ["ObjectExists", "PreconditionFailed", "Storage"]
+from logstore.errors import KafkaStorageError
+
+__all__ = ["ObjectExists", "PreconditionFailed", "Storage", "StorageUnreachable"]
 
 
 class ObjectExists(Exception):
@@ -23,6 +25,14 @@ class PreconditionFailed(Exception):
     def __init__(self, location: str) -> None:
         super().__init__(f"{location} changed since it was read")
         self.location = location
+
+
+class StorageUnreachable(KafkaStorageError):
+    """The object store could not be reached (connection refused, closed or timed out, after the client's retries).
+
+    A write that ends so is in doubt: an earlier attempt may have been stored with its reply lost on the
+    way back. A caller that must know reads the object back (a Delta commit does: :mod:`logstore.log.append`).
+    """
 
 
 class Storage(Protocol):
@@ -69,16 +79,23 @@ class Storage(Protocol):
     def put_if_absent(self, location: str, data: bytes) -> str:
         """Create the object whole unless it exists; its entity tag.
 
+        A PUT that the client retried after its reply was lost finds its own object there: the object is
+        then read back, and holding ``data`` it counts as created by this call.
+
         Raises:
-            ObjectExists: it exists (nothing was written).
+            ObjectExists: it exists with other bytes (nothing was written).
+            StorageUnreachable: the store could not be reached; the object may or may not have been created.
         """
         ...
 
     def replace(self, location: str, data: bytes, etag: str) -> str:
         """Overwrite the object only if its entity tag is still ``etag``; the new tag.
 
+        As with :meth:`put_if_absent`, a retried PUT that finds ``data`` there (its own first attempt) succeeds.
+
         Raises:
             PreconditionFailed: it changed or is gone (nothing was written).
+            StorageUnreachable: the store could not be reached; the object may or may not have been replaced.
         """
         ...
 

@@ -8,7 +8,12 @@ S3-compatible store (an ``http://`` endpoint is allowed for delta-rs too).
 Put-if-absent is a PUT with ``If-None-Match: *`` and a conditional replace a
 PUT with ``If-Match: <etag>`` (S3 answers 412 when the condition fails): the
 same mutual exclusion delta-rs uses for its commits, so logstore's own commits
-and delta-rs writers share a table without a lock. Reads, ranged reads,
+and delta-rs writers share a table without a lock. boto3 retries a PUT whose
+reply was lost (up to 4 attempts); when the first attempt was stored, the
+retry's condition fails on that very object, so a conditional PUT that fails
+its condition after a retry reads the object back and succeeds if it holds the
+bytes sent. A PUT whose retries all fail to reach S3 raises
+:class:`~logstore.storage.StorageUnreachable`: its outcome is unknown. Reads, ranged reads,
 listings and deletes are plain S3 calls (boto3); Parquet data files go through
 pyarrow's S3 file system. Every write is durable when S3 acknowledges it.
 """
@@ -24,7 +29,7 @@ import botocore.exceptions
 import pyarrow.fs as pafs
 
 from logstore.errors import InvalidConfigError, KafkaStorageError
-from logstore.storage._base import ObjectExists, PreconditionFailed
+from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable
 
 __all__ = ["S3Storage", "parse_s3"]
 
@@ -101,7 +106,9 @@ class S3Storage:
     def put_if_absent(self, location: str, data: bytes) -> str:
         try:
             reply = self._call("put_object", location, Key=self._key(location), Body=data, IfNoneMatch="*")
-        except PreconditionFailed:
+        except PreconditionFailed as e:
+            if (tag := self._own_retry(e, location, data)) is not None:
+                return tag
             raise ObjectExists(location) from None
         return str(reply["ETag"])
 
@@ -109,6 +116,10 @@ class S3Storage:
         try:
             reply = self._call("put_object", location, Key=self._key(location), Body=data, IfMatch=etag)
         except FileNotFoundError:
+            raise PreconditionFailed(location) from None
+        except PreconditionFailed as e:
+            if (tag := self._own_retry(e, location, data)) is not None:
+                return tag
             raise PreconditionFailed(location) from None
         return str(reply["ETag"])
 
@@ -175,18 +186,40 @@ class S3Storage:
                 return names
             args["ContinuationToken"] = token
 
+    def _own_retry(self, failed: PreconditionFailed, location: str, data: bytes) -> str | None:
+        """After a conditional PUT failed its condition: the object's tag if a retry found its own first attempt.
+
+        Only a retried PUT can meet itself, so a condition that failed at the first attempt costs no read.
+
+        Raises:
+            FileNotFoundError, OSError, KafkaStorageError: the object could not be read back (the outcome is unknown).
+        """
+        if not isinstance(failed, _FailedAfterRetry):
+            return None
+        try:
+            stored, tag = self.read_versioned(location)
+        except FileNotFoundError:
+            return None
+        return tag if stored == data else None
+
     def _call(self, op: str, location: str, **kwargs: Any) -> Any:
         try:
             return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
         except botocore.exceptions.ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                raise PreconditionFailed(location) from None
+                retried = e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+                raise (_FailedAfterRetry if retried else PreconditionFailed)(location) from None
             if code in _MISSING:
                 raise FileNotFoundError(location) from None
             raise self._error(e, location, op) from e
-        except botocore.exceptions.BotoCoreError as e:
+        except (botocore.exceptions.HTTPClientError, botocore.exceptions.ConnectionError) as e:
             raise self._unreachable(e, location) from e
+        except botocore.exceptions.BotoCoreError as e:  # never sent: no credentials, a bad parameter
+            raise KafkaStorageError(
+                f"logstore.root: S3 {op} of {location} was not sent ({e}); "
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN)"
+            ) from e
 
     def _error(self, e: botocore.exceptions.ClientError, location: str, op: str) -> Exception:
         code = str(e.response.get("Error", {}).get("Code", ""))
@@ -202,8 +235,12 @@ class S3Storage:
             )
         return OSError(f"S3 {op} of {location} failed: {code}: {e}")
 
-    def _unreachable(self, e: Exception, location: str) -> KafkaStorageError:
-        return KafkaStorageError(
+    def _unreachable(self, e: Exception, location: str) -> StorageUnreachable:
+        return StorageUnreachable(
             f"logstore.root: cannot reach S3 for {location} ({e}); check AWS_ENDPOINT_URL "
             f"(now {self.endpoint or 'unset: AWS itself'}) and the network"
         )
+
+
+class _FailedAfterRetry(PreconditionFailed):
+    """A 412 answered to a retry: the condition may have failed on the request's own first attempt."""

@@ -21,6 +21,7 @@ import boto3
 import httpx
 import pytest
 
+from tests.support.lossy_proxy import LossyProxy
 from tests.support.server import Server, free_port, started_servers
 
 S3_ENV = {
@@ -115,3 +116,18 @@ def server_on_root(root: str, tmp_path: Path) -> Iterator[Callable[..., Server]]
         return Server(on or root, log_dir=tmp_path, **config)
 
     yield from started_servers(new)
+
+
+@pytest.fixture
+def lossy_s3_root(s3_bucket: str, s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, LossyProxy]]:
+    """``s3://<bucket>/data`` reached through a :class:`LossyProxy` to the S3 server; (root, proxy).
+
+    ``AWS_ENDPOINT_URL`` points at the proxy for the test (the bucket is new, so the storage built for it
+    talks to the proxy); add :class:`~tests.support.lossy_proxy.Rule` s to ``proxy.rules`` to lose replies.
+    """
+    proxy = LossyProxy(s3_server)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        yield f"s3://{s3_bucket}/data", proxy
+    finally:
+        proxy.close()

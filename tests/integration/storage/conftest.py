@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from logstore.config import LogstoreConfig, load_config
+from tests.support.s3 import lossy_s3_root as lossy_s3_root
 from tests.support.s3 import object_root as object_root
 from tests.support.s3 import s3_bucket as s3_bucket
 from tests.support.s3 import s3_root as s3_root
