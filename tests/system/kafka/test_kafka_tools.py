@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
@@ -261,3 +263,108 @@ def test_console_consumer_with_a_group_commits_and_consumer_groups_describes_liv
         stop.set()
         poller.join()
         consumer.close()
+
+
+_PRODUCER_PERFORMANCE_SUMMARY = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec .* ms 99\.9th\.$")
+
+
+def test_producer_and_consumer_performance_run_unchanged_and_every_record_is_a_table_row(
+    server: Callable[..., Server],
+) -> None:
+    """Kafka's load tools, with the arguments ``bench/vs_kafka.py`` gives them: ProducerPerformance (acks=all,
+    ``batch.size=262144``, ``linger.ms=5``, 100-byte values) writes, ConsumerPerformance subscribes with a group and
+    reads them all back; the topic's table holds exactly those rows, offsets 0..n-1 in every partition."""
+    records, partitions = 30_000, 4
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}", **{"group.initial.rebalance.delay.ms": 0})
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "perf", "partitions": partitions}).status_code in (200, 201)
+    produced = _tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        *("--topic", "perf", "--num-records", str(records), "--record-size", "100", "--throughput", "-1"),
+        *("--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "batch.size=262144", "linger.ms=5"),
+    )
+    summary = _PRODUCER_PERFORMANCE_SUMMARY.match(produced.strip().splitlines()[-1])
+    assert summary is not None, produced[-2000:]
+    assert int(summary[1]) == records
+    print(summary[0])
+    consumed = _tool(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        *("--bootstrap-server", bootstrap, "--topic", "perf", "--messages", str(records), "--timeout", "120000"),
+    )
+    lines = [line for line in consumed.splitlines() if line.strip()]
+    head = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+    names, values = ([f.strip() for f in line.split(",")] for line in (*lines[head : head + 2], "")[:2])
+    assert len(values) == len(names), consumed[-2000:]  # a run that timed out prints a warning, not its figures
+    row = dict(zip(names, values, strict=True))
+    assert int(row["data.consumed.in.nMsg"]) == records
+    print(lines[head], lines[head + 1], sep="\n")
+    table = DeltaTable(str(s.root / "topics" / "perf")).to_pyarrow_table(columns=["partition", "offset", "value"])
+    assert table.num_rows == records
+    offsets: dict[int, list[int]] = {}
+    for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True):
+        offsets.setdefault(p, []).append(o)
+    assert sorted(offsets) == list(range(partitions))  # the producer's partitioner spread them over every partition
+    assert all(sorted(os_) == list(range(len(os_))) for os_ in offsets.values())  # gap-free, once each
+    assert set(pc.binary_length(table["value"]).to_pylist()) == {100}
+
+
+def test_kafka_topics_alter_adds_partitions(server: Callable[..., Server]) -> None:
+    """``kafka-topics.sh --alter --partitions`` (CreatePartitions): the topic grows, never shrinks, and says why."""
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    tool = "org.apache.kafka.tools.TopicCommand"
+    _tool(tool, "--bootstrap-server", bootstrap, "--create", "--topic", "growing", "--partitions", "2")
+    _tool(tool, "--bootstrap-server", bootstrap, "--alter", "--topic", "growing", "--partitions", "5")
+    with s.client() as http:
+        assert len(http.get("/v1/topics/growing").json()["partitions"]) == 5
+    described = _tool(tool, "--bootstrap-server", bootstrap, "--describe", "--topic", "growing")
+    assert "PartitionCount: 5" in described.splitlines()[0].split("\t")
+    assert [line.split("\t")[2] for line in described.splitlines()[1:]] == [f"Partition: {p}" for p in range(5)]
+    fewer = _tool_fails(tool, "--bootstrap-server", bootstrap, "--alter", "--topic", "growing", "--partitions", "3")
+    assert "InvalidPartitionsException" in fewer
+    with s.client() as http:
+        assert len(http.get("/v1/topics/growing").json()["partitions"]) == 5
+
+
+def test_kafka_configs_alter_adds_and_deletes_topic_overrides(server: Callable[..., Server]) -> None:
+    """``kafka-configs.sh --alter --add-config/--delete-config`` (IncrementalAlterConfigs) and ``--describe``
+    (DescribeConfigs): what the tool sets is the topic's config over HTTP, and a bad value is refused by name."""
+    port = free_port()
+    s = server(listeners=f"PLAINTEXT://127.0.0.1:{port}")
+    bootstrap = f"127.0.0.1:{port}"
+    with s.client() as http:
+        assert http.post("/v1/topics", json={"name": "tuned", "partitions": 1}).status_code in (200, 201)
+    tool, topic = "kafka.admin.ConfigCommand", ("--entity-type", "topics", "--entity-name", "tuned")
+    add = "retention.ms=1000,cleanup.policy=[delete,compact]"
+    altered = _tool(tool, "--bootstrap-server", bootstrap, *topic, "--alter", "--add-config", add)
+    assert altered.strip() == "Completed updating config for topic tuned."
+    with s.client() as http:
+        config = http.get("/v1/topics/tuned").json()["config"]
+    assert config["retention.ms"] == 1000
+    assert set(config["cleanup.policy"].split(",")) == {"delete", "compact"}
+    described = _tool(tool, "--bootstrap-server", bootstrap, *topic, "--describe")
+    overrides = dict(line.split()[0].split("=", 1) for line in described.splitlines()[1:])  # "Dynamic configs" only
+    assert overrides.keys() == {"retention.ms", "cleanup.policy"}
+    assert overrides["retention.ms"] == "1000"
+    _tool(tool, "--bootstrap-server", bootstrap, *topic, "--alter", "--delete-config", "retention.ms")
+    with s.client() as http:
+        assert http.get("/v1/topics/tuned").json()["config"]["retention.ms"] != 1000
+    assert "retention.ms=" not in _tool(tool, "--bootstrap-server", bootstrap, *topic, "--describe")
+    bad = _tool_fails(tool, "--bootstrap-server", bootstrap, *topic, "--alter", "--add-config", "retention.ms=soon")
+    assert "InvalidConfigurationException" in bad and "retention.ms" in bad
+
+
+def _tool_fails(main: str, *args: str) -> str:
+    """Run a tool that must exit non-zero; what it printed (stdout and stderr)."""
+    classpath = os.pathsep.join(str(j) for j in sorted(_JARS.glob("*.jar")))
+    out = subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, main, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0, out.stdout
+    return out.stdout + out.stderr
