@@ -305,7 +305,8 @@ def test_producer_and_consumer_performance_run_unchanged_and_every_record_is_a_t
     offsets: dict[int, list[int]] = {}
     for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True):
         offsets.setdefault(p, []).append(o)
-    assert sorted(offsets) == list(range(partitions))  # the producer's partitioner spread them over every partition
+    # The Java producer's sticky partitioner picks a partition per batch at random: not always all of them.
+    assert set(offsets) <= set(range(partitions))
     assert all(sorted(os_) == list(range(len(os_))) for os_ in offsets.values())  # gap-free, once each
     assert set(pc.binary_length(table["value"]).to_pylist()) == {100}
 
