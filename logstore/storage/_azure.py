@@ -39,7 +39,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
 from logstore.errors import InvalidConfigError, KafkaStorageError
 from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable
@@ -51,7 +51,12 @@ EMULATOR_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K
 """Azurite's account and key, published by Microsoft (not a secret)."""
 
 _CREDENTIALS = "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_CONNECTION_STRING)"
-_DENIED = {"AuthenticationFailed", "AuthorizationFailure", "AuthorizationPermissionMismatch", "InvalidAuthenticationInfo"}
+_DENIED = {
+    "AuthenticationFailed",
+    "AuthorizationFailure",
+    "AuthorizationPermissionMismatch",
+    "InvalidAuthenticationInfo",
+}
 
 
 def parse_az(location: str) -> tuple[str, str]:
@@ -63,9 +68,7 @@ def parse_az(location: str) -> tuple[str, str]:
     rest = location.removeprefix("az://")
     container, _, key = rest.partition("/")
     if not container:
-        raise InvalidConfigError(
-            f"logstore.root '{location}': an az:// root names a container (az://container/prefix)"
-        )
+        raise InvalidConfigError(f"logstore.root '{location}': an az:// root names a container (az://container/prefix)")
     return container, key.strip("/")
 
 
@@ -108,7 +111,12 @@ class AzureStorage:
         self.container = container
         self.account, key, self.endpoint = _account()
         try:
-            service = BlobServiceClient(self.endpoint, credential={"account_name": self.account, "account_key": key})
+            service = BlobServiceClient(
+                self.endpoint,
+                credential={"account_name": self.account, "account_key": key},
+                # Three retries half a second apart (the client's default waits 15 s before the first).
+                retry_policy=LinearRetry(backoff=0.5, random_jitter_range=0.2, retry_total=3),
+            )
         except ValueError as e:
             raise KafkaStorageError(f"logstore.root: the Azure endpoint {self.endpoint} is not usable ({e})") from e
         self._client: ContainerClient = service.get_container_client(container)
@@ -153,7 +161,7 @@ class AzureStorage:
         attempts = _Attempts()
         try:
             reply = self._call(
-                self._blob(location).upload_blob, location, data=data, overwrite=False, raw_request_hook=attempts
+                self._blob(location).upload_blob, location, data=data, overwrite=False, retry_hook=attempts
             )
         except (ObjectExists, PreconditionFailed):
             if (tag := self._own_retry(attempts, location, data)) is not None:
@@ -171,7 +179,7 @@ class AzureStorage:
                 overwrite=True,
                 etag=etag,
                 match_condition=MatchConditions.IfNotModified,
-                raw_request_hook=attempts,
+                retry_hook=attempts,
             )
         except FileNotFoundError:
             raise PreconditionFailed(location) from None
@@ -310,10 +318,10 @@ def _code(e: HttpResponseError) -> str:
 
 
 class _Attempts:
-    """A ``raw_request_hook``: counts the attempts of one call (the client's retries included)."""
+    """A ``retry_hook``: counts the attempts of one call (the client calls it before each retry)."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.count = 1
 
-    def __call__(self, _request: object) -> None:
+    def __call__(self, **_details: object) -> None:
         self.count += 1

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from azure.storage.blob import BlobServiceClient
 
 from logstore.storage._azure import EMULATOR_ACCOUNT, EMULATOR_KEY
+from tests.support.lossy_proxy import LossyProxy
 from tests.support.s3 import stop
 from tests.support.server import free_port
 
@@ -81,14 +83,23 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop(proc)
 
 
-def create_container(url: str, name: str) -> None:
-    """Create container ``name`` on the Azurite at ``url``."""
-    from azure.storage.blob import BlobServiceClient
-
-    service = BlobServiceClient(
+def service(url: str) -> BlobServiceClient:
+    """A client of the Azurite at ``url`` (its Blob URL), with the emulator's account."""
+    return BlobServiceClient(
         f"{url}/{EMULATOR_ACCOUNT}", credential={"account_name": EMULATOR_ACCOUNT, "account_key": EMULATOR_KEY}
     )
-    service.create_container(name)
+
+
+def create_container(url: str, name: str) -> None:
+    """Create container ``name`` on the Azurite at ``url``."""
+    service(url).create_container(name)
+
+
+def blob_names(root: str) -> list[str]:
+    """Every blob name under ``az://container/prefix`` on the Azurite of this run, read without logstore."""
+    container, _, prefix = root.removeprefix("az://").partition("/")
+    found = service(os.environ["AZURITE_BLOB_STORAGE_URL"]).get_container_client(container)
+    return [b.name for b in found.list_blobs(name_starts_with=prefix)]
 
 
 @pytest.fixture
@@ -117,3 +128,20 @@ def az_object_root(az_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(cwd)
     yield az_root
     assert not (cwd / "az:").exists(), "the store wrote to a local folder named after the az:// URI"
+
+
+@pytest.fixture
+def lossy_az_root(
+    az_container: str, azurite_server: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, LossyProxy]]:
+    """``az://<container>/data`` reached through a :class:`LossyProxy` to Azurite; (root, proxy).
+
+    ``AZURITE_BLOB_STORAGE_URL`` points at the proxy for the test (the container is new, so the storage built for
+    it talks to the proxy); add :class:`~tests.support.lossy_proxy.Rule` s to ``proxy.rules`` to lose replies.
+    """
+    proxy = LossyProxy(azurite_server)
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", proxy.url)
+    try:
+        yield f"az://{az_container}/data", proxy
+    finally:
+        proxy.close()

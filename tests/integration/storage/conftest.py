@@ -17,6 +17,8 @@ from tests.support.azurite import az_container as az_container
 from tests.support.azurite import az_object_root as az_object_root
 from tests.support.azurite import az_root as az_root
 from tests.support.azurite import azurite_server as azurite_server
+from tests.support.azurite import lossy_az_root as lossy_az_root
+from tests.support.lossy_proxy import LossyProxy
 from tests.support.s3 import lossy_s3_root as lossy_s3_root
 from tests.support.s3 import object_root as object_root
 from tests.support.s3 import s3_bucket as s3_bucket
@@ -40,3 +42,10 @@ def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def config(root: str) -> LogstoreConfig:
     """Defaults over ``root`` (no config file, no LOGSTORE_* variables)."""
     return load_config(environ={}, path=None, overrides={"logstore.root": root})
+
+
+@pytest.fixture(params=["s3", "az"])
+def lossy_root(request: pytest.FixtureRequest) -> tuple[str, LossyProxy]:
+    """A new object-store root reached through a proxy that loses chosen replies (``lossy_s3_root``,
+    ``lossy_az_root``); (root, proxy)."""
+    return tuple(request.getfixturevalue(f"lossy_{request.param}_root"))  # type: ignore[return-value]
