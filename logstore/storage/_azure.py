@@ -23,6 +23,7 @@ acknowledges it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -114,8 +115,8 @@ class AzureStorage:
             service = BlobServiceClient(
                 self.endpoint,
                 credential={"account_name": self.account, "account_key": key},
-                # Three retries half a second apart (the client's default waits 15 s before the first).
-                retry_policy=LinearRetry(backoff=0.5, random_jitter_range=0.2, retry_total=3),
+                # Three retries 0-2 s apart (the client's default waits 15 s before the first).
+                retry_policy=LinearRetry(backoff=1, random_jitter_range=1, retry_total=3),
             )
         except ValueError as e:
             raise KafkaStorageError(f"logstore.root: the Azure endpoint {self.endpoint} is not usable ({e})") from e
@@ -195,10 +196,8 @@ class AzureStorage:
         return sorted({name.removeprefix(key).rstrip("/") for name in self._list(key, delimiter=True)})
 
     def delete(self, location: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._call(self._blob(location).delete_blob, location)
-        except FileNotFoundError:
-            pass
 
     def delete_tree(self, prefix: str) -> None:
         key = self._key(prefix).rstrip("/") + "/"
@@ -313,7 +312,7 @@ class AzureStorage:
 
 def _code(e: HttpResponseError) -> str:
     """Azure's error code (``BlobAlreadyExists``, ``ContainerNotFound``, …), else the HTTP status."""
-    code = e.error_code
+    code = getattr(e, "error_code", None)
     return str(getattr(code, "value", code) or e.status_code)
 
 

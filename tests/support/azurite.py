@@ -27,6 +27,8 @@ from tests.support.s3 import stop
 from tests.support.server import free_port
 
 AZURITE = Path(__file__).resolve().parents[2] / "node_modules" / ".bin" / "azurite-blob"
+_FLAGS = ["--skipApiVersionCheck", "--loose", "--silent"]
+"""Any client API version (delta-rs and pyarrow may send a newer one than this Azurite knows); no access log."""
 _VARS = [
     "AZURE_STORAGE_USE_EMULATOR",
     "AZURITE_BLOB_STORAGE_URL",
@@ -46,8 +48,7 @@ def start_azurite(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     log_path = data_dir / f"azurite-{port}.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data_dir)]
-            + ["--skipApiVersionCheck", "--loose", "--silent"],
+            [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data_dir), *_FLAGS],
             stdout=log,
             stderr=log,
         )

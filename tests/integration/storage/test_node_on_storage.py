@@ -1,8 +1,8 @@
 """A real ``logstore serve`` on every root: topics, acks=all and acks=1 produce, fetch and group offsets over HTTP.
 
 On an ``s3://`` or ``az://`` root the node's commits, reads, ``_offsets`` and its acks=1 write-ahead log all go to
-the bucket (container): an acks=1 answer waits until its frames' object is stored, so a node killed before it committed them leaves
-them for the next writer to replay.
+the bucket (container): an acks=1 answer waits until its frames' object is stored, so a node killed before it
+committed them leaves them for the next writer to replay.
 """
 
 from __future__ import annotations
