@@ -213,13 +213,18 @@ class AzureStorage:
     def arrow(self, location: str) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:
             url = urlsplit(self.endpoint)
+            # pyarrow puts the account in front of an authority that starts with a dot (".blob.core.windows.net"
+            # gives <account>.blob.core.windows.net) and in the path after any other (Azurite's
+            # 127.0.0.1:10000/<account>); the endpoint here already names the account one way or the other.
+            blob = url.netloc.removeprefix(self.account)
+            # Azurite has no dfs endpoint: its hierarchical-namespace probe goes to the Blob one and finds none.
+            dfs = blob.replace(".blob.", ".dfs.", 1) if blob.startswith(".") else blob
             self._fs = pafs.AzureFileSystem(
                 account_name=self.account,
                 account_key=self._key_b64,
-                blob_storage_authority=url.netloc,
+                blob_storage_authority=blob,
                 blob_storage_scheme=url.scheme,
-                # Blob only: the hierarchical-namespace probe goes to the same endpoint and finds none.
-                dfs_storage_authority=url.netloc,
+                dfs_storage_authority=dfs,
                 dfs_storage_scheme=url.scheme,
             )
         return self._fs, f"{self.container}/{self._key(location)}"
