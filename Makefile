@@ -12,13 +12,14 @@ SPARK_KAFKA := .cache/spark-kafka
 LOCALFS := .cache/localfs
 ROOT   ?= ./data
 CONSOLE_VENDOR := ingest_api/console/static/vendor
+AZURITE := node_modules/.bin/azurite-blob
 
 .PHONY: runtime setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean compat
 
 # What `make run` needs (the package and its runtime dependencies, Delta's jars, the console's library), and
 # what the tests add to it (the dev extras, ZooKeeper, Spark's Kafka connector: the test session's classpath holds it).
 runtime: $(VENV)/.runtime $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(CONSOLE_VENDOR)/.done
-setup: runtime $(VENV)/.installed $(ZK)/.done $(SPARK_KAFKA)/.done
+setup: runtime $(VENV)/.installed $(ZK)/.done $(SPARK_KAFKA)/.done $(AZURITE)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,9 +55,15 @@ $(LOCALFS)/logstore-localfs.jar: $(wildcard jars/localfs/logstore/hadoop/*.java)
 # The web console's charting library (uPlot) from the npm registry, served by the node from
 # $(CONSOLE_VENDOR) (build output, not committed): no CDN, the console works offline.
 $(CONSOLE_VENDOR)/.done: package.json package-lock.json
-	npm ci --no-audit --no-fund --silent
+	npm ci --omit=dev --no-audit --no-fund --silent
 	mkdir -p $(CONSOLE_VENDOR)
 	cp node_modules/uplot/dist/uPlot.esm.js node_modules/uplot/dist/uPlot.min.css node_modules/uplot/LICENSE $(CONSOLE_VENDOR)/
+	touch $@
+
+# Azurite, the Azure Blob server the object-storage tests start on 127.0.0.1 (package.json's devDependencies,
+# pinned to 3.35: later releases need a newer Node than 20). After the console's step, which installs without it.
+$(AZURITE): package.json package-lock.json | $(CONSOLE_VENDOR)/.done
+	npm ci --no-audit --no-fund --silent
 	touch $@
 
 console: $(CONSOLE_VENDOR)/.done

@@ -84,7 +84,7 @@ def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
 
 
 def check_root(root: str, *, zookeeper_connect: str, security_enabled: bool) -> None:
-    """``logstore.root`` is a path or an ``s3://bucket/prefix`` URI this build serves with the other settings.
+    """``logstore.root`` is a path or an ``s3://bucket/prefix`` / ``az://container/prefix`` URI served with the rest.
 
     A URI taken for a local path would make a folder named after it (``./s3:/bucket/…``) and look like success.
 
@@ -94,13 +94,14 @@ def check_root(root: str, *, zookeeper_connect: str, security_enabled: bool) -> 
     scheme, sep, rest = root.partition("://")
     if not (sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum()):
         return
-    if scheme != "s3":
+    if scheme not in ("s3", "az"):
         raise InvalidConfigError(
-            f"logstore.root '{root}': '{scheme}://' roots are not served yet; give a directory "
-            "path or an s3://bucket/prefix URI (docs/object-storage.md)"
+            f"logstore.root '{root}': '{scheme}://' roots are not served; give a directory "
+            "path, an s3://bucket/prefix or an az://container/prefix URI (docs/object-storage.md)"
         )
     if not rest.partition("/")[0]:
-        raise InvalidConfigError(f"logstore.root '{root}': an s3:// root names a bucket (s3://bucket/prefix)")
+        what = "a bucket (s3://bucket/prefix)" if scheme == "s3" else "a container (az://container/prefix)"
+        raise InvalidConfigError(f"logstore.root '{root}': an {scheme}:// root names {what}")
     if zookeeper_connect:
         raise InvalidConfigError(
             f"logstore.root '{root}' with zookeeper.connect: cluster mode needs a shared file system "

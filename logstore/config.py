@@ -86,7 +86,8 @@ class LogstoreConfig:
         default="./data",
         metadata=_key(
             "logstore.root",
-            "Directory, or s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores), holding "
+            "Directory, s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores) or "
+            "az://container/prefix (AZURE_STORAGE_* variables), holding "
             "topics/ and _offsets/.",
         ),
     )
@@ -360,7 +361,7 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an s3:// root "
+            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an object-store root "
             "in the bucket, an acks=1 answer waiting until its object is stored.",
         ),
     )

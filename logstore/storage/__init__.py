@@ -1,7 +1,7 @@
 """Where logstore keeps its files: a local directory or an object store, behind one interface.
 
-``logstore.root`` is either a path (the local form, :mod:`._local`) or
-``s3://bucket/prefix`` (the object-store form, :mod:`._s3`). Every module of
+``logstore.root`` is either a path (the local form, :mod:`._local`),
+``s3://bucket/prefix`` (:mod:`._s3`) or ``az://container/prefix`` (Azure Blob Storage, :mod:`._azure`). Every module of
 the log that reads or creates a file of a table goes through the
 :class:`Storage` of its location (:func:`storage_for`), so the same code
 commits to a disk and to S3. The primitives are the ones the Delta protocol and
@@ -10,10 +10,10 @@ logstore's own records need:
 * :meth:`Storage.put_if_absent` — create an object whole, or fail with
   :class:`ObjectExists` if it exists: the mutual exclusion every Delta commit
   and every writer claim rests on (``os.link`` of a finished temporary file
-  locally; ``If-None-Match: *`` on S3, as delta-rs commits);
+  locally; ``If-None-Match: *`` on S3 and Azure Blob, as delta-rs commits);
 * :meth:`Storage.read_versioned` / :meth:`Storage.replace` — read an object
   with its entity tag, and replace it only if it still has that tag
-  (``If-Match`` on S3), else :class:`PreconditionFailed`;
+  (``If-Match`` on S3 and Azure Blob), else :class:`PreconditionFailed`;
 * a write that cannot reach the object store raises :class:`StorageUnreachable`
   (a :class:`~logstore.errors.KafkaStorageError`): it may or may not have landed;
 * :meth:`Storage.read`, :meth:`Storage.read_range`, :meth:`Storage.list_names`,
@@ -25,7 +25,7 @@ logstore's own records need:
 Durability: an object-store write is durable when it returns; the local form
 fsyncs what it creates (and its directory entry) before it returns.
 
-Locations are strings: absolute local paths, or ``s3://bucket/key`` URIs;
+Locations are strings: absolute local paths, or ``s3://bucket/key`` / ``az://container/key`` URIs;
 :func:`join` and :func:`absolute` handle both.
 """
 
@@ -35,12 +35,14 @@ import os
 import posixpath
 import threading
 
+from logstore.storage._azure import AzureStorage, parse_az
 from logstore.storage._base import ObjectExists, PreconditionFailed, Storage, StorageUnreachable
 from logstore.storage._local import LocalStorage
 from logstore.storage._s3 import S3Storage, parse_s3
 
 __all__ = [
     "OBJECT_SCHEMES",
+    "AzureStorage",
     "LocalStorage",
     "ObjectExists",
     "PreconditionFailed",
@@ -53,12 +55,12 @@ __all__ = [
     "storage_for",
 ]
 
-OBJECT_SCHEMES = ("s3",)
-"""The URI schemes ``logstore.root`` may name (``az://`` is not served yet)."""
+OBJECT_SCHEMES = ("s3", "az")
+"""The URI schemes ``logstore.root`` may name: S3 (:mod:`._s3`) and Azure Blob Storage (:mod:`._azure`)."""
 
 _LOCAL = LocalStorage()
-_S3: dict[tuple[int, str], S3Storage] = {}
-_S3_LOCK = threading.Lock()
+_STORES: dict[tuple[int, str, str], Storage] = {}
+_STORES_LOCK = threading.Lock()
 
 
 def is_object_store(location: str) -> bool:
@@ -81,17 +83,21 @@ def join(location: str, *parts: str) -> str:
 
 
 def storage_for(location: str) -> Storage:
-    """The storage that holds ``location``: one per bucket and process for S3, one local form.
+    """The storage that holds ``location``: one per bucket (container) and process on an object store, one local form.
 
     Raises:
-        InvalidConfigError: a URI without a bucket.
+        InvalidConfigError: a URI without a bucket or container.
+        KafkaStorageError: an ``az://`` location with no Azure credentials in the environment.
     """
-    if not location.startswith("s3://"):
+    if location.startswith("s3://"):
+        scheme, (name, _) = "s3", parse_s3(location)
+    elif location.startswith("az://"):
+        scheme, (name, _) = "az", parse_az(location)
+    else:
         return _LOCAL
-    bucket, _ = parse_s3(location)
-    key = (os.getpid(), bucket)  # a forked child builds its own client
-    with _S3_LOCK:
-        storage = _S3.get(key)
+    key = (os.getpid(), scheme, name)  # a forked child builds its own client
+    with _STORES_LOCK:
+        storage = _STORES.get(key)
         if storage is None:
-            storage = _S3[key] = S3Storage(bucket)
+            storage = _STORES[key] = S3Storage(name) if scheme == "s3" else AzureStorage(name)
         return storage

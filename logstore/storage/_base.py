@@ -38,10 +38,10 @@ class StorageUnreachable(KafkaStorageError):
 class Storage(Protocol):
     """What the log needs of the place it keeps its files. Thread-safe.
 
-    Every method takes a full location (a local path or an ``s3://`` URI).
+    Every method takes a full location (a local path, or an ``s3://`` or ``az://`` URI).
     A missing object is :class:`FileNotFoundError`; any other failure is an
     ``OSError`` (the callers turn both into Kafka errors naming the topic) or,
-    for a bucket that does not exist or credentials that are refused,
+    for a bucket (container) that does not exist or credentials that are refused,
     :class:`~logstore.errors.KafkaStorageError` naming the setting to change.
     """
 

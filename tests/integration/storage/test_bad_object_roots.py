@@ -61,8 +61,10 @@ def test_an_endpoint_nobody_serves_is_named(tmp_path: Path) -> None:
 def test_a_root_with_no_bucket_or_an_unserved_scheme_is_refused() -> None:
     with pytest.raises(InvalidConfigError, match="names a bucket"):
         load_config(environ={}, path=None, overrides={"logstore.root": "s3:///data"})
-    with pytest.raises(InvalidConfigError, match="'az://' roots are not served yet"):
-        load_config(environ={}, path=None, overrides={"logstore.root": "az://container/data"})
+    with pytest.raises(InvalidConfigError, match="names a container"):
+        load_config(environ={}, path=None, overrides={"logstore.root": "az:///data"})
+    with pytest.raises(InvalidConfigError, match="'gs://' roots are not served"):
+        load_config(environ={}, path=None, overrides={"logstore.root": "gs://bucket/data"})
     with pytest.raises(InvalidConfigError, match=r"security\.enabled: keys, ACLs and quotas have no object-store form"):
         load_config(environ={}, path=None, overrides={"logstore.root": "s3://b/data", "security.enabled": "true"})
     with pytest.raises(InvalidConfigError, match="cluster mode needs a shared file system"):

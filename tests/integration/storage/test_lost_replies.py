@@ -1,7 +1,8 @@
-"""A write to S3 whose reply is lost on the way back: the object is stored, the client retries the PUT, and the
-retry finds the object there (412) or no network at all. Each writer must still learn that its own write
-landed — not take it for another writer's, nor report it failed. The proxy in front of the S3 server
-(``lossy_s3_root``) forwards the chosen request and then drops its reply, or refuses connections."""
+"""A write to an object store (S3, Azure Blob) whose reply is lost on the way back: the object is stored, the
+client retries the PUT, and the retry finds the object there (412, or 409 for a create on Azure) or no network
+at all. Each writer must still learn that its own write landed — not take it for another writer's, nor report
+it failed. The proxy in front of the S3 or Azure server (``lossy_root``) forwards the chosen request and then
+drops its reply, or refuses connections."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from logstore.structs import ProducerBatch
 from tests.support.lossy_proxy import LossyProxy, Rule
 
 
-def test_wal_group_stored_with_its_reply_lost_is_acknowledged_once(lossy_s3_root: tuple[str, LossyProxy]) -> None:
-    root, proxy = lossy_s3_root
+def test_wal_group_stored_with_its_reply_lost_is_acknowledged_once(lossy_root: tuple[str, LossyProxy]) -> None:
+    root, proxy = lossy_root
     wal_dir = join(root, "_wal", "t")
     proxy.rules.append(Rule("PUT", r"\.wal$", "drop_reply"))
     wal = WriteAheadLog(wal_dir)
@@ -36,9 +37,9 @@ def test_wal_group_stored_with_its_reply_lost_is_acknowledged_once(lossy_s3_root
 
 
 def test_commit_stored_with_its_reply_lost_then_no_network_is_not_reported_failed(
-    lossy_s3_root: tuple[str, LossyProxy],
+    lossy_root: tuple[str, LossyProxy],
 ) -> None:
-    root, proxy = lossy_s3_root
+    root, proxy = lossy_root
     store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": root}))
     store.create_topic("t", 1, {})
     writer = TopicWriter(store.catalog, "t")
@@ -62,8 +63,8 @@ def test_commit_stored_with_its_reply_lost_then_no_network_is_not_reported_faile
     assert _values_committed(join(root, "topics", "t")) == [b"a", b"b"]
 
 
-def test_node_lock_stored_with_its_reply_lost_is_taken(lossy_s3_root: tuple[str, LossyProxy]) -> None:
-    root, proxy = lossy_s3_root
+def test_node_lock_stored_with_its_reply_lost_is_taken(lossy_root: tuple[str, LossyProxy]) -> None:
+    root, proxy = lossy_root
     proxy.rules.append(Rule("PUT", r"node\.lock$", "drop_reply"))
     lock = DirectoryLock(join(root, "_wal"), "write-ahead log")
     assert orjson.loads(storage_for(lock.path).read(lock.path))["token"] == lock._token
@@ -71,8 +72,8 @@ def test_node_lock_stored_with_its_reply_lost_is_taken(lossy_s3_root: tuple[str,
     assert not storage_for(lock.path).exists(lock.path)
 
 
-def test_group_lease_stored_with_its_reply_lost_is_held(lossy_s3_root: tuple[str, LossyProxy]) -> None:
-    root, proxy = lossy_s3_root
+def test_group_lease_stored_with_its_reply_lost_is_held(lossy_root: tuple[str, LossyProxy]) -> None:
+    root, proxy = lossy_root
     proxy.rules.append(Rule("PUT", r"_groups/", "drop_reply"))
     lease = GroupLease(root, "g1", timeout_ms=60_000)
     try:
@@ -98,15 +99,15 @@ def _values_committed(table: str) -> list[bytes]:
 
 
 def test_commit_in_doubt_when_it_cannot_be_read_back_either_is_settled_by_the_retry(
-    lossy_s3_root: tuple[str, LossyProxy],
+    lossy_root: tuple[str, LossyProxy],
 ) -> None:
-    root, proxy = lossy_s3_root
+    root, proxy = lossy_root
     store = LogStore(load_config(environ={}, path=None, overrides={"logstore.root": root}))
     store.create_topic("t", 1, {})
     writer = TopicWriter(store.catalog, "t")
     try:
         writer.append([ProducerBatch(input_table([0], [b"a"]), None, None)])
-        # Stored with its reply lost, then S3 out of reach for the PUT's retries and for reading it back.
+        # Stored with its reply lost, then the store out of reach for the PUT's retries and for reading it back.
         refuse_all = [Rule(m, r"_delta_log/\d+\.json$", "refuse", 10) for m in ("PUT", "GET")]
         proxy.rules.append(Rule("PUT", r"_delta_log/\d+\.json$", "drop_reply", then=refuse_all))
         b = [ProducerBatch(input_table([0], [b"b"]), None, None)]
@@ -121,8 +122,8 @@ def test_commit_in_doubt_when_it_cannot_be_read_back_either_is_settled_by_the_re
     assert _values_committed(join(root, "topics", "t")) == [b"a", b"b"]
 
 
-def test_conditional_replace_stored_with_its_reply_lost_succeeds(lossy_s3_root: tuple[str, LossyProxy]) -> None:
-    root, proxy = lossy_s3_root
+def test_conditional_replace_stored_with_its_reply_lost_succeeds(lossy_root: tuple[str, LossyProxy]) -> None:
+    root, proxy = lossy_root
     storage = storage_for(root)
     where = join(root, "claims", "writer")
     tag = storage.put_if_absent(where, b"epoch 1")

@@ -1,8 +1,8 @@
-"""A real ``logstore serve`` on both roots: topics, acks=all and acks=1 produce, fetch and group offsets over HTTP.
+"""A real ``logstore serve`` on every root: topics, acks=all and acks=1 produce, fetch and group offsets over HTTP.
 
-On an ``s3://`` root the node's commits, reads, ``_offsets`` and its acks=1 write-ahead log all go to the bucket:
-an acks=1 answer waits until its frames' object is stored, so a node killed before it committed them leaves
-them for the next writer to replay.
+On an ``s3://`` or ``az://`` root the node's commits, reads, ``_offsets`` and its acks=1 write-ahead log all go to
+the bucket (container): an acks=1 answer waits until its frames' object is stored, so a node killed before it
+committed them leaves them for the next writer to replay.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from logstore.storage import is_object_store
 from tests.integration.ingest_api import test_acks1_promises as promise_tests
 from tests.integration.ingest_api import test_api as api_tests
 from tests.integration.ingest_api import test_wal as wal_tests
+from tests.support.azurite import blob_names
 from tests.support.server import Server
 
 StartServer = Callable[..., Server]
@@ -51,9 +52,13 @@ def test_commits_and_offsets_land_in_the_bucket(api: httpx.Client, root: str) ->
     assert r.status_code == 200, r.text
     want = {"partition": 1, "committed_offset": 3, "high_watermark": 5, "lag": 2}
     assert api.get("/v1/groups/g").json()["topics"] == [{"topic": "t", "partitions": [want]}]
-    if is_object_store(root):  # nothing of the store went to a local folder: it is all in the bucket
-        bucket, _, prefix = root.removeprefix("s3://").partition("/")
-        keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    if is_object_store(root):  # nothing of the store went to a local folder: it is all in the bucket (container)
+        prefix = root.partition("://")[2].partition("/")[2]
+        if root.startswith("az://"):
+            keys = blob_names(root)
+        else:
+            bucket = root.removeprefix("s3://").partition("/")[0]
+            keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
         assert f"{prefix}/topics/t/_delta_log/00000000000000000002.json" in keys
         assert any(k.startswith(f"{prefix}/_offsets/_delta_log/") for k in keys)
         assert f"{prefix}/_wal/node.id" in keys and f"{prefix}/_wal/node.lock" in keys

@@ -1,5 +1,5 @@
-"""kill -9 under load on an ``s3://`` root: nothing acknowledged is lost, with acks=all and with acks=1, whose
-write-ahead log is in the bucket (the crash tests of tests/system/ingest_api, run on S3)."""
+"""kill -9 under load on an ``s3://`` and an ``az://`` root: nothing acknowledged is lost, with acks=all and with
+acks=1, whose write-ahead log is in the bucket (container) (the crash tests of tests/system/ingest_api, run there)."""
 
 from __future__ import annotations
 
