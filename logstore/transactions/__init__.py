@@ -5,9 +5,10 @@ See :mod:`logstore.transactions.coordinator`; the state lives in ``<root>/_trans
 
 from logstore.transactions.coordinator import (
     STATES,
+    Appender,
     CommittedRange,
     TransactionCoordinator,
     TransactionDescription,
 )
 
-__all__ = ["STATES", "CommittedRange", "TransactionCoordinator", "TransactionDescription"]
+__all__ = ["STATES", "Appender", "CommittedRange", "TransactionCoordinator", "TransactionDescription"]

@@ -29,10 +29,20 @@ a transaction's records stay out of every topic table until it commits:
 Hence the last stable offset of every partition is its high watermark, for
 every reader of the table.
 
-One coordinator serves a root, on the single (embedded) node: in cluster mode
-every call fails with ``UNSUPPORTED_VERSION``. Calls for one transactional id
-are serialised; different ids proceed in parallel. Calls block (staging writes,
-Delta commits): the HTTP layer runs them off its event loop.
+In cluster mode each transactional id has one coordinator node, the live node
+:func:`logstore.cluster.group_coordinator` places it on (as a group); the HTTP
+layer forwards every call of the id there. A node that gets an id it does not
+hold yet takes it over (:meth:`StateLog.take_over`: the id's next coordinator
+epoch fences every later write of a deposed coordinator), reads its newest row,
+rolls a ``PrepareCommit`` forward and aborts an open transaction, as a restart
+does; its periodic sweep does so for every id placed on it, so a commit decided
+before its coordinator died completes without a call. Staged records are on the
+shared root; a commit appends each topic's batch through the node's ``append``,
+which in cluster mode sends every partition's share to its leader, idempotently.
+
+Calls for one transactional id are serialised; different ids proceed in
+parallel. Calls block (staging writes, Delta commits): the HTTP layer runs them
+off its event loop.
 """
 
 from __future__ import annotations
@@ -42,9 +52,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,16 +61,36 @@ from logstore.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
-    KafkaStorageError,
     LogstoreError,
-    ProducerFencedError,
+    NotCoordinatorError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
-    UnsupportedVersionError,
 )
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
+from logstore.transactions._model import (
+    COMMITTED_STATES,
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    DEFAULT_TIMEOUT_MS,
+    EMPTY,
+    IDLE,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    STATES,
+    Appender,
+    CommittedRange,
+    TransactionDescription,
+    check_epoch,
+    check_id,
+    coordinates,
+    describe_row,
+    first_last,
+    local_appender,
+    ranges,
+)
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
 from logstore.wire.json_produce import ParsedRecords
@@ -70,58 +98,13 @@ from logstore.wire.json_produce import ParsedRecords
 __all__ = [
     "COMMITTED_STATES",
     "STATES",
+    "Appender",
     "CommittedRange",
     "TransactionCoordinator",
     "TransactionDescription",
 ]
 
 log = logging.getLogger("logstore.transactions")
-
-EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT = (
-    "Empty",
-    "Ongoing",
-    "PrepareCommit",
-    "PrepareAbort",
-    "CompleteCommit",
-    "CompleteAbort",
-)
-STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT)
-"""Kafka's transaction states, as ``kafka-transactions.sh describe`` shows them."""
-COMMITTED_STATES = (PREPARE_COMMIT, COMPLETE_COMMIT)
-_IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
-_MAX_QUOTED_ID = 200
-"""Longest transactional id, in characters once percent-encoded: it names a directory of staged records."""
-DEFAULT_TIMEOUT_MS = 60_000
-"""``transaction_timeout_ms`` when ``init`` names none (Kafka's producer default)."""
-
-
-@dataclass(frozen=True)
-class CommittedRange:
-    """Where a committed transaction's records landed in one partition: ``first_offset``..``last_offset``."""
-
-    topic: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    """Inclusive; the offsets between are all the transaction's (consecutive)."""
-
-
-@dataclass(frozen=True)
-class TransactionDescription:
-    """A transactional id's state, as ``GET /v1/transactions/{tid}`` shows it."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    state: str
-    """One of :data:`STATES`."""
-    timeout_ms: int
-    start_ms: int | None
-    """When the open (or last) transaction began, ms since the epoch; None before the first."""
-    topics: dict[str, list[int]]
-    """The partitions the open (or last) transaction wrote, per topic."""
-    update_ms: int
-    """When the state last changed, ms since the epoch."""
 
 
 @dataclass
@@ -131,6 +114,8 @@ class _Txn:
     """Files staged by the open transaction (their numbers are 0..staged-1)."""
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    fence: int | None = None
+    """Cluster mode: the coordinator epoch this node took the id over with."""
 
 
 class TransactionCoordinator:
@@ -139,10 +124,19 @@ class TransactionCoordinator:
     Args:
         broker: the node whose topic pipelines commit the transactions' records.
         clock_ms: wall clock, ms since the epoch (start times and timeouts).
+        append: how a commit appends a topic's batch (cluster mode: through each partition's leader);
+            None: this node's pipelines.
     """
 
-    def __init__(self, broker: Broker, *, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        append: Appender | None = None,
+    ) -> None:
         self._broker = broker
+        self._append = append or local_appender(broker)
         self._clock_ms = clock_ms
         self._max_timeout_ms = broker.config.transaction_max_timeout_ms
         self._commit_wait_s = broker.config.request_timeout_ms / 1000
@@ -157,32 +151,68 @@ class TransactionCoordinator:
         """Read ``_transactions`` back: roll every decided commit forward, abort every open transaction.
 
         A roll forward that fails now (storage) is retried by :meth:`expire`.
-        Does nothing in cluster mode.
+        Cluster mode: nothing here; ids are taken over when placed on this node (:meth:`expire`, a call).
 
         Raises:
             KafkaStorageError: ``_transactions`` could not be read.
         """
         if self._broker.cluster is not None:
             return
-        rows = self._log.load()
-        for tid, row in rows.items():
-            txn = _Txn(row)
-            self._txns[tid] = txn
-            with txn.lock:
-                if row.state == PREPARE_COMMIT:
-                    self._roll_forward(txn)
-                elif row.state in (ONGOING, PREPARE_ABORT):
-                    # Its group offsets were held in memory only: aborted, and its producer fenced.
-                    try:
-                        self._abort(txn, row.producer_epoch + 1)
-                    except LogstoreError as e:  # it stays open, and its timeout aborts it
-                        log.error("transaction %r: cannot be aborted at start-up (%s)", tid, e)
+        for row in self._log.load().values():
+            self._recover(row, None)
         for tid in self._staging.staged_ids():
             txn_or_none = self._txns.get(tid)
             keep = txn_or_none.row.transaction_seq if txn_or_none and txn_or_none.row.state == PREPARE_COMMIT else None
             for seq in self._staging.staged_seqs(tid):
                 if seq != keep:
                     self._staging.delete(tid, seq)
+
+    def _recover(self, row: StateRow, fence: int | None) -> _Txn:
+        """Hold ``row``'s id: roll a decided commit forward, abort an open transaction (its producer fenced)."""
+        txn = _Txn(row, fence=fence)
+        with self._guard:
+            self._txns[row.transactional_id] = txn
+        with txn.lock:
+            if row.state == PREPARE_COMMIT:
+                self._roll_forward(txn)
+            elif row.state in (ONGOING, PREPARE_ABORT):
+                # Its group offsets were held in memory only: aborted, and its producer fenced.
+                try:
+                    self._abort(txn, row.producer_epoch + 1)
+                except LogstoreError as e:  # it stays open, and its timeout aborts it
+                    log.error("transaction %r: cannot be aborted on recovery (%s)", row.transactional_id, e)
+            if fence is not None:  # what earlier transactions of the id left staged
+                for seq in self._staging.staged_seqs(row.transactional_id):
+                    if seq != txn.row.transaction_seq or txn.row.state != PREPARE_COMMIT:
+                        self._staging.delete(row.transactional_id, seq)
+        return txn
+
+    def _adopt(self, tid: str) -> tuple[int, _Txn | None]:
+        """Cluster mode: take ``tid`` over (fencing its former coordinator), recover it; (fence, None): no row."""
+        fence, row = self._log.take_over(tid)
+        if row is None:
+            return fence, None
+        log.info("transactional id %r: taken over (coordinator epoch %d), state %s", tid, fence, row.state)
+        return fence, self._recover(row, fence)
+
+    def drop(self, tid: str) -> None:
+        """Forget ``tid`` (cluster mode: another node coordinates it; its writes here would be fenced)."""
+        with self._guard:
+            self._txns.pop(tid, None)
+
+    def _sweep_cluster(self) -> None:
+        """Take over every id placed here whose transaction is not idle; drop those placed elsewhere."""
+        with self._guard:
+            held = list(self._txns)
+        for tid in held:
+            if not coordinates(self._broker, tid):
+                self.drop(tid)
+        for tid, row in self._log.load().items():
+            if row.state not in IDLE and tid not in self._txns and coordinates(self._broker, tid):
+                try:
+                    self._adopt(tid)
+                except LogstoreError as e:
+                    log.warning("transactional id %r: not taken over yet (%s)", tid, e)
 
     def close(self) -> None:
         """Release the state log's files (the node closes after this; open transactions stay as they are)."""
@@ -194,7 +224,7 @@ class TransactionCoordinator:
         Called periodically (``transaction.abort.timed.out.transaction.cleanup.interval.ms``).
         """
         if self._broker.cluster is not None:
-            return
+            self._sweep_cluster()
         now = self._clock_ms()
         with self._guard:
             txns = list(self._txns.values())
@@ -226,8 +256,7 @@ class TransactionCoordinator:
             InvalidRequestError: a bad transactional id.
             KafkaStorageError: ``_transactions`` or a topic could not be written; retry.
         """
-        self._single_node()
-        _check_id(tid)
+        check_id(tid)
         timeout = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= self._max_timeout_ms:
             raise InvalidTransactionTimeoutError(
@@ -271,7 +300,6 @@ class TransactionCoordinator:
             UnknownTopicOrPartitionError, MessageTooLargeError, InvalidTimestampError: the records, as a produce.
             KafkaStorageError: the records could not be staged (nothing of them counts).
         """
-        self._single_node()
         if parsed.producer_id is not None or parsed.sequence is not None:
             raise InvalidRequestError(
                 "a transactional produce carries no producer_id or sequence: the transaction is idempotent itself"
@@ -279,7 +307,7 @@ class TransactionCoordinator:
         txn = self._held(tid, epoch)
         pipeline = self._broker.pipeline(topic)
         with txn.lock:
-            self._check_epoch(txn, epoch)
+            check_epoch(txn.row, epoch)
             parts = Partitioner().assign(
                 topic,
                 parsed.keys,
@@ -309,7 +337,6 @@ class TransactionCoordinator:
             TransactionalIdNotFoundError, ProducerFencedError, InvalidTxnStateError: see :meth:`_held`.
             InvalidRequestError: a negative offset or an empty group name.
         """
-        self._single_node()
         if not group:
             raise InvalidRequestError("'group' must be a non-empty consumer group name")
         for topic, partition, offset in offsets:
@@ -317,7 +344,7 @@ class TransactionCoordinator:
                 raise InvalidRequestError(f"offset {offset} of {topic}/{partition}: partitions and offsets are >= 0")
         txn = self._held(tid, epoch)
         with txn.lock:
-            self._check_epoch(txn, epoch)
+            check_epoch(txn.row, epoch)
             self._begin(txn)
             for topic, partition, offset in offsets:
                 txn.offsets[(group, topic, partition)] = offset
@@ -333,13 +360,12 @@ class TransactionCoordinator:
             KafkaStorageError, ThrottlingQuotaExceededError: decided but not complete yet; it completes on a retry,
                 at the next sweep or after a restart.
         """
-        self._single_node()
         txn = self._held(tid, epoch)
         with txn.lock:
-            self._check_epoch(txn, epoch)
+            check_epoch(txn.row, epoch)
             state = txn.row.state
             if state == COMPLETE_COMMIT:
-                return _ranges(txn.row)
+                return ranges(txn.row)
             if state == ONGOING:
                 self._write(
                     txn,
@@ -355,7 +381,7 @@ class TransactionCoordinator:
                     f"transactional id '{tid}' has no open transaction to commit (state {state}); produce first"
                 )
             self._complete(txn)
-            return _ranges(txn.row)
+            return ranges(txn.row)
 
     def abort(self, tid: str, epoch: int | None) -> None:
         """Abort ``tid``'s open transaction: nothing of it is ever visible; its staged records are removed.
@@ -367,11 +393,10 @@ class TransactionCoordinator:
             TransactionalIdNotFoundError, ProducerFencedError: see :meth:`_held`.
             InvalidTxnStateError: its commit was decided (it is completing).
         """
-        self._single_node()
         txn = self._held(tid, epoch)
         with txn.lock:
             if epoch is not None:
-                self._check_epoch(txn, epoch)
+                check_epoch(txn.row, epoch)
             if txn.row.state == PREPARE_COMMIT:
                 raise InvalidTxnStateError(f"transactional id '{tid}' is committing: its commit was decided")
             if txn.row.state == ONGOING:
@@ -385,31 +410,29 @@ class TransactionCoordinator:
         Raises:
             TransactionalIdNotFoundError: never initialised.
         """
-        self._single_node()
-        return _describe(self._held(tid, None).row)
+        return describe_row(self._held(tid, None).row)
 
     def list(self) -> list[TransactionDescription]:
-        """Every transactional id's state, by id."""
-        self._single_node()
+        """Every transactional id's state, by id (cluster mode: every node's, from ``_transactions``)."""
+        found = self._log.load() if self._broker.cluster is not None else {}
         with self._guard:
-            rows = [t.row for t in self._txns.values() if t.row.update_ms >= 0]  # not those whose init failed
-        return sorted((_describe(r) for r in rows), key=lambda d: d.transactional_id)
+            found.update((tid, t.row) for tid, t in self._txns.items())
+        rows = [r for r in found.values() if r.update_ms >= 0]  # not those whose init failed
+        return sorted((describe_row(r) for r in rows), key=lambda d: d.transactional_id)
 
     # -- internals --------------------------------------------------------------------
 
-    def _single_node(self) -> None:
-        if self._broker.cluster is not None:
-            raise UnsupportedVersionError(
-                "transactions are served by a single (embedded) node only; this node runs in cluster mode "
-                "(zookeeper.connect is set)"
-            )
-
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
+        fence = None
+        if self._broker.cluster is not None and tid not in self._txns:
+            fence, adopted = self._adopt(tid)
+            if adopted is not None:
+                return adopted
         with self._guard:
             txn = self._txns.get(tid)
             if txn is None:
                 row = StateRow(tid, self._new_producer_id(), -1, EMPTY, -1, timeout_ms, {}, [], [], None, -1)
-                txn = self._txns[tid] = _Txn(row)
+                txn = self._txns[tid] = _Txn(row, fence=fence)
             return txn
 
     def _new_producer_id(self) -> int:
@@ -432,26 +455,18 @@ class TransactionCoordinator:
         """
         with self._guard:
             txn = self._txns.get(tid)
+        if txn is None and self._broker.cluster is not None:
+            txn = self._adopt(tid)[1]
         if txn is None or txn.row.update_ms < 0:
             raise TransactionalIdNotFoundError(f"transactional id '{tid}' was never initialised (init it first)")
         return txn
-
-    @staticmethod
-    def _check_epoch(txn: _Txn, epoch: int) -> None:
-        current = txn.row.producer_epoch
-        if epoch != current:
-            raise ProducerFencedError(
-                f"producer_epoch {epoch} of transactional id '{txn.row.transactional_id}' is not its current "
-                f"epoch {current}: a newer producer initialised it, or its transaction timed out or was aborted; "
-                "init again"
-            )
 
     def _begin(self, txn: _Txn) -> None:
         """Begin a transaction unless one is open (caller holds the lock and checked the epoch)."""
         row = txn.row
         if row.state == ONGOING:
             return
-        if row.state not in _IDLE:
+        if row.state not in IDLE:
             raise InvalidTxnStateError(f"transactional id '{row.transactional_id}' is completing a transaction")
         now = self._clock_ms()
         begun = replace(
@@ -462,8 +477,16 @@ class TransactionCoordinator:
         txn.offsets = {}
 
     def _write(self, txn: _Txn, row: StateRow) -> None:
-        """Append ``row`` to ``_transactions``, then make it the id's state (caller holds the lock)."""
-        self._log.append(row)
+        """Append ``row`` to ``_transactions``, then make it the id's state (caller holds the lock).
+
+        Raises:
+            NotCoordinatorError: another node took the id over (cluster mode); this node forgets it.
+        """
+        try:
+            self._log.append(row, fence=txn.fence)
+        except NotCoordinatorError:
+            self.drop(row.transactional_id)
+            raise
         txn.row = row
 
     def _abort(self, txn: _Txn, epoch: int) -> None:
@@ -490,22 +513,13 @@ class TransactionCoordinator:
         tid = row.transactional_id
         result: list[tuple[str, int, int, int]] = []
         for topic, records in self._staging.read(tid, row.transaction_seq).items():
+            parsed = ParsedRecords.from_table(records.combine_chunks(), f"__txn.{row.producer_id}", row.transaction_seq)
             try:
-                pipeline = self._broker.pipeline(topic)
+                partitions, offsets = self._append(topic, parsed)
             except UnknownTopicOrPartitionError:
                 log.error("transaction %r: topic %r was deleted before its records were committed", tid, topic)
                 continue
-            parsed = ParsedRecords.from_table(records.combine_chunks(), f"__txn.{row.producer_id}", row.transaction_seq)
-            committed = pipeline.submit(parsed, "all").committed
-            try:
-                appended = committed.result(timeout=self._commit_wait_s)
-            except FutureTimeout:
-                # The batch stays queued and may land later; completing again is idempotent, so retrying is safe.
-                raise KafkaStorageError(
-                    f"transaction '{tid}': its records for topic '{topic}' are not committed after "
-                    f"request.timeout.ms={self._commit_wait_s * 1000:.0f}; the commit is decided and completes, retry"
-                ) from None
-            result += _first_last(topic, appended.partitions, appended.offsets)
+            result += first_last(topic, partitions, offsets)
         by_group: dict[tuple[str, str], dict[int, int]] = {}
         for group, topic, partition, offset in row.group_offsets:
             by_group.setdefault((group, topic), {})[partition] = offset
@@ -515,37 +529,3 @@ class TransactionCoordinator:
         self._staging.delete(tid, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
-
-
-def _first_last(topic: str, partitions: pa.Array, offsets: pa.Array) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, first, last offset) per partition of one appended batch."""
-    spans: dict[int, tuple[int, int]] = {}
-    for p, o in zip(partitions.to_pylist(), offsets.to_pylist(), strict=True):
-        first, last = spans.get(p, (o, o))
-        spans[p] = (min(first, o), max(last, o))
-    return [(topic, p, first, last) for p, (first, last) in sorted(spans.items())]
-
-
-def _ranges(row: StateRow) -> list[CommittedRange]:
-    return [CommittedRange(t, p, f, last) for t, p, f, last in row.result]
-
-
-def _describe(row: StateRow) -> TransactionDescription:
-    return TransactionDescription(
-        row.transactional_id,
-        row.producer_id,
-        row.producer_epoch,
-        row.state,
-        row.timeout_ms,
-        row.start_ms,
-        dict(row.partitions),
-        row.update_ms,
-    )
-
-
-def _check_id(tid: str) -> None:
-    if not tid or len(quote(tid, safe="")) > _MAX_QUOTED_ID or any(ord(c) < 32 for c in tid):
-        raise InvalidRequestError(
-            f"transactional id must be 1 to {_MAX_QUOTED_ID} characters (percent-encoded) without control "
-            f"characters, got {tid!r}"
-        )
