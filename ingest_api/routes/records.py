@@ -16,6 +16,7 @@ from fastapi.responses import Response
 
 from ingest_api.deps import Access, AccessDep, BrokerDep, allow, allow_auto_create, checks, count_quota
 from ingest_api.forwarding import produce_in_cluster
+from ingest_api.group_routing import forward_to_coordinator
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
 from logstore.errors import InvalidRequestError, NotLeaderOrFollowerError, RequestTimedOutError
 from logstore.log.catalog import validate_topic_name
@@ -104,6 +105,10 @@ async def produce(
         parsed = await request.app.state.parsers.parse(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)
     if transactional_id is not None or producer_epoch is not None:
+        if transactional_id is not None:  # cluster mode: staged by the id's coordinator
+            drop = request.app.state.transactions.drop
+            what = f"transactional id '{transactional_id}'"
+            await forward_to_coordinator(request, broker, what, transactional_id, drop, forward=forward, body=body)
         return await _produce_in_transaction(request, access, topic, parsed, transactional_id, producer_epoch)
     if broker.cluster is not None:
         parts, placed = await produce_in_cluster(
