@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from logstore.cluster import group_coordinator
-from logstore.errors import InvalidRequestError, KafkaStorageError, ProducerFencedError
+from logstore.errors import InvalidRequestError, KafkaStorageError, ProducerFencedError, UnsupportedVersionError
 from logstore.node.broker import Broker
 from logstore.transactions._state_log import StateRow
 from logstore.wire.json_produce import ParsedRecords
@@ -71,6 +72,31 @@ def coordinates(broker: Broker, tid: str) -> bool:
     if cluster is None:
         return True
     return group_coordinator(tid, [n.node_id for n in cluster.metadata().nodes]) in (None, cluster.node_id)
+
+
+def check_cluster_servable(broker: Broker) -> None:
+    """Raises UnsupportedVersionError in cluster mode with security on.
+
+    A commit completed by a successor coordinator appends its shares at the partitions' leaders with no client
+    request to act for, and a node has no identity of its own to forward with.
+    """
+    if broker.cluster is not None and broker.config.security_enabled:
+        raise UnsupportedVersionError(
+            "transactions in cluster mode (zookeeper.connect) are not served with security.enabled=true: a commit "
+            "completed after a failover appends at the partitions' leaders with no client to act for"
+        )
+
+
+def new_producer_id(used: set[int]) -> int:
+    """A random producer id not in ``used``.
+
+    Random, not the next number: the topics remember ``__txn.<producer id>``'s sequences in their own logs,
+    so an id handed out again after ``_transactions`` was lost would find its first commits taken for
+    retries of the old holder's and dropped. 53 bits: a JSON number every client reads exactly.
+    """
+    while (pid := secrets.randbits(53)) in used:
+        pass
+    return pid
 
 
 def local_appender(broker: Broker) -> Appender:

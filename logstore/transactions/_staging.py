@@ -90,6 +90,12 @@ class Staging:
         d = self._dir(tid, seq) if seq is not None else os.path.join(self.root, quote(tid, safe=""))
         shutil.rmtree(d, ignore_errors=True)
 
+    def keep_only(self, tid: str, seq: int | None) -> None:
+        """Remove what every transaction of ``tid`` but number ``seq`` staged (None: every one)."""
+        for staged in self.staged_seqs(tid):
+            if staged != seq:
+                self.delete(tid, staged)
+
     def staged_ids(self) -> list[str]:
         """The transactional ids with anything staged (for the clean-up after a restart)."""
         try:

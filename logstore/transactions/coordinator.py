@@ -48,7 +48,6 @@ off its event loop.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -83,12 +82,14 @@ from logstore.transactions._model import (
     Appender,
     CommittedRange,
     TransactionDescription,
+    check_cluster_servable,
     check_epoch,
     check_id,
     coordinates,
     describe_row,
     first_last,
     local_appender,
+    new_producer_id,
     ranges,
 )
 from logstore.transactions._staging import Staging
@@ -117,6 +118,11 @@ class _Txn:
     fence: int | None = None
     """Cluster mode: the coordinator epoch this node took the id over with."""
 
+    @property
+    def decided(self) -> int | None:
+        """The number of the transaction whose commit is decided, if one is."""
+        return self.row.transaction_seq if self.row.state == PREPARE_COMMIT else None
+
 
 class TransactionCoordinator:
     """The coordinator of every transactional id of the node's root (see the module docstring).
@@ -139,33 +145,25 @@ class TransactionCoordinator:
         self._append = append or local_appender(broker)
         self._clock_ms = clock_ms
         self._max_timeout_ms = broker.config.transaction_max_timeout_ms
-        self._commit_wait_s = broker.config.request_timeout_ms / 1000
         self._log = StateLog(broker.config.root, fsync=broker.config.commit_fsync)
         self._staging = Staging(self._log.path, fsync=broker.config.commit_fsync)
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
+        self._adopting = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Read ``_transactions`` back: roll every decided commit forward, abort every open transaction.
-
-        A roll forward that fails now (storage) is retried by :meth:`expire`.
-        Cluster mode: nothing here; ids are taken over when placed on this node (:meth:`expire`, a call).
-
-        Raises:
-            KafkaStorageError: ``_transactions`` could not be read.
-        """
+        """Read ``_transactions`` back: roll every decided commit forward (retried by :meth:`expire` when it
+        fails), abort every open transaction. Raises KafkaStorageError: the table could not be read. Cluster
+        mode: nothing here; an id is taken over when placed on this node (:meth:`expire`, a call)."""
         if self._broker.cluster is not None:
             return
         for row in self._log.load().values():
             self._recover(row, None)
         for tid in self._staging.staged_ids():
-            txn_or_none = self._txns.get(tid)
-            keep = txn_or_none.row.transaction_seq if txn_or_none and txn_or_none.row.state == PREPARE_COMMIT else None
-            for seq in self._staging.staged_seqs(tid):
-                if seq != keep:
-                    self._staging.delete(tid, seq)
+            held = self._txns.get(tid)
+            self._staging.keep_only(tid, held.decided if held else None)
 
     def _recover(self, row: StateRow, fence: int | None) -> _Txn:
         """Hold ``row``'s id: roll a decided commit forward, abort an open transaction (its producer fenced)."""
@@ -182,18 +180,25 @@ class TransactionCoordinator:
                 except LogstoreError as e:  # it stays open, and its timeout aborts it
                     log.error("transaction %r: cannot be aborted on recovery (%s)", row.transactional_id, e)
             if fence is not None:  # what earlier transactions of the id left staged
-                for seq in self._staging.staged_seqs(row.transactional_id):
-                    if seq != txn.row.transaction_seq or txn.row.state != PREPARE_COMMIT:
-                        self._staging.delete(row.transactional_id, seq)
+                self._staging.keep_only(row.transactional_id, txn.decided)
         return txn
 
-    def _adopt(self, tid: str) -> tuple[int, _Txn | None]:
-        """Cluster mode: take ``tid`` over (fencing its former coordinator), recover it; (fence, None): no row."""
-        fence, row = self._log.take_over(tid)
-        if row is None:
-            return fence, None
-        log.info("transactional id %r: taken over (coordinator epoch %d), state %s", tid, fence, row.state)
-        return fence, self._recover(row, fence)
+    def _adopt(self, tid: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> _Txn:
+        """Cluster mode: take ``tid`` over (fencing its former coordinator) and recover it, once; an id without
+        a row gets an entry not initialised yet. Raises UnsupportedVersionError with security on."""
+        check_cluster_servable(self._broker)
+        with self._adopting:  # one take-over of an id at a time: a second would fence the first
+            with self._guard:
+                held = self._txns.get(tid)
+            if held is not None:
+                return held
+            fence, row = self._log.take_over(tid)
+            if row is not None:
+                log.info("transactional id %r: taken over (coordinator epoch %d), state %s", tid, fence, row.state)
+                return self._recover(row, fence)
+            with self._guard:
+                txn = self._txns[tid] = _Txn(self._fresh(tid, timeout_ms), fence=fence)
+            return txn
 
     def drop(self, tid: str) -> None:
         """Forget ``tid`` (cluster mode: another node coordinates it; its writes here would be fenced)."""
@@ -202,9 +207,7 @@ class TransactionCoordinator:
 
     def _sweep_cluster(self) -> None:
         """Take over every id placed here whose transaction is not idle; drop those placed elsewhere."""
-        with self._guard:
-            held = list(self._txns)
-        for tid in held:
+        for tid in list(self._txns):
             if not coordinates(self._broker, tid):
                 self.drop(tid)
         for tid, row in self._log.load().items():
@@ -423,29 +426,19 @@ class TransactionCoordinator:
     # -- internals --------------------------------------------------------------------
 
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
-        fence = None
-        if self._broker.cluster is not None and tid not in self._txns:
-            fence, adopted = self._adopt(tid)
-            if adopted is not None:
-                return adopted
+        if self._broker.cluster is not None:
+            return self._adopt(tid, timeout_ms)
         with self._guard:
             txn = self._txns.get(tid)
             if txn is None:
-                row = StateRow(tid, self._new_producer_id(), -1, EMPTY, -1, timeout_ms, {}, [], [], None, -1)
-                txn = self._txns[tid] = _Txn(row, fence=fence)
+                row = self._fresh(tid, timeout_ms)
+                txn = self._txns[tid] = _Txn(row)
             return txn
 
-    def _new_producer_id(self) -> int:
-        """A random producer id no id of this root holds (caller holds the guard).
-
-        Random, not the next number: the topics remember ``__txn.<producer id>``'s sequences in their own logs,
-        so an id handed out again after ``_transactions`` was lost would find its first commits taken for
-        retries of the old holder's and dropped. 53 bits: a JSON number every client reads exactly.
-        """
-        used = {t.row.producer_id for t in self._txns.values()}
-        while (pid := secrets.randbits(53)) in used:
-            pass
-        return pid
+    def _fresh(self, tid: str, timeout_ms: int) -> StateRow:
+        """A row of ``tid`` before its first init (caller holds the guard)."""
+        pid = new_producer_id({t.row.producer_id for t in self._txns.values()})
+        return StateRow(tid, pid, -1, EMPTY, -1, timeout_ms, {}, [], [], None, -1)
 
     def _held(self, tid: str, epoch: int | None) -> _Txn:
         """``tid``'s entry.
@@ -456,7 +449,7 @@ class TransactionCoordinator:
         with self._guard:
             txn = self._txns.get(tid)
         if txn is None and self._broker.cluster is not None:
-            txn = self._adopt(tid)[1]
+            txn = self._adopt(tid)
         if txn is None or txn.row.update_ms < 0:
             raise TransactionalIdNotFoundError(f"transactional id '{tid}' was never initialised (init it first)")
         return txn
