@@ -167,8 +167,10 @@ class StateLog:
             )
         return latest
 
-    def take_over(self, tid: str) -> tuple[int, StateRow | None]:
+    def take_over(self, tid: str, *, known_only: bool = False) -> tuple[int, StateRow | None]:
         """Become ``tid``'s coordinator: commit its next coordinator epoch, then read its newest row.
+
+        ``known_only``: not when the table holds no row of ``tid`` (then (0, None), nothing written).
 
         Every row of ``tid`` a former coordinator committed is in the answer (its later ones are fenced), and
         this log's next rows order after them. Returns (the epoch to pass to :meth:`append`, the row or None).
@@ -178,6 +180,8 @@ class StateLog:
             KafkaStorageError: the table could not be read or written.
         """
         with self._lock:
+            if known_only and tid not in self._load():
+                return 0, None
             self._ensure_table()
             app = app_coordinator(tid)
             epoch = self._fence_of(app) + 1

@@ -183,19 +183,20 @@ class TransactionCoordinator:
                 self._staging.keep_only(row.transactional_id, txn.decided)
         return txn
 
-    def _adopt(self, tid: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> _Txn:
+    def _adopt(self, tid: str, timeout_ms: int | None = None) -> _Txn | None:
         """Cluster mode: take ``tid`` over (fencing its former coordinator) and recover it, once; an id without
-        a row gets an entry not initialised yet. Raises UnsupportedVersionError with security on."""
+        a row: None, or with ``timeout_ms`` (an init) an entry not initialised yet. Raises UnsupportedVersionError
+        with security on."""
         check_cluster_servable(self._broker)
         with self._adopting:  # one take-over of an id at a time: a second would fence the first
-            with self._guard:
-                held = self._txns.get(tid)
-            if held is not None:
+            if (held := self._txns.get(tid)) is not None:  # taken over meanwhile
                 return held
-            fence, row = self._log.take_over(tid)
+            fence, row = self._log.take_over(tid, known_only=timeout_ms is None)
             if row is not None:
                 log.info("transactional id %r: taken over (coordinator epoch %d), state %s", tid, fence, row.state)
                 return self._recover(row, fence)
+            if timeout_ms is None:
+                return None
             with self._guard:
                 txn = self._txns[tid] = _Txn(self._fresh(tid, timeout_ms), fence=fence)
             return txn
@@ -426,8 +427,8 @@ class TransactionCoordinator:
     # -- internals --------------------------------------------------------------------
 
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
-        if self._broker.cluster is not None:
-            return self._adopt(tid, timeout_ms)
+        if self._broker.cluster is not None and (adopted := self._adopt(tid, timeout_ms)) is not None:
+            return adopted
         with self._guard:
             txn = self._txns.get(tid)
             if txn is None:

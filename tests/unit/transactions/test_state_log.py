@@ -92,3 +92,12 @@ def test_a_deposed_coordinator_cannot_write_after_its_successor_took_the_id_over
     latest = StateLog(str(tmp_path)).load()
     assert latest["a"].state == "CompleteCommit" and latest["b"].state == "Empty"
     assert "CompleteAbort" not in DeltaTable(str(tmp_path / "_transactions")).to_pyarrow_table()["state"].to_pylist()
+
+
+def test_looking_up_an_unknown_id_writes_no_take_over(tmp_path: Path) -> None:
+    log = StateLog(str(tmp_path))
+    log.append(row("a", "Empty"))
+    before = DeltaTable(str(tmp_path / "_transactions")).version()
+    assert log.take_over("nobody", known_only=True) == (0, None)
+    assert DeltaTable(str(tmp_path / "_transactions")).version() == before
+    assert log.take_over("a", known_only=True)[1] == row("a", "Empty")
