@@ -20,6 +20,7 @@ import pytest
 from deltalake import DeltaTable
 from kazoo.client import KazooClient
 
+from logstore.client import Producer
 from tests.support.server import Server
 from tests.system.cluster.cluster_helpers import create_topic, until
 
@@ -107,6 +108,16 @@ def test_a_transaction_across_two_leaders_commits_through_a_node_that_does_not_c
     assert call(via, tid, "commit", {"producer_epoch": epoch}) == answer  # a retry: the same answer, nothing again
     listed = httpx.get(f"{nodes[owner].url}/v1/transactions", timeout=10).json()["transactions"]
     assert [(t["transactional_id"], t["state"]) for t in listed] == [(tid, "CompleteCommit")]
+
+    # The Python producer sends a transaction's records to any node (not to the partitions' leaders).
+    producer = Producer(nodes[1].url, transactional_id="payments-1")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.produce("debits", "dave-5", partition=pd)
+    producer.produce("credits", "erin+5", partition=pc)
+    producer.commit_transaction()
+    producer.close()
+    assert read(via, "debits", pd)[2:] == [(2, "dave-5")] and read(via, "credits", pc)[1:] == [(1, "erin+5")]
 
 
 def test_after_a_kill_of_the_coordinator_its_successor_completes_the_decided_commit_once_and_aborts_the_open_one(
