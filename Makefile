@@ -16,9 +16,9 @@ CONSOLE_VENDOR := ingest_api/console/static/vendor
 .PHONY: runtime setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean compat
 
 # What `make run` needs (the package and its runtime dependencies, Delta's jars, the console's library), and
-# what the tests add to it (the dev extras, ZooKeeper).
+# what the tests add to it (the dev extras, ZooKeeper, Spark's Kafka connector: the test session's classpath holds it).
 runtime: $(VENV)/.runtime $(JARS)/.done $(LOCALFS)/logstore-localfs.jar $(CONSOLE_VENDOR)/.done
-setup: runtime $(VENV)/.installed $(ZK)/.done
+setup: runtime $(VENV)/.installed $(ZK)/.done $(SPARK_KAFKA)/.done
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,8 +74,9 @@ $(ZK)/.done: jars/zookeeper/pom.xml
 
 zookeeper: $(ZK)/.done
 
-# Apache Kafka (broker and perf tools) and Spark's Kafka source, for bench/vs_kafka.py only:
-# caches of their own, off every Spark session's classpath. The tests do not need them.
+# Apache Kafka (broker and tools) and Spark's Kafka connector, caches of their own. bench/vs_kafka.py uses both;
+# the tests' one Spark session puts the connector on its classpath (`setup` fetches it), tests/system/kafka runs
+# Kafka's tools where .cache/kafka is there. logstore.spark.session() leaves both off a session's classpath.
 $(KAFKA)/.done: jars/kafka/pom.xml
 	mvn -q -B -Dmaven.repo.local=$(CURDIR)/.cache/m2 -f jars/kafka/pom.xml \
 	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA)

@@ -203,9 +203,10 @@ def _freeze_and_watch_gc(metrics: Metrics) -> Callable[[], None]:
     return lambda: gc.callbacks.remove(timed)
 
 
-Door = Callable[[Broker], AbstractAsyncContextManager[None]]
-"""Another front end over the node's one :class:`Broker` (the Kafka listener): entered once the node has started,
-left before it drains."""
+Door = Callable[[Broker, Guard | None, TransactionCoordinator], AbstractAsyncContextManager[None]]
+"""Another front end over the node's one :class:`Broker` (the Kafka listener), with the node's security (None when
+``security.enabled`` is false) and transaction coordinator: entered once the node has started, left before it
+drains."""
 
 
 def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
@@ -241,7 +242,7 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
         try:
             async with AsyncExitStack() as stack:
                 for door in doors:
-                    await stack.enter_async_context(door(broker))
+                    await stack.enter_async_context(door(broker, guard, txn_coordinator))
                 yield
         finally:
             for task in (sweeper, sampler, txn_sweeper):

@@ -44,7 +44,6 @@ from logstore.errors import (
 from logstore.node.accumulator import Acks
 from logstore.node.broker import Broker
 from logstore.node.routing import Share
-from logstore.structs import AppendResult
 from logstore.transactions import Appender
 from logstore.wire.arrow_produce import (
     ARROW_STREAM,
@@ -183,7 +182,7 @@ async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: 
         await asyncio.wrap_future(sub.logged)
         if broker.lease_valid():
             return sub.partitions.to_pylist(), sub.promised.tolist()
-    result: AppendResult = await asyncio.wrap_future(sub.committed)
+    result = await sub.wait_committed(broker.config.request_timeout_ms)  # REQUEST_TIMED_OUT while commits fail
     return result.partitions.to_pylist(), result.offsets.to_pylist()
 
 

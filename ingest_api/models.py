@@ -106,6 +106,9 @@ class FetchedRecord(BaseModel):
     partition: int
     offset: int
     timestamp: int = Field(description="ms since the epoch")
+    timestamp_type: int = Field(
+        description="0 = CreateTime (the producer's), 1 = LogAppendTime (the topic's message.timestamp.type)"
+    )
     key: Bytes
     value: Bytes
     headers: dict[str, Bytes] | list[Header] = Field(

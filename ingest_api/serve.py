@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import ssl
 from collections.abc import Sequence
@@ -47,7 +46,6 @@ def serve(config: LogstoreConfig, *, insecure: bool = False, doors: Sequence[Doo
     # Refuse early, with the holder's name, when another node runs on this WAL directory
     # (the node takes the lock for good when it starts; this only makes the message plain).
     wal_dir = wal_dir_of(config)
-    os.makedirs(wal_dir, exist_ok=True)
     DirectoryLock(wal_dir, "the write-ahead log directory").release()
 
     if config.zookeeper_connect:

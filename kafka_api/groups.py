@@ -1,9 +1,12 @@
-"""Kafka's group APIs without members — ListGroups, DescribeGroups, OffsetCommit, OffsetFetch — on ``_offsets``.
+"""Kafka's group APIs — ListGroups, DescribeGroups, OffsetCommit, OffsetFetch — on ``_offsets`` and classic groups.
 
 A group here is a name with committed offsets (the HTTP API's and Spark's
-commits are the same rows). Kafka's classic group protocol (JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup) is not served yet, so every group is
-``Empty`` and commits carry generation -1.
+commits are the same rows), and, while Kafka consumers are its members, a
+classic group of the node's :class:`~logstore.groups.classic.ClassicCoordinator`
+(JoinGroup and the rest: :mod:`kafka_api.membership`). A member's commit must
+carry its current generation and member id; a commit with generation -1 (a
+consumer that assigns its partitions itself) is taken while the group has no
+members through either door.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import asyncio
 from typing import Any
 
 from kafka_api.protocol import ALL_OPERATIONS, build, response_class
-from logstore.errors import InvalidRequestError, LogstoreError
+from logstore.errors import LogstoreError, UnknownMemberIdError
+from logstore.groups.classic import ClassicCoordinator
+from logstore.groups.classic_group import COMPLETING, STABLE, GroupView
+from logstore.groups.leases import GroupLease
 from logstore.node.broker import Broker
 
 __all__ = ["GroupHandlers"]
@@ -21,59 +27,76 @@ __all__ = ["GroupHandlers"]
 class GroupHandlers:
     """The group and offset APIs of one node's Kafka listener."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, classic: ClassicCoordinator) -> None:
         self.broker = broker
+        self.classic = classic
 
     # -- ListGroups, DescribeGroups ---------------------------------------------------------------
 
     async def list_groups(self, version: int, req: Any) -> Any:
-        """The groups with committed offsets, each ``Empty``: this door serves no members yet."""
+        """The classic groups in their state, and the other groups with committed offsets as ``Empty``."""
         states = getattr(req, "states_filter", None)
         names = await asyncio.to_thread(self.broker.store.list_groups)
+        found = {g: ("Empty", "consumer") for g in names}
+        found |= {v.name: (v.state, v.protocol_type or "consumer") for v in self.classic.views()}
         groups = [
-            {"group_id": g, "protocol_type": "consumer", "group_state": "Empty", "group_type": "classic"}
-            for g in names
-            if not states or "Empty" in states
+            {"group_id": g, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
+            for g, (state, ptype) in sorted(found.items())
+            if not states or state in states
         ]
         return build(response_class(16, version), {"throttle_time": 0, "error_code": 0, "groups": groups})
 
     async def describe_groups(self, version: int, req: Any) -> Any:
-        """Each group ``Empty`` when it has committed offsets, else ``Dead`` (as Kafka describes an unknown group)."""
+        """A classic group with its members and assignments; else ``Empty`` with committed offsets, or ``Dead``."""
         known = set(await asyncio.to_thread(self.broker.store.list_groups))
-        groups = [
-            {
-                "error_code": 0,
-                "group_id": g,
-                "group_state": "Empty" if g in known else "Dead",
-                "protocol_type": "consumer" if g in known else "",
-                "protocol_data": "",
-                "members": [],
-                "authorized_operations": ALL_OPERATIONS,
-            }
-            for g in req.groups
-        ]
+        groups = []
+        for g in req.groups:
+            view = self.classic.view(g)
+            if view is not None and (view.members or g not in known):
+                groups.append(_described(view))
+                continue
+            groups.append(
+                {
+                    "error_code": 0,
+                    "group_id": g,
+                    "group_state": "Empty" if g in known else "Dead",
+                    "protocol_type": "consumer" if g in known else "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": ALL_OPERATIONS,
+                }
+            )
         return build(response_class(15, version), {"throttle_time": 0, "groups": groups})
 
     # -- OffsetCommit, OffsetFetch ------------------------------------------------------------
 
     async def offset_commit(self, version: int, req: Any) -> Any:
-        """Commit without membership (generation -1): straight into ``_offsets``, as the HTTP API's commits."""
+        """A member's commit (checked against its generation and id), or one without membership (generation -1)."""
         generation = getattr(req, "generation_id_or_member_epoch", -1)
+        refused: LogstoreError | None = None
+        try:
+            member = self.classic.check_commit(
+                req.group_id, generation, req.member_id, getattr(req, "group_instance_id", None)
+            )
+            if member:
+                await self.classic.renew(req.group_id, {t.name for t in req.topics})
+            else:
+                await asyncio.to_thread(self._check_no_other_door, req.group_id)
+        except LogstoreError as e:
+            refused = e
         topics = []
         for t in req.topics:
             offsets = {p.partition_index: p.committed_offset for p in t.partitions}
             metadata = next((p.committed_metadata for p in t.partitions if p.committed_metadata), None)
             code = 0
             try:
-                if generation >= 0 or req.member_id:
-                    raise InvalidRequestError(
-                        "group membership (JoinGroup) is not served yet; commit with generation -1"
-                    )
+                if refused is not None:
+                    raise refused
                 await asyncio.to_thread(
                     self.broker.store.commit_offsets, req.group_id, t.name, offsets, metadata=metadata
                 )
             except LogstoreError as e:
-                code = 22 if isinstance(e, InvalidRequestError) else e.code  # ILLEGAL_GENERATION
+                code = e.code
             topics.append({"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in offsets]})
         return build(response_class(8, version), {"throttle_time": 0, "topics": topics})
 
@@ -116,3 +139,35 @@ class GroupHandlers:
                 }
             )
         return out
+
+    def _check_no_other_door(self, group: str) -> None:
+        """A commit without membership is refused while HTTP members or a Spark query read the group (its leases)."""
+        if GroupLease(self.broker.config.root, group).live_doors():
+            raise UnknownMemberIdError(
+                f"consumer group '{group}' has live members through the HTTP API or a Spark query (a live lease "
+                "under _groups); a commit without membership (generation -1) would move their offsets: stop them "
+                "or use another group.id"
+            )
+
+
+def _described(view: GroupView) -> dict[str, Any]:
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_metadata": m.metadata,
+            "member_assignment": m.assignment,
+        }
+        for m in view.members
+    ]
+    return {
+        "error_code": 0,
+        "group_id": view.name,
+        "group_state": view.state,
+        "protocol_type": view.protocol_type,
+        "protocol_data": view.protocol if view.state in (COMPLETING, STABLE) else "",
+        "members": members,
+        "authorized_operations": ALL_OPERATIONS,
+    }

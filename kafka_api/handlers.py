@@ -22,12 +22,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_api.access import allowed, denial
 from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
-from kafka_api.records import decode_batches, encode_batches
+from kafka_api.records import DecodedBatch, decode_batches, encode_batches
+from logstore.cluster import ClusterMetadata, group_coordinator
 from logstore.config import LogstoreConfig
 from logstore.errors import (
     InvalidRequestError,
     LogstoreError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -35,13 +39,17 @@ from logstore.errors import (
 from logstore.log.catalog import validate_topic_name
 from logstore.log.reader import offset_for_timestamp
 from logstore.node.broker import Broker
-from logstore.structs import AppendResult
+from logstore.security import Operation, Resource, ResourceType
 from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["Handlers", "Listener", "producer_name"]
 
 log = logging.getLogger("logstore.kafka")
 
+_LEADER_NOT_AVAILABLE = 5
+"""A partition no live node leads yet (retriable: the client asks for metadata again)."""
+TransactionalProduce = Callable[[str, int, list[DecodedBatch]], Awaitable[dict[str, Any]]]
+"""Stage one partition's transactional batches: (topic, partition, batches) → its Produce answer's fields."""
 _FETCH_MAX_RECORDS = 100_000
 """Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
 
@@ -73,6 +81,7 @@ class Handlers:
         self.node_id = max(config.node_id, 0)
         self._producer_ids = itertools.count()
         self._last_pid = 0
+        self.transactional: TransactionalProduce | None = None  # kafka_api.transactions; None: batches refused
 
     # -- ApiVersions, Metadata, FindCoordinator ---------------------------------------------
 
@@ -80,27 +89,62 @@ class Handlers:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())]
         return build(response_class(18, version), {"error_code": 0, "api_keys": keys, "throttle_time": 0})
 
-    def _broker_entry(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "host": self.advertised.host, "port": self.advertised.port, "rack": None}
+    def _brokers(self) -> tuple[dict[int, tuple[str, int]], ClusterMetadata | None]:
+        """Node id → (host, port) of its Kafka listener, and the cluster's view (None: embedded, this node alone).
+
+        In cluster mode the live nodes that registered a listener (``advertised.listeners`` in
+        ``/brokers/ids/<id>``); a node serving none is left out, and a partition it leads has no leader here.
+        """
+        me = (self.advertised.host, self.advertised.port)
+        if self.broker.cluster is None:
+            return {self.node_id: me}, None
+        meta = self.broker.cluster.metadata()
+        out = {}
+        for n in meta.nodes:
+            if n.kafka is not None:
+                host, _, port = n.kafka.rpartition(":")
+                out[n.node_id] = (host, int(port))
+        out[self.node_id] = me
+        return out, meta
 
     async def metadata(self, version: int, req: Any) -> Any:
         requested = None if req.topics is None else [t.name for t in req.topics]
         auto = getattr(req, "allow_auto_topic_creation", True)
-        topics = await asyncio.to_thread(self._topics_metadata, requested, auto)
+        brokers, meta = await asyncio.to_thread(self._brokers)
+        topics = await asyncio.to_thread(self._topics_metadata, requested, auto, meta)
+        controller = self.node_id if meta is None else (meta.controller if meta.controller is not None else -1)
         return build(
             response_class(3, version),
             {
                 "throttle_time": 0,
-                "brokers": [self._broker_entry()],
+                "brokers": [
+                    {"node_id": n, "host": h, "port": port, "rack": None} for n, (h, port) in sorted(brokers.items())
+                ],
                 "cluster_id": "logstore",
-                "controller_id": self.node_id,
+                "controller_id": controller,
                 "topics": topics,
             },
         )
 
-    def _topics_metadata(self, requested: list[str] | None, auto_create: bool) -> list[dict[str, Any]]:
+    def _partition_leader(self, meta: ClusterMetadata | None, topic: str, partition: int) -> tuple[int, int]:
+        """(leader node id, leader epoch); (-1, -1) when no live node leads it yet."""
+        if meta is None:
+            return self.node_id, 0
+        state = meta.leader(topic, partition)
+        if state is None or state.leader < 0:
+            return -1, -1
+        return state.leader, state.leader_epoch
+
+    def _topics_metadata(
+        self, requested: list[str] | None, auto_create: bool, meta: ClusterMetadata | None
+    ) -> list[dict[str, Any]]:
+        """Each topic's partitions and leaders: all the principal may DESCRIBE, or those asked for (denied ones
+        answered ``TOPIC_AUTHORIZATION_FAILED``), as Kafka's Metadata."""
         store = self.broker.store
-        names = store.list_topics() if requested is None else requested
+        if requested is None:
+            names = [n for n in store.list_topics() if allowed(Operation.DESCRIBE, Resource.topic(n))]
+        else:
+            names = requested
         out = []
         for name in names:
             entry: dict[str, Any] = {
@@ -112,8 +156,10 @@ class Handlers:
             }
             try:
                 validate_topic_name(name)
+                if (error := denial(Operation.DESCRIBE, Resource.topic(name))) is not None:
+                    raise error
                 if not store.catalog.exists(name):
-                    if not (auto_create and self.config.auto_create_topics_enable):
+                    if not (auto_create and self.config.auto_create_topics_enable and self._may_create(name)):
                         raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
                     with contextlib.suppress(TopicAlreadyExistsError):  # created meanwhile by another request
                         store.create_topic(name, self.config.num_partitions)
@@ -123,30 +169,69 @@ class Handlers:
             except LogstoreError as e:
                 out.append(entry | {"error_code": e.code})
                 continue
-            me = [self.node_id]
             entry["error_code"] = 0
-            entry["partitions"] = [
-                {
-                    "error_code": 0,
-                    "partition_index": p,
-                    "leader_id": self.node_id,
-                    "leader_epoch": 0,
-                    "replica_nodes": me,
-                    "isr_nodes": me,
-                    "offline_replicas": [],
-                }
-                for p in range(count)
-            ]
+            partitions = []
+            for p in range(count):
+                leader, epoch = self._partition_leader(meta, name, p)
+                replicas = [leader] if leader >= 0 else []
+                partitions.append(
+                    {
+                        "error_code": 0 if leader >= 0 else _LEADER_NOT_AVAILABLE,
+                        "partition_index": p,
+                        "leader_id": leader,
+                        "leader_epoch": epoch,
+                        "replica_nodes": replicas,
+                        "isr_nodes": replicas,
+                        "offline_replicas": [],
+                    }
+                )
+            entry["partitions"] = partitions
             out.append(entry)
         return out
 
+    @staticmethod
+    def _may_create(topic: str) -> bool:
+        """Auto-creation needs CREATE on the topic or the cluster, as in Kafka (and over HTTP)."""
+        return allowed(Operation.CREATE, Resource.topic(topic)) or allowed(Operation.CREATE, Resource.cluster())
+
+    async def coordinates(self, group: str) -> bool:
+        """Whether this node coordinates ``group`` (always when embedded, or when no node with a listener is live)."""
+        if self.broker.cluster is None:
+            return True
+        brokers, _ = await asyncio.to_thread(self._brokers)
+        chosen = group_coordinator(group, brokers)
+        return chosen is None or chosen == self.node_id
+
     async def find_coordinator(self, version: int, req: Any) -> Any:
-        me = {"node_id": self.node_id, "host": self.advertised.host, "port": self.advertised.port}
-        ok = {"error_code": 0, "error_message": None}
+        """The node coordinating each group (cluster mode: :func:`~logstore.cluster.group_coordinator` over the live
+        nodes that serve a listener); DESCRIBE on the group, else ``GROUP_AUTHORIZATION_FAILED``."""
+        brokers, meta = await asyncio.to_thread(self._brokers)
+        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+        key_type = getattr(req, "key_type", 0)
+        answers = []
+        for key in keys:
+            entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+            if key_type == 1:  # TRANSACTION: this node's coordinator, which fails in cluster mode with a clear error
+                error = denial(Operation.DESCRIBE, Resource(ResourceType.TRANSACTIONAL_ID, key))
+                if self.transactional is None:
+                    error = InvalidRequestError("this listener serves no transaction coordinator")
+            elif key_type != 0:
+                error = InvalidRequestError(f"FindCoordinator key_type {key_type} is not served (0: group, 1: txn)")
+            else:
+                error = denial(Operation.DESCRIBE, Resource.group(key))
+            chosen = self.node_id if meta is None else group_coordinator(key, brokers)
+            if error is None and chosen is None:
+                error = NotCoordinatorError("no live node serves a Kafka listener")
+            if error is not None:
+                answers.append(entry | {"error_code": error.code, "error_message": error.message})
+                continue
+            assert chosen is not None
+            host, port = brokers[chosen]
+            found = {"node_id": chosen, "host": host, "port": port, "error_code": 0, "error_message": None}
+            answers.append(entry | found)
         if version >= 4:
-            coordinators = [{"key": k} | me | ok for k in req.coordinator_keys]
-            return build(response_class(10, version), {"throttle_time": 0, "coordinators": coordinators})
-        return build(response_class(10, version), {"throttle_time": 0} | me | ok)
+            return build(response_class(10, version), {"throttle_time": 0, "coordinators": answers})
+        return build(response_class(10, version), {"throttle_time": 0} | answers[0])
 
     # -- Produce ---------------------------------------------------------------------------
 
@@ -173,15 +258,25 @@ class Handlers:
             if acks is None:
                 raise InvalidRequestError("acks must be 0, 1 or -1 (all)")
             validate_topic_name(topic)
+            if (error := denial(Operation.WRITE, Resource.topic(topic))) is not None:
+                raise error
             if self.broker.cluster is not None:
-                raise InvalidRequestError("the Kafka listener serves embedded nodes only (cluster mode: use HTTP)")
-            parsed = self._parse(data or b"", partition)
+                self._check_leader(topic, partition)
+            batches = decode_batches(data or b"")
+            if not batches:
+                raise InvalidRequestError("a produce request names a partition without records")
             pipeline = self.broker.pipeline_if_open(topic)
             if pipeline is None:  # opening one replays its WAL (and may create the topic): in a thread
+                if not self._may_create(topic) and not await asyncio.to_thread(self.broker.store.catalog.exists, topic):
+                    raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
                 pipeline = await asyncio.to_thread(self.broker.pipeline, topic)
             if partition >= self.broker.partition_count(topic):
                 raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
-            sub = pipeline.submit(parsed, acks)  # type: ignore[arg-type]
+            if batches[0].transactional and self.transactional is not None:
+                if acks != "all":
+                    raise InvalidRequestError("a transactional produce needs acks=-1 (all)")
+                return _ready(await self.transactional(topic, partition, batches))
+            sub = pipeline.submit(self._parse(batches, partition), acks)  # type: ignore[arg-type]
         except LogstoreError as e:
             return _ready(self._failed(e))
         except Exception as e:
@@ -193,21 +288,30 @@ class Handlers:
                 if acks == "1" and sub.promised is not None and sub.logged is not None:
                     await asyncio.wrap_future(sub.logged)
                     return self._placed(int(sub.promised[0]), topic, partition)
-                result: AppendResult = await asyncio.wrap_future(sub.committed)
+                result = await sub.wait_committed(self.config.request_timeout_ms)
                 return self._placed(int(result.offsets[0].as_py()), topic, partition)
             except LogstoreError as e:
                 return self._failed(e)
 
         return wait()
 
-    def _parse(self, data: bytes, partition: int) -> ParsedRecords:
-        """One partition's batches as one engine request, its idempotence from the first batch."""
-        batches = decode_batches(data)
-        if not batches:
-            raise InvalidRequestError("a produce request names a partition without records")
+    def _check_leader(self, topic: str, partition: int) -> None:
+        """Cluster mode: pass when this node leads the partition (and is not handing it over).
+
+        Raises:
+            NotLeaderOrFollowerError: another node leads it, or none yet: the client refreshes its metadata.
+        """
+        assert self.broker.cluster is not None
+        state = self.broker.cluster.metadata().leader(topic, partition)
+        if state is None or state.leader != self.node_id or state.handover_to is not None:
+            leader = "none yet" if state is None or state.leader < 0 else f"node {state.leader}"
+            raise NotLeaderOrFollowerError(f"this node does not lead {topic}-{partition} (its leader: {leader})")
+
+    def _parse(self, batches: list[DecodedBatch], partition: int) -> ParsedRecords:
+        """One partition's (non-empty) batches as one engine request, its idempotence from the first batch."""
         first = batches[0]
         if any(b.transactional or b.control for b in batches):
-            raise InvalidRequestError("transactional batches are not served by this listener yet")
+            raise InvalidRequestError("transactional batches go with a transactional producer's first batch only")
         producer = None
         sequence = None
         if first.producer_id >= 0 and first.base_sequence >= 0:
@@ -255,8 +359,10 @@ class Handlers:
                 response_class(22, version),
                 {"throttle_time": 0, "error_code": InvalidRequestError.code, "producer_id": -1, "producer_epoch": -1},
             )
-        pid = max(time.time_ns() // 1000 << 4, self._last_pid + 1)
+        # microseconds since the epoch above ten bits of node id: unique across the nodes of a cluster too
+        pid = max(time.time_ns() // 1000, self._last_pid + 1)
         self._last_pid = pid
+        pid = pid << 10 | self.node_id % 1024
         return build(
             response_class(22, version),
             {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0},
@@ -296,6 +402,10 @@ class Handlers:
                     "preferred_read_replica": -1,
                 }
                 try:
+                    if (error := denial(Operation.READ, Resource.topic(t.topic))) is not None:
+                        raise error
+                    if self.broker.cluster is not None:
+                        self._check_leader(t.topic, p.partition)
                     budget = max(min(p.partition_max_bytes, total_max - size), 1)
                     result = self.broker.fetch(t.topic, p.partition, p.fetch_offset, _FETCH_MAX_RECORDS, budget)
                 except LogstoreError as e:
@@ -325,6 +435,8 @@ class Handlers:
         for t in req.topics:
             parts = []
             try:
+                if (error := denial(Operation.DESCRIBE, Resource.topic(t.name))) is not None:
+                    raise error
                 info = self.broker.store.describe_topic(t.name)
             except LogstoreError as e:
                 out.append(

@@ -45,13 +45,27 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     8: (2, 9),  # OffsetCommit: v10 names topics by id
     9: (1, 9),  # OffsetFetch
     10: (0, 5),  # FindCoordinator
-    15: (0, 5),  # DescribeGroups: groups of committed offsets only (no members yet)
+    11: (0, 9),  # JoinGroup: the classic protocol, client-side assignors; v4+: MEMBER_ID_REQUIRED first
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups: classic groups with members, and groups of committed offsets
     16: (0, 4),  # ListGroups
+    17: (0, 1),  # SaslHandshake: PLAIN, on SASL_* listeners
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
-    22: (0, 5),  # InitProducerId
+    22: (0, 5),  # InitProducerId: with a transactional_id, the transaction coordinator's (kafka_api.transactions)
+    24: (0, 3),  # AddPartitionsToTxn: v4+ batches transactions for brokers' verification, not sent by clients
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn
+    28: (0, 4),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs: topics and this node
+    36: (0, 2),  # SaslAuthenticate
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs: topics
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
 }
 """API key → (lowest, highest) version this listener serves; ApiVersions advertises exactly these."""
 

@@ -20,34 +20,53 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime
 import errno
+import functools
 import ipaddress
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from kafka_api.access import Session, session, use_session
 from kafka_api.admin import AdminHandlers
+from kafka_api.coordination import at_coordinator
 from kafka_api.groups import GroupHandlers
+from kafka_api.guarded import guarded_group_apis
 from kafka_api.handlers import Handlers, Listener
+from kafka_api.membership import CLIENT, MembershipHandlers
 from kafka_api.protocol import FrameHeader, error_frame, read_header, read_request, response_frame, supported
+from kafka_api.sasl import SaslGate, refuse_sasl
+from kafka_api.transactions import TransactionHandlers
 from logstore.config import LogstoreConfig
 from logstore.errors import CorruptMessageError, InvalidConfigError, UnsupportedVersionError
+from logstore.groups.classic import ClassicCoordinator
 from logstore.node.broker import Broker
+from logstore.security import Guard, QuotaKind
+from logstore.transactions import TransactionCoordinator
 
 __all__ = ["DEFAULT_LISTENERS", "KafkaServer", "bind_listener", "kafka_door", "parse_listener"]
 
 log = logging.getLogger("logstore.kafka")
 
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
-_PRODUCE = 0
+_PRODUCE, _FETCH, _API_VERSIONS = 0, 1, 18
+_RAW = FrameHeader(17, 0, 0, None)
+"""The header an answer to a bare SASL token is queued under (it has none of its own)."""
 _NO_ANSWER = object()
 """What a Produce with acks=0 answers: nothing at all, as Kafka."""
 
 
-def parse_listener(value: str, key: str) -> tuple[str, int]:
-    """``PLAINTEXT://host:port`` → (host, port).
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+"""Listener protocols served: Kafka's names. ``SASL_*`` authenticate with SASL/PLAIN (:mod:`kafka_api.sasl`)."""
+
+
+def parse_listener(value: str, key: str) -> tuple[str, str, int]:
+    """``PROTOCOL://host:port`` → (protocol, host, port).
 
     Raises:
         InvalidConfigError: another protocol, more than one listener, or a malformed address.
@@ -56,12 +75,13 @@ def parse_listener(value: str, key: str) -> tuple[str, int]:
     if "," in value:
         raise InvalidConfigError(f"{key}={value!r}: one listener per node is served (a comma-separated list is not)")
     protocol, sep, address = value.partition("://")
-    if not sep or protocol.upper() != "PLAINTEXT":
-        raise InvalidConfigError(f"{key}={value!r}: only PLAINTEXT://host:port is served (SASL and SSL: later)")
+    protocol = protocol.upper()
+    if not sep or protocol not in PROTOCOLS:
+        raise InvalidConfigError(f"{key}={value!r}: give PROTOCOL://host:port, PROTOCOL one of {', '.join(PROTOCOLS)}")
     host, colon, port = address.rpartition(":")
     if not colon or not port.isdigit() or int(port) > 65535:
-        raise InvalidConfigError(f"{key}={value!r}: give host:port after PLAINTEXT://")
-    return host.strip("[]") or "0.0.0.0", int(port)
+        raise InvalidConfigError(f"{key}={value!r}: give host:port after {protocol}://")
+    return protocol, host.strip("[]") or "0.0.0.0", int(port)
 
 
 def bind_listener(config: LogstoreConfig, *, insecure: bool = False) -> socket.socket | None:
@@ -71,25 +91,25 @@ def bind_listener(config: LogstoreConfig, *, insecure: bool = False) -> socket.s
     one host), log a warning and return None: the node serves HTTP without it.
 
     Raises:
-        InvalidConfigError: a malformed listener; a configured one that cannot be bound; a configured one
-            in cluster mode or with ``security.enabled`` (this slice serves neither); a non-loopback one
-            without ``insecure``.
+        InvalidConfigError: a malformed listener; a configured one that cannot be bound; a ``SASL_*`` one with
+            ``security.enabled=false``, or ``SASL_SSL`` without ``server.ssl.certfile``; a non-loopback one with
+            security off and without ``insecure``.
     """
     if not config.listeners.strip():
         return None
     default = config.listeners.strip() == DEFAULT_LISTENERS
-    for unserved, why in ((config.zookeeper_connect, "zookeeper.connect"), (config.security_enabled, "security")):
-        if not unserved:
-            continue
-        if default:
-            log.warning("the Kafka listener is off: it does not serve nodes with %s set yet", why)
-            return None
+    protocol, host, port = parse_listener(config.listeners, "listeners")
+    if protocol != "PLAINTEXT" and not config.security_enabled:
         raise InvalidConfigError(
-            f"listeners={config.listeners}: the Kafka listener does not serve nodes with {why} set yet "
-            "(no SASL, ACLs or cluster metadata on it); set listeners to '' (empty)"
+            f"listeners={config.listeners}: SASL needs security.enabled=true (its passwords are the API keys of "
+            "'logstore keys create'); or listen with PLAINTEXT://"
         )
-    host, port = parse_listener(config.listeners, "listeners")
-    if not insecure and not _loopback(host):
+    if protocol == "SASL_SSL" and not config.server_ssl_certfile:
+        raise InvalidConfigError(
+            f"listeners={config.listeners}: SASL_SSL serves TLS with server.ssl.certfile and server.ssl.keyfile; "
+            "set them, or listen with SASL_PLAINTEXT://"
+        )
+    if not insecure and not config.security_enabled and not _loopback(host):
         raise InvalidConfigError(
             f"refusing to serve the Kafka protocol on {host} with security.enabled=false: anyone who can reach it "
             "could create, delete, produce to and read every topic. Listen on 127.0.0.1, or pass --insecure."
@@ -124,43 +144,99 @@ def _loopback(host: str) -> bool:
 def advertised(config: LogstoreConfig, sock: socket.socket) -> Listener:
     """Where clients are told to connect: ``advertised.listeners``, else the bound address."""
     if config.advertised_listeners.strip():
-        return Listener(*parse_listener(config.advertised_listeners, "advertised.listeners"))
+        _, host, port = parse_listener(config.advertised_listeners, "advertised.listeners")
+        return Listener(host, port)
     host, port = sock.getsockname()[:2]
     return Listener("127.0.0.1" if host in ("0.0.0.0", "::") else host, port)
 
 
-class KafkaServer:
-    """The listener on one bound socket, serving :class:`Handlers`."""
+def tls_context(config: LogstoreConfig) -> ssl.SSLContext:
+    """The TLS side of a ``SASL_SSL`` listener: the node's ``server.ssl.*`` settings, as its HTTPS uses them."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(config.server_ssl_certfile, config.server_ssl_keyfile or None)
+    if config.server_ssl_cafile:
+        ctx.load_verify_locations(config.server_ssl_cafile)
+    if config.server_ssl_client_auth != "none":
+        ctx.verify_mode = ssl.CERT_REQUIRED if config.server_ssl_client_auth == "required" else ssl.CERT_OPTIONAL
+    return ctx
 
-    def __init__(self, broker: Broker, config: LogstoreConfig, sock: socket.socket) -> None:
+
+class KafkaServer:
+    """The listener on one bound socket, serving :class:`Handlers`.
+
+    ``guard`` is the node's security (None when ``security.enabled`` is false):
+    on a ``SASL_*`` listener each connection authenticates first
+    (:class:`~kafka_api.sasl.SaslGate`); on ``PLAINTEXT`` it is ``User:ANONYMOUS``.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: LogstoreConfig,
+        sock: socket.socket,
+        guard: Guard | None = None,
+        transactions: TransactionCoordinator | None = None,
+    ) -> None:
         self.config = config
         self.sock = sock
+        self.guard = guard
+        self.protocol = parse_listener(config.listeners, "listeners")[0] if config.listeners.strip() else "PLAINTEXT"
         self.handlers = Handlers(broker, config, advertised(config, sock))
         h = self.handlers
         admin = AdminHandlers(broker, config)
-        groups = GroupHandlers(broker)
-        self._apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
+        self.classic = ClassicCoordinator(config)
+        groups = GroupHandlers(broker, self.classic)
+        members = MembershipHandlers(self.classic)
+        txn = (
+            None
+            if transactions is None
+            else TransactionHandlers(transactions, h.init_producer_id, clustered=broker.cluster is not None)
+        )
+        if txn is not None:
+            h.transactional = txn.produce
+        apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {
             1: h.fetch,
             2: h.list_offsets,
             3: h.metadata,
             8: groups.offset_commit,
             9: groups.offset_fetch,
             10: h.find_coordinator,
+            11: members.join_group,
+            12: members.heartbeat,
+            13: members.leave_group,
+            14: members.sync_group,
             15: groups.describe_groups,
             16: groups.list_groups,
+            17: functools.partial(refuse_sasl, api_key=17),
             18: h.api_versions,
             19: admin.create_topics,
             20: admin.delete_topics,
             22: h.init_producer_id,
             32: admin.describe_configs,
+            36: functools.partial(refuse_sasl, api_key=36),
+            37: admin.create_partitions,
+            44: admin.incremental_alter_configs,
         }
+        if txn is not None:
+            apis |= {
+                22: txn.init_producer_id,
+                24: txn.add_partitions,
+                25: txn.add_offsets,
+                26: txn.end_txn,
+                28: txn.txn_offset_commit,
+                65: txn.describe_transactions,
+                66: txn.list_transactions,
+            }
+        self._apis = guarded_group_apis(at_coordinator(apis, h.coordinates))
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, sock=self.sock)
+        tls = tls_context(self.config) if self.protocol == "SASL_SSL" else None
+        self.classic.start()
+        self._server = await asyncio.start_server(self._connection, sock=self.sock, ssl=tls)
         host, port = self.sock.getsockname()[:2]
-        print(f"logstore serving the Kafka protocol on PLAINTEXT://{host}:{port}", flush=True)
+        print(f"logstore serving the Kafka protocol on {self.protocol}://{host}:{port}", flush=True)
 
     async def close(self) -> None:
         """Stop accepting, end open connections (their pending answers are dropped; produce already submitted
@@ -172,16 +248,20 @@ class KafkaServer:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.classic.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        session = Session(self.guard)
+        use_session(session)  # the request tasks this connection starts inherit it
+        gate = SaslGate(session) if self.protocol != "PLAINTEXT" and self.guard is not None else None
         peer = writer.get_extra_info("peername")
         answers: asyncio.Queue[tuple[FrameHeader, Awaitable[Any]] | None] = asyncio.Queue()
         sender = asyncio.create_task(self._send(writer, answers))
         try:
-            await self._read(reader, answers, peer)
+            await self._read(reader, answers, peer, gate)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -196,6 +276,7 @@ class KafkaServer:
         reader: asyncio.StreamReader,
         answers: asyncio.Queue[tuple[FrameHeader, Awaitable[Any]] | None],
         peer: object,
+        gate: SaslGate | None,
     ) -> None:
         limit = self.config.socket_request_max_bytes
         while True:
@@ -220,12 +301,27 @@ class KafkaServer:
                     self.config.request_timeout_ms,
                 )
                 return
+            if gate is not None and gate.expects_raw_token:  # after SaslHandshake v0: a bare PLAIN message
+                answer = await gate.raw_token(frame)
+                if answer is None:
+                    log.warning("closing the Kafka connection from %s: SASL/PLAIN authentication failed", peer)
+                    return
+                answers.put_nowait((_RAW, _now(answer)))
+                continue
             if size < 10:
                 log.warning(
                     "closing the Kafka connection from %s: a frame of %d bytes has no request header", peer, size
                 )
                 return
             header = read_header(frame)
+            CLIENT.set((header.client_id or "", f"/{peer[0]}" if isinstance(peer, tuple) else ""))  # Kafka's form
+            if gate is not None and not gate.session.authenticated and header.api_key != _API_VERSIONS:
+                answer, close = await gate.request(header, frame)
+                answers.put_nowait((header, _now(answer)))
+                if close:
+                    log.warning("closing the Kafka connection from %s: SASL authentication did not succeed", peer)
+                    return
+                continue
             answers.put_nowait((header, await self._dispatch(header, frame)))
 
     async def _dispatch(self, header: FrameHeader, frame: bytes) -> Awaitable[Any]:
@@ -240,8 +336,28 @@ class KafkaServer:
             answer = await self.handlers.produce(header.api_version, request)
             if request.acks == 0:
                 return _now(_NO_ANSWER)
-            return asyncio.ensure_future(answer())
-        return asyncio.ensure_future(self._apis[header.api_key](header.api_version, request))
+            return asyncio.ensure_future(self._throttled(header, answer(), "producer", len(frame)))
+        pending = self._apis[header.api_key](header.api_version, request)
+        if header.api_key == _FETCH:
+            return asyncio.ensure_future(self._throttled(header, pending, "consumer", None))
+        return asyncio.ensure_future(pending)
+
+    async def _throttled(
+        self, header: FrameHeader, pending: Awaitable[Any], kind: QuotaKind, nbytes: int | None
+    ) -> Any:
+        """The answer of a Produce (``nbytes``: its request) or Fetch (its records' bytes) held back as the quota of
+        the principal (and client id) says, as the HTTP API does; its ``throttle_time_ms`` says how long."""
+        response = await pending
+        s = session()
+        if s.guard is None:
+            return response
+        if nbytes is None:
+            nbytes = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+        delay_s = s.guard.throttle_s(s.principal, header.client_id, kind, nbytes)
+        if delay_s <= 0:
+            return response
+        await asyncio.sleep(delay_s)
+        return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=int(delay_s * 1000)))
 
     async def _send(
         self, writer: asyncio.StreamWriter, answers: asyncio.Queue[tuple[FrameHeader, Awaitable[Any]] | None]
@@ -272,9 +388,16 @@ def _now(value: Any) -> Awaitable[Any]:
 
 
 @contextlib.asynccontextmanager
-async def kafka_door(broker: Broker, config: LogstoreConfig, sock: socket.socket) -> AsyncIterator[None]:
-    """Serve the Kafka protocol on ``sock`` over ``broker`` for as long as the context is open."""
-    server = KafkaServer(broker, config, sock)
+async def kafka_door(
+    broker: Broker,
+    config: LogstoreConfig,
+    sock: socket.socket,
+    guard: Guard | None = None,
+    transactions: TransactionCoordinator | None = None,
+) -> AsyncIterator[None]:
+    """Serve the Kafka protocol on ``sock`` over ``broker`` (with the node's ``guard`` and transaction
+    coordinator) while the context is open."""
+    server = KafkaServer(broker, config, sock, guard, transactions)
     await server.start()
     try:
         yield

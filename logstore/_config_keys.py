@@ -15,9 +15,14 @@ from logstore.errors import InvalidConfigError
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["apply_overrides", "flatten"]
+__all__ = ["apply_overrides", "check_root", "flatten", "key"]
 
 _T = TypeVar("_T", bound="DataclassInstance")
+
+
+def key(name: str, doc: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config field's ``metadata``: its dotted Kafka-style ``name``, what it means, and its bounds."""
+    return {"key": name, "doc": doc, "minimum": minimum, "choices": choices}
 
 
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -76,3 +81,34 @@ def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
     if choices and text not in choices:
         raise InvalidConfigError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
     return text
+
+
+def check_root(root: str, *, zookeeper_connect: str, security_enabled: bool) -> None:
+    """``logstore.root`` is a path or an ``s3://bucket/prefix`` URI this build serves with the other settings.
+
+    A URI taken for a local path would make a folder named after it (``./s3:/bucket/…``) and look like success.
+
+    Raises:
+        InvalidConfigError: naming the root and the setting that rules it out.
+    """
+    scheme, sep, rest = root.partition("://")
+    if not (sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum()):
+        return
+    if scheme != "s3":
+        raise InvalidConfigError(
+            f"logstore.root '{root}': '{scheme}://' roots are not served yet; give a directory "
+            "path or an s3://bucket/prefix URI (docs/object-storage.md)"
+        )
+    if not rest.partition("/")[0]:
+        raise InvalidConfigError(f"logstore.root '{root}': an s3:// root names a bucket (s3://bucket/prefix)")
+    if zookeeper_connect:
+        raise InvalidConfigError(
+            f"logstore.root '{root}' with zookeeper.connect: cluster mode needs a shared file system "
+            "for now (the failover lock and the shared write-ahead log have no object-store form yet; "
+            "docs/object-storage.md)"
+        )
+    if security_enabled:
+        raise InvalidConfigError(
+            f"logstore.root '{root}' with security.enabled: keys, ACLs and quotas have no "
+            "object-store form yet (docs/object-storage.md)"
+        )

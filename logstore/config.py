@@ -22,11 +22,19 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from logstore._config_keys import apply_overrides, flatten
+from logstore._config_keys import apply_overrides, check_root, flatten
+from logstore._config_keys import key as _key
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
+from logstore.topic_config import (
+    MIB,
+    CleanupPolicy,
+    CompressionType,
+    TimestampType,
+    TopicConfig,
+)
 
 __all__ = [
     "DEFAULT_IO_THREADS",
@@ -40,17 +48,8 @@ __all__ = [
     "usable_cores",
 ]
 
-CleanupPolicy = Literal["delete", "compact", "compact,delete"]
-TimestampType = Literal["CreateTime", "LogAppendTime"]
-CompressionType = Literal["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]
-
 # LOGSTORE_* variables that are not config keys: the config file's path, and the clients' API key
 _CLIENT_VARIABLES = ("LOGSTORE_CONFIG", "LOGSTORE_API_KEY")
-_CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
-_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
-_MIB = 1024 * 1024
-_DAY_MS = 24 * 3600 * 1000
 
 
 DEFAULT_IO_THREADS = min(4, usable_cores())
@@ -75,89 +74,6 @@ with the node.
 """
 
 
-def _key(name: str, doc: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"key": name, "doc": doc, "minimum": minimum, "choices": choices}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TopicConfig:
-    """A topic's effective settings (Kafka topic-config names in ``key`` metadata).
-
-    Every field falls back to the service default of the same key in
-    :class:`LogstoreConfig` when the topic table carries no ``logstore.<key>``
-    property.
-    """
-
-    retention_ms: int = field(
-        default=7 * _DAY_MS,
-        metadata=_key(
-            "retention.ms", "Age in ms after which whole data files are deleted; -1 keeps forever.", minimum=-1
-        ),
-    )
-    retention_bytes: int = field(
-        default=-1,
-        metadata=_key(
-            "retention.bytes", "Bytes kept per partition before the oldest files are deleted; -1: no limit.", minimum=-1
-        ),
-    )
-    cleanup_policy: CleanupPolicy = field(
-        default="delete",
-        metadata=_key("cleanup.policy", "delete | compact | compact,delete.", choices=_CLEANUP_POLICIES),
-    )
-    segment_bytes: int = field(
-        default=128 * _MIB,
-        metadata=_key("segment.bytes", "Target data-file size in bytes after segment compaction.", minimum=1024),
-    )
-    message_max_bytes: int = field(
-        default=_MIB,
-        metadata=_key("message.max.bytes", "Largest record (key + value + headers) in bytes.", minimum=1),
-    )
-    message_timestamp_type: TimestampType = field(
-        default="CreateTime",
-        metadata=_key(
-            "message.timestamp.type",
-            "CreateTime keeps the producer's timestamp; LogAppendTime stamps records at commit.",
-            choices=_TIMESTAMP_TYPES,
-        ),
-    )
-    delete_retention_ms: int = field(
-        default=_DAY_MS,
-        metadata=_key("delete.retention.ms", "How long tombstones survive key compaction, in ms.", minimum=0),
-    )
-    min_compaction_lag_ms: int = field(
-        default=0,
-        metadata=_key("min.compaction.lag.ms", "Records younger than this (ms) are never key-compacted.", minimum=0),
-    )
-    compression_type: CompressionType = field(
-        default="producer",
-        metadata=_key(
-            "compression.type",
-            "Codec of the topic's new data files (Parquet): uncompressed | gzip | snappy | lz4 (LZ4_RAW) | zstd; "
-            "producer keeps a Kafka client's batch codec, else the node's compression.type (producer there: snappy). "
-            "Existing files keep theirs.",
-            choices=_COMPRESSION_TYPES,
-        ),
-    )
-
-    @classmethod
-    def known_keys(cls) -> tuple[str, ...]:
-        """The dotted keys a topic may override."""
-        return tuple(f.metadata["key"] for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_overrides(cls, overrides: Mapping[str, Any], defaults: TopicConfig | None = None) -> TopicConfig:
-        """Apply dotted-key ``overrides`` (strings or typed values) over ``defaults``.
-
-        Raises:
-            InvalidConfigError: a key is not a topic config key, or a value is invalid.
-        """
-        return apply_overrides(defaults or cls(), overrides, "topic config")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Dotted key → value, as ``topics describe`` shows it."""
-        return {f.metadata["key"]: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
 @dataclass(frozen=True, kw_only=True)
 class LogstoreConfig:
     """The service's settings. Build with :func:`load_config`; never mutated.
@@ -167,7 +83,12 @@ class LogstoreConfig:
     """
 
     root: str = field(
-        default="./data", metadata=_key("logstore.root", "Directory (or URI) holding topics/ and _offsets/.")
+        default="./data",
+        metadata=_key(
+            "logstore.root",
+            "Directory, or s3://bucket/prefix (AWS_* variables; AWS_ENDPOINT_URL for S3-compatible stores), holding "
+            "topics/ and _offsets/.",
+        ),
     )
     server_host: str = field(default="127.0.0.1", metadata=_key("server.host", "Address the HTTP API listens on."))
     server_port: int = field(default=8080, metadata=_key("server.port", "Port the HTTP API listens on.", minimum=0))
@@ -175,25 +96,47 @@ class LogstoreConfig:
         default="PLAINTEXT://127.0.0.1:9092",
         metadata=_key(
             "listeners",
-            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API "
-            "(PLAINTEXT://host:port; empty = off). When this default port is taken the node warns and serves HTTP "
-            "without it; a configured listener that cannot bind stops the start. Embedded nodes only for now.",
+            "Where the Kafka protocol listener of `logstore serve` listens, beside the HTTP API, and how clients "
+            "authenticate: PLAINTEXT://host:port, SASL_PLAINTEXT://… or SASL_SSL://… (SASL/PLAIN: username = "
+            "principal, password = an API key; needs security.enabled); empty = off. When this default port is "
+            "taken the node warns and serves HTTP without it; a configured listener that cannot bind stops the start.",
         ),
     )
     advertised_listeners: str = field(
         default="",
         metadata=_key(
             "advertised.listeners",
-            "The PLAINTEXT://host:port Kafka clients are told to connect to (Metadata, FindCoordinator); "
-            "empty = the bound listener.",
+            "The PROTOCOL://host:port Kafka clients are told to connect to (Metadata, FindCoordinator; in "
+            "cluster mode registered in ZooKeeper for the other nodes' Metadata); empty = the bound listener.",
         ),
     )
     socket_request_max_bytes: int = field(
-        default=100 * _MIB,
+        default=100 * MIB,
         metadata=_key(
             "socket.request.max.bytes",
             "Largest Kafka protocol request frame in bytes; a larger one closes its connection unread.",
             minimum=1024,
+        ),
+    )
+    group_initial_rebalance_delay_ms: int = field(
+        default=3_000,
+        metadata=_key(
+            "group.initial.rebalance.delay.ms",
+            "How long (ms) the first rebalance of an empty Kafka-protocol group waits for more members, "
+            "extended by each join up to the members' rebalance.timeout.ms (as Kafka's).",
+            minimum=0,
+        ),
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6_000,
+        metadata=_key(
+            "group.min.session.timeout.ms", "Least session.timeout.ms (ms) a Kafka member may ask.", minimum=1
+        ),
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000,
+        metadata=_key(
+            "group.max.session.timeout.ms", "Most session.timeout.ms (ms) a Kafka member may ask.", minimum=1
         ),
     )
     server_ssl_certfile: str = field(
@@ -282,7 +225,7 @@ class LogstoreConfig:
         ),
     )
     batch_size: int = field(
-        default=1 * _MIB,
+        default=1 * MIB,
         metadata=_key(
             "batch.size", "Bytes of pending records that trigger a commit without waiting for linger.ms.", minimum=1
         ),
@@ -309,14 +252,14 @@ class LogstoreConfig:
         ),
     )
     buffer_memory: int = field(
-        default=256 * _MIB,
+        default=256 * MIB,
         metadata=_key("buffer.memory", "Bytes of accepted, uncommitted records before producers get 429.", minimum=1),
     )
     max_request_size: int = field(
-        default=16 * _MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
+        default=16 * MIB, metadata=_key("max.request.size", "Largest produce request body in bytes.", minimum=1)
     )
     fetch_max_bytes: int = field(
-        default=55 * _MIB,
+        default=55 * MIB,
         metadata=_key(
             "fetch.max.bytes",
             "Most bytes of keys and values one fetch returns, whatever max_bytes it asks for (Kafka: 55 MiB); "
@@ -328,7 +271,9 @@ class LogstoreConfig:
         default=30_000,
         metadata=_key(
             "request.timeout.ms",
-            "How long the HTTP API waits for a request body to arrive in full, in ms; else REQUEST_TIMED_OUT.",
+            "How long, in ms, a request body (HTTP) or frame (Kafka listener) may take to arrive in full, and a "
+            "produce may wait for its commit (acks=all; acks=1 without promised offsets); else REQUEST_TIMED_OUT. "
+            "A produce that timed out stays queued and may still be committed (as in Kafka).",
             minimum=1,
         ),
     )
@@ -415,7 +360,8 @@ class LogstoreConfig:
         metadata=_key(
             "wal.dir",
             "Write-ahead log of acks=1 records; empty = <logstore.root>/_wal, or <logstore.root>/_wal/<node.id> "
-            "in a cluster (shared storage, so a new leader can replay a dead node's records).",
+            "in a cluster (shared storage, so a new leader can replay a dead node's records); on an s3:// root "
+            "in the bucket, an acks=1 answer waiting until its object is stored.",
         ),
     )
     commit_fsync: bool = field(
@@ -487,13 +433,7 @@ class LogstoreConfig:
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
     def __post_init__(self) -> None:
-        # A URI taken for a local path would make a folder named after it ("./s3:/bucket/…") and look like success.
-        scheme, sep, _ = self.root.partition("://")
-        if sep and scheme and scheme.replace("+", "").replace(".", "").replace("-", "").isalnum():
-            raise InvalidConfigError(
-                f"logstore.root '{self.root}': this build keeps the store on a local (or mounted) file system "
-                f"and has no '{scheme}://' support; give a directory path (object storage: docs/design.md §13)"
-            )
+        check_root(self.root, zookeeper_connect=self.zookeeper_connect, security_enabled=self.security_enabled)
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

@@ -20,23 +20,27 @@ __all__ = [
     "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
     "CorruptMessageError",
+    "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupSubscribedToTopicError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "InconsistentGroupProtocolError",
     "InconsistentTopicIdError",
     "InvalidConfigError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidRequestError",
+    "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
     "KafkaStorageError",
     "LogstoreError",
+    "MemberIdRequiredError",
     "MessageTooLargeError",
     "NetworkExceptionError",
     "NonEmptyGroupError",
@@ -45,6 +49,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
     "ProducerFencedError",
+    "RebalanceInProgressError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "SaslAuthenticationFailedError",
@@ -57,6 +62,7 @@ __all__ = [
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
 ]
 
@@ -134,7 +140,10 @@ class NotLeaderOrFollowerError(LogstoreError):
 
 
 class RequestTimedOutError(LogstoreError):
-    """A request did not arrive in full within ``request.timeout.ms`` (a stalled or trickling body)."""
+    """A request did not arrive in full, or a produce was not committed, within ``request.timeout.ms``.
+
+    A produce answered with it may still be committed later (its commit is retried): Kafka's contract.
+    """
 
     code = 7
     name = "REQUEST_TIMED_OUT"
@@ -229,6 +238,21 @@ class SaslAuthenticationFailedError(LogstoreError):
     name = "SASL_AUTHENTICATION_FAILED"
 
 
+class UnsupportedSaslMechanismError(LogstoreError):
+    """A Kafka client asked for a SASL mechanism the listener does not offer (it offers ``PLAIN``)."""
+
+    code = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(LogstoreError):
+    """A Kafka request out of the SASL sequence: an API other than ApiVersions before authenticating on a
+    ``SASL_*`` listener, SaslAuthenticate before SaslHandshake, or either on a ``PLAINTEXT`` listener."""
+
+    code = 34
+    name = "ILLEGAL_SASL_STATE"
+
+
 class InvalidRequestError(LogstoreError):
     """A malformed request: bad JSON, missing or mistyped fields."""
 
@@ -295,6 +319,52 @@ class UnknownMemberIdError(LogstoreError):
 
     code = 25
     name = "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeoutError(LogstoreError):
+    """A member's ``session.timeout.ms`` is outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
+
+    code = 26
+    name = "INVALID_SESSION_TIMEOUT"
+
+
+class RebalanceInProgressError(LogstoreError):
+    """The group is rebalancing: the member joins again (its next poll does) and then retries.
+
+    A Kafka-protocol member learns of a rebalance from its heartbeat; a
+    commit made while the group waits for the leader's assignment is refused
+    with this error and made again after the member rejoined.
+    """
+
+    code = 27
+    name = "REBALANCE_IN_PROGRESS"
+    retriable = True
+
+
+class FencedInstanceIdError(LogstoreError):
+    """A static member (``group.instance.id``) was replaced by a newer member with the same instance id.
+
+    Two consumers run with one ``group.instance.id``: give each its own.
+    """
+
+    code = 82
+    name = "FENCED_INSTANCE_ID"
+
+
+class MemberIdRequiredError(LogstoreError):
+    """A new dynamic member is given its member id first and joins again with it (Kafka's KIP-394).
+
+    So a JoinGroup the client gives up on leaves no member behind: the id
+    becomes a member only when the client comes back with it.
+    """
+
+    code = 79
+    name = "MEMBER_ID_REQUIRED"
+
+    def __init__(self, message: str, *, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+        """The id to join with."""
 
 
 class InvalidGroupIdError(LogstoreError):
@@ -445,6 +515,21 @@ class ProducerFencedError(LogstoreError):
 
     code = 90
     name = "PRODUCER_FENCED"
+
+
+class InvalidProducerEpochError(LogstoreError):
+    """A Kafka client's request carries an epoch of its producer id that is not the current one (older Kafka API
+    versions' name for :class:`ProducerFencedError`)."""
+
+    code = 47
+    name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidProducerIdMappingError(LogstoreError):
+    """A Kafka client's producer id is not the one its ``transactional_id`` holds (or it holds none)."""
+
+    code = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
 
 
 class TransactionalIdNotFoundError(LogstoreError):

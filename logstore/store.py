@@ -54,6 +54,7 @@ class LogStore:
     def __init__(self, config: LogstoreConfig) -> None:
         self.config = config
         self.catalog = Catalog(config)
+        self.catalog.storage.check(self.catalog.root)  # a missing bucket or refused credentials: say so at once
         self.offsets = OffsetsStore(config.root)
         self._writers: dict[str, TopicWriter] = {}
         self._locks: dict[str, threading.Lock] = {}

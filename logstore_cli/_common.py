@@ -120,12 +120,13 @@ def backend(args: argparse.Namespace, config: LogstoreConfig, *, creates: bool =
 
 
 def require_store(config: LogstoreConfig) -> None:
-    """A command that reads a store needs one: ``logstore.root`` must be an existing directory.
+    """A command that reads a store needs one: ``logstore.root`` must be an existing directory (or an ``s3://`` URI,
+    whose bucket :class:`~logstore.store.LogStore` checks).
 
     Raises:
         InvalidConfigError: it is not, naming the root and where it came from.
     """
-    if not os.path.isdir(config.root):
+    if not config.root.startswith("s3://") and not os.path.isdir(config.root):
         raise InvalidConfigError(
             f"logstore.root '{config.root}' is not a directory: there is no store there. Give the store's "
             f"directory with --root, LOGSTORE_ROOT or the config file's logstore.root "

@@ -17,12 +17,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
     """Add ``maintain``: it works on the root (``--root``) only."""
     p = sub.add_parser(
         "maintain",
-        help="retention | compact (segments) | clean (keys) | vacuum | offsets (compact _offsets) | run (scheduler)",
+        help="retention | compact (segments) | clean (keys) | vacuum | offsets (compact _offsets) | transactions "
+        "(orphaned staged records) | run (scheduler)",
         parents=[parents.store],
     )
     p.add_argument(
         "job",
-        choices=["retention", "compact", "clean", "vacuum", "offsets", "run"],
+        choices=["retention", "compact", "clean", "vacuum", "offsets", "transactions", "run"],
         help="the job to run once, or run: every job on a schedule",
     )
     p.add_argument("--topic", help="only this topic (default: every topic)")

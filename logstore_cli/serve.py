@@ -20,7 +20,8 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p.add_argument("--port", type=int, help="port to listen on (default: the config's server.port)")
     p.add_argument(
         "--listeners",
-        help="Kafka protocol listener, PLAINTEXT://host:port, '' = off (default: the config's listeners)",
+        help="Kafka protocol listener, PLAINTEXT|SASL_PLAINTEXT|SASL_SSL://host:port, '' = off "
+        "(default: the config's listeners)",
     )
     p.add_argument(
         "--insecure",
@@ -47,5 +48,7 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
 
     # Bound before the node starts: a configured listener that cannot bind stops the start here.
     sock = bind_listener(config, insecure=args.insecure)
-    doors = [] if sock is None else [lambda broker: kafka_door(broker, config, sock)]
+    if sock is None:  # off, or the default port was taken: in cluster mode the node registers no Kafka listener
+        config = config.with_overrides({"listeners": ""})
+    doors = [] if sock is None else [lambda broker, guard, txns: kafka_door(broker, config, sock, guard, txns)]
     serve(config, insecure=args.insecure, doors=doors)

@@ -11,6 +11,8 @@ job            what                                                  runs where
 ``vacuum``     delete unreferenced files past Delta's retention      driver (delta-rs)
 ``offsets``    compact ``_offsets`` to the latest commits per key,   driver (delta-rs)
                then vacuum it (not per topic: ``topics`` ignored)
+``transactions`` remove orphaned staged transaction records         driver (file system)
+               (:mod:`logstore.transactions.orphans`; not per topic)
 =============  ====================================================  =========================
 
 Submit to a cluster (the store's root must be reachable by every executor,
@@ -44,6 +46,7 @@ from logstore.config import LogstoreConfig, load_config
 from logstore.errors import InvalidConfigError, InvalidRequestError, LogstoreError
 from logstore.log.catalog import Catalog
 from logstore.log.retention import run_retention
+from logstore.transactions.orphans import remove_orphaned_staging
 from maintenance.cleaner import run_key_compaction
 from maintenance.offsets import OFFSETS_TABLE, run_offsets_compaction
 from maintenance.report import PartitionReport, Progress, RunReport, print_progress
@@ -55,13 +58,16 @@ if TYPE_CHECKING:
 
 __all__ = ["JOBS", "SPARK_JOBS", "main", "run_job", "store_config"]
 
-JOBS = ("retention", "compact", "clean", "vacuum", "offsets")
+JOBS = ("retention", "compact", "clean", "vacuum", "offsets", "transactions")
 """Every job name, in the order a full pass runs them."""
 
 SPARK_JOBS = frozenset({"compact", "clean"})
 """Jobs that need a SparkSession (``compact`` falls back to in-process without one)."""
 
 JobFunction = Callable[..., list[PartitionReport]]
+
+TRANSACTIONS_DIR = "_transactions"
+"""What the ``transactions`` job's reports name: ``<root>/_transactions/_staged/``."""
 
 
 def run_job(
@@ -79,6 +85,7 @@ def run_job(
 
     ``offsets`` runs once, on the store's ``_offsets`` table, keeping the
     config's ``offsets.history.commits`` commits per key; ``topics`` does not apply.
+    ``transactions`` runs once too, on ``_transactions/_staged/``.
 
     A topic that fails is recorded in :attr:`RunReport.errors` and the run goes
     on with the next one. Prints progress and ends with the run's summary line.
@@ -92,7 +99,7 @@ def run_job(
         raise InvalidRequestError("key compaction ('clean') is a Spark job: pass a SparkSession")
     started = time.monotonic()
     report = RunReport(job)
-    targets = [OFFSETS_TABLE] if job == "offsets" else topics
+    targets = [OFFSETS_TABLE] if job == "offsets" else [TRANSACTIONS_DIR] if job == "transactions" else topics
     for topic in targets if targets is not None else catalog.list_topics():
         fn: JobFunction
         kwargs: dict[str, Any] = {"progress": progress}
@@ -102,6 +109,9 @@ def run_job(
                 "vacuum_retention_hours": vacuum_retention_hours,
                 "enforce_retention_duration": enforce_retention_duration,
             }
+        elif job == "transactions":
+            fn = _remove_orphaned_staging
+            kwargs["now_ms"] = now_ms
         elif job == "retention":
             fn = run_retention
             kwargs["now_ms"] = now_ms
@@ -155,6 +165,21 @@ def store_config(root: str = "", spark: SparkSession | None = None, config_file:
 
 def _compact_offsets(catalog: Catalog, _table: str, **kwargs: Any) -> list[PartitionReport]:
     return run_offsets_compaction(catalog.config.root, keep=catalog.config.offsets_history_commits, **kwargs)
+
+
+def _remove_orphaned_staging(
+    catalog: Catalog, _table: str, *, progress: Progress, now_ms: int | None
+) -> list[PartitionReport]:
+    """One report (partition = transaction number) per orphaned staged transaction removed."""
+    removed = remove_orphaned_staging(
+        catalog.config.root, max_timeout_ms=catalog.config.transaction_max_timeout_ms, now_ms=now_ms
+    )
+    for r in removed:
+        progress(
+            f"transactions: removed the staged records of '{r.transactional_id}' transaction {r.transaction_seq} "
+            f"({r.files} files, {r.bytes} bytes, unchanged for {r.age_ms / 1000:.0f} s)"
+        )
+    return [PartitionReport(TRANSACTIONS_DIR, r.transaction_seq, r.files, r.bytes) for r in removed]
 
 
 def _parser() -> argparse.ArgumentParser:

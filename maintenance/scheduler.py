@@ -91,7 +91,7 @@ class Scheduler:
         self._stop.set()
 
     def run_cycle(self) -> list[RunReport]:
-        """One pass over every topic, then over ``_offsets``; returns each job run's report."""
+        """One pass over every topic, then over ``_offsets`` and the staged transactions; each job run's report."""
         reports: list[RunReport] = []
         for topic in self.catalog.list_topics():
             try:
@@ -107,8 +107,9 @@ class Scheduler:
                     log.warning("maintenance: %s needs key compaction but no SparkSession was given", topic)
                     continue
                 self._run_one(job, topic, reports)
-        if not self._stop.is_set():
-            self._run_one("offsets", None, reports)
+        for job in ("offsets", "transactions"):
+            if not self._stop.is_set():
+                self._run_one(job, None, reports)
         return reports
 
     def _run_one(self, job: str, topic: str | None, reports: list[RunReport]) -> None:
@@ -117,7 +118,7 @@ class Scheduler:
         The job's own progress lines are not logged: a cycle over topics with
         nothing to do logs nothing.
         """
-        what = f"topic {topic}" if topic is not None else "the offsets table"
+        what = f"topic {topic}" if topic is not None else f"the {job} job"
         try:
             report = self._run(
                 job, self.catalog, topics=[topic] if topic is not None else None, spark=self.spark, progress=_quiet

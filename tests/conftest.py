@@ -16,6 +16,7 @@ import pytest
 
 from logstore.config import LogstoreConfig, load_config
 from logstore.store import LogStore
+from tests.support.paths import SPARK_KAFKA_JARS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,17 +65,27 @@ def spark_local_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """The one SparkSession of the test run (local, Delta configured)."""
-    from logstore.spark import session
+    """The one SparkSession of the test run (local, Delta configured, Spark's Kafka connector on its classpath).
 
+    The connector adds four jars (itself, kafka-clients, commons-pool2, the token provider; the rest pyspark
+    ships), so tests/system/kafka drives ``format("kafka")`` against the Kafka listener in this session
+    instead of starting a JVM of its own. Without the cache the session starts without it, and those tests skip.
+    """
+    from logstore.spark import delta_jars, session, unbundled_jars
+
+    # session() puts Delta's cached jars in spark.jars (else Delta comes from spark.jars.packages, left as is)
+    jars = delta_jars(load_config().spark_jars_dir or None)
+    if any(SPARK_KAFKA_JARS.glob("spark-sql-kafka-*.jar")):
+        jars += unbundled_jars(SPARK_KAFKA_JARS)
     s = session(
+        **({"spark.jars": ",".join(jars)} if jars else {}),
         **{
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
-        }
+        },
     )
     s.sparkContext.setLogLevel("ERROR")
     yield s

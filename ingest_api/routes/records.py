@@ -22,7 +22,7 @@ from logstore.errors import InvalidRequestError, NotLeaderOrFollowerError, Reque
 from logstore.log.catalog import validate_topic_name
 from logstore.node.broker import Acks, Broker
 from logstore.security import Operation, Resource, ResourceType
-from logstore.structs import AppendResult, FetchResult
+from logstore.structs import FetchResult
 from logstore.transactions import TransactionCoordinator
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
 from logstore.wire.json_bytes import encode_bytes
@@ -136,7 +136,7 @@ async def produce(
         response = _offsets_json(sub.partitions, pa.array(sub.promised, pa.int64()))
         ready = sub.times.logged
     else:
-        result: AppendResult = await asyncio.wrap_future(sub.committed)
+        result = await sub.wait_committed(broker.config.request_timeout_ms)
         response = _offsets_json(result.partitions, result.offsets)
         ready = sub.times.answered
     done = time.perf_counter()
@@ -248,11 +248,12 @@ def _fetch_body(result: FetchResult) -> dict[str, object]:
     else:
         headers = [_headers_json(h or []) for h in recs["headers"].to_pylist()]
     records = [
-        {"partition": p, "offset": o, "timestamp": t, "key": k, "value": v, "headers": h}
-        for p, o, t, k, v, h in zip(
+        {"partition": p, "offset": o, "timestamp": t, "timestamp_type": tt, "key": k, "value": v, "headers": h}
+        for p, o, t, tt, k, v, h in zip(
             recs["partition"].to_pylist(),
             recs["offset"].to_pylist(),
             ts,
+            recs["timestamp_type"].to_pylist(),
             _encode_column(recs["key"]),
             _encode_column(recs["value"]),
             headers,

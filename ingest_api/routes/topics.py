@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.deps import AccessDep, BrokerDep, requires
 from ingest_api.models import AlterTopic, CreateTopic, TopicList, TopicOut
 from logstore.security import Operation, Resource, ResourceType
+from logstore.storage import absolute
 from logstore.structs import TopicInfo
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"])
@@ -20,7 +19,7 @@ def topic_out(info: TopicInfo, root: str) -> TopicOut:
     return TopicOut.model_validate(
         {
             "name": info.name,
-            "root": os.path.abspath(root),
+            "root": absolute(root),
             "topic_id": info.topic_id,
             "partitions": [
                 {

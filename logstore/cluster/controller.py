@@ -3,8 +3,9 @@
 Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
 (default ``/logstore``):
 
-* ``/brokers/ids/<node.id>`` — ephemeral ``{"node_id", "url"}``: the node is
-  alive while its ZooKeeper session is.
+* ``/brokers/ids/<node.id>`` — ephemeral ``{"node_id", "url"}`` (and
+  ``"kafka"``: its advertised Kafka listener, ``host:port``, when it serves one):
+  the node is alive while its ZooKeeper session is.
 * ``/controller`` — ephemeral ``{"node_id", "epoch"}``: the one controller.
 * ``/controller_epoch`` — the controller epoch, bumped by every election in
   the same transaction that creates ``/controller``, so exactly one node wins
@@ -94,6 +95,9 @@ class NodeInfo:
     node_id: int
     url: str
     """Base URL of the node's HTTP API, where other nodes forward to it."""
+    kafka: str | None = None
+    """``host:port`` Kafka clients reach the node's Kafka listener at (``advertised.listeners``); None = it serves
+    none."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,14 @@ class ClusterMetadata:
 
     def node(self, node_id: int) -> NodeInfo | None:
         return next((n for n in self.nodes if n.node_id == node_id), None)
+
+
+def _registration(node: NodeInfo) -> dict[str, Any]:
+    """What ``/brokers/ids/<node.id>`` holds: ``{"node_id", "url"}``, and ``"kafka"`` when it serves the listener."""
+    doc: dict[str, Any] = {"node_id": node.node_id, "url": node.url}
+    if node.kafka is not None:
+        doc["kafka"] = node.kafka
+    return doc
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -308,7 +320,7 @@ class ZooKeeperController:
             data = cache.get_data(f"{IDS}/{child}")
             if data is not None and data.data:
                 doc = json.loads(data.data)
-                nodes.append(NodeInfo(int(doc["node_id"]), str(doc["url"])))
+                nodes.append(NodeInfo(int(doc["node_id"]), str(doc["url"]), doc.get("kafka")))
         partitions: dict[TopicPartitionKey, PartitionState] = {}
         topic_ids: dict[str, str] = {}
         for topic in cache.get_children(TOPICS) or ():
@@ -516,7 +528,7 @@ class ZooKeeperController:
     def _register(self) -> None:
         path = f"{IDS}/{self.node.node_id}"
         try:
-            self._zk.create(path, _dumps({"node_id": self.node.node_id, "url": self.node.url}), ephemeral=True)
+            self._zk.create(path, _dumps(_registration(self.node)), ephemeral=True)
         except NodeExistsError:
             data, stat = self._zk.get(path)
             if stat.ephemeralOwner == self._zk.client_id[0]:

@@ -150,7 +150,8 @@ class GroupCoordinator:
         Raises:
             InvalidGroupIdError: empty group name.
             InvalidRequestError: no topics, an unknown assignor or offset reset.
-            InconsistentGroupProtocolError: the group's live members use another assignor.
+            InconsistentGroupProtocolError: the group's live members use another assignor, or it has members
+                through the Kafka listener.
             UnknownTopicOrPartitionError: a topic does not exist.
             GroupSubscribedToTopicError: a Spark query of the group reads one of the topics.
             NotCoordinatorError: a newer holder of the group's lease fenced the offsets meanwhile.
@@ -176,6 +177,8 @@ class GroupCoordinator:
                     f"consumer group '{group}' uses the assignor '{g.assignor}'; "
                     f"set partition.assignment.strategy={g.assignor} (or stop its members first)"
                 )
+            if not g.leases:
+                _refuse_kafka_group(self._store.config.root, group)
             self._hold_leases(g, wanted)
             if not g.members:
                 g.assignor = assignor
@@ -520,3 +523,12 @@ def _fenced_lease(store: GroupStore, group: str, topic: str, timeout_ms: int | N
         lease.release()
         raise
     return lease
+
+
+def _refuse_kafka_group(root: str, group: str) -> None:
+    """A group with members through the Kafka listener (its leases say ``door: kafka``) takes no HTTP member."""
+    if "kafka" in GroupLease(root, group).live_doors().values():
+        raise InconsistentGroupProtocolError(
+            f"consumer group '{group}' has members through the Kafka protocol listener (JoinGroup); a group is "
+            "served by one door at a time: stop those consumers or use another group.id"
+        )

@@ -11,7 +11,8 @@ once when the owner ran on the same host and its process is gone.
 
 Leases have generations: ``<topic>.lease.<n>``, the highest ``n`` being the
 current lease. Taking a lease (new, expired or released) creates generation
-``n + 1`` with ``os.link`` from a fully written temporary file: the link fails
+``n + 1`` with a put-if-absent (:mod:`logstore.storage`: ``os.link`` of a fully
+written temporary file locally, ``If-None-Match: *`` on S3), which fails
 when the name exists, so of any number of racing takers exactly one wins, and
 nobody ever sees a lease half written. Generations only grow (the winner then
 deletes the older ones), so a taker that judged generation ``n`` expired can
@@ -40,6 +41,7 @@ from collections.abc import Callable
 from logstore.common.logs import describe
 from logstore.errors import GroupSubscribedToTopicError, InvalidGroupIdError, KafkaStorageError
 from logstore.log.catalog import validate_topic_name
+from logstore.storage import ObjectExists, absolute, join, storage_for
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT_MS", "GroupLease"]
 
@@ -77,12 +79,16 @@ class GroupLease:
         *,
         timeout_ms: int = DEFAULT_LEASE_TIMEOUT_MS,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        door: str = "",
     ) -> None:
         if not isinstance(group, str) or not group:
             raise InvalidGroupIdError("consumer group name must be a non-empty string")
         self.group = group
+        self.door = door
+        """What kind of reader holds the leases, written into them: ``kafka`` for a Kafka-protocol group."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self.dir = os.path.join(os.path.abspath(root), "_groups", _safe(group))
+        self.dir = join(absolute(root), "_groups", _safe(group))
+        self._storage = storage_for(self.dir)
         self._timeout_ms = timeout_ms
         self._clock_ms = clock_ms
         self._held: dict[str, int] = {}  # topic -> the generation this reader holds
@@ -128,6 +134,38 @@ class GroupLease:
         with self._lock:
             return self._held.get(topic, 0)
 
+    def live_doors(self) -> dict[str, str]:
+        """The other live readers of this group, on any topic: owner → its ``door`` ("" for HTTP members and Spark).
+
+        A group is read through one door at a time; the Kafka listener and the
+        coordinator of HTTP members ask before they admit a member.
+
+        Raises:
+            KafkaStorageError: the group's lease folder cannot be read.
+        """
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the leases of group '{self.group}' in {self.dir}: {e}") from e
+        out: dict[str, str] = {}
+        now = self._clock_ms()
+        for name in names:
+            if name.startswith(".") or _LEASE not in name:
+                continue
+            try:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    content = json.loads(f.read())
+            except (OSError, ValueError):
+                continue  # taken over and deleted meanwhile, or not a lease
+            if not isinstance(content, dict):
+                continue
+            owner, expires = content.get("owner"), content.get("expires_ms")
+            if owner != self.owner and isinstance(expires, int) and expires > now and _owner_alive(owner):
+                out[str(owner)] = str(content.get("door", ""))
+        return out
+
     def release(self) -> None:
         """Stop renewing and mark the leases this reader holds released (free for anyone at once)."""
         self._stop.set()
@@ -142,14 +180,11 @@ class GroupLease:
 
     def _path(self, topic: str, gen: int) -> str:
         stem = _topic_stem(topic)
-        return os.path.join(self.dir, f"{stem}{_LEASE}.{gen}" if gen else f"{stem}{_LEASE}")
+        return join(self.dir, f"{stem}{_LEASE}.{gen}" if gen else f"{stem}{_LEASE}")
 
     def _generations(self, topic: str) -> list[int]:
         """The generations of ``topic``'s lease on disk, ascending (a pre-generation ``<topic>.lease`` is 0)."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
+        names = self._storage.list_names(self.dir)
         prefix = f"{_topic_stem(topic)}{_LEASE}"
         gens = []
         for name in names:
@@ -167,8 +202,7 @@ class GroupLease:
                 return 0, None
             gen = gens[-1]
             try:
-                with open(self._path(topic, gen), "rb") as f:
-                    data = f.read()
+                data = self._storage.read(self._path(topic, gen))
             except FileNotFoundError:
                 continue  # a newer generation's taker deleted it: list again
             try:
@@ -180,22 +214,12 @@ class GroupLease:
 
     def _content(self, gen: int, expires_ms: int) -> bytes:
         return json.dumps(
-            {"owner": self.owner, "group": self.group, "generation": gen, "expires_ms": expires_ms}
+            {"owner": self.owner, "group": self.group, "generation": gen, "expires_ms": expires_ms, "door": self.door}
         ).encode()
-
-    def _tmp(self, topic: str) -> str:
-        return os.path.join(self.dir, f".{_topic_stem(topic)}.{uuid.uuid4().hex}.tmp")
 
     def _write(self, topic: str, gen: int, *, expires_ms: int) -> None:
         """Replace the content of generation ``gen`` (this reader's own) atomically."""
-        tmp = self._tmp(topic)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(self._content(gen, expires_ms))
-            os.replace(tmp, self._path(topic, gen))
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        self._storage.put(self._path(topic, gen), self._content(gen, expires_ms))
 
     def _take(self, topic: str) -> int:
         """Create the next generation of ``topic``'s lease; returns it.
@@ -206,7 +230,6 @@ class GroupLease:
             KafkaStorageError: the lease directory cannot be written.
         """
         try:
-            os.makedirs(self.dir, exist_ok=True)
             gen, current = self._current(topic)
             if current is not None:
                 expires = current.get("expires_ms")
@@ -219,32 +242,26 @@ class GroupLease:
                         f"({self._path(topic, gen)}) expires {self._timeout_ms} ms after its last renewal"
                     )
             mine = gen + 1
-            tmp = self._tmp(topic)
             try:
-                with open(tmp, "wb") as f:
-                    f.write(self._content(mine, self._clock_ms() + self._timeout_ms))
-                # The link is the decision: it fails when another taker created this generation first.
-                os.link(tmp, self._path(topic, mine))
-            except FileExistsError as e:
+                # The put-if-absent is the decision: it fails when another taker created this generation first.
+                self._storage.put_if_absent(
+                    self._path(topic, mine), self._content(mine, self._clock_ms() + self._timeout_ms)
+                )
+            except ObjectExists as e:
                 raise GroupSubscribedToTopicError(
                     f"consumer group '{self.group}' already has a live reader of topic '{topic}' (it just started)"
                 ) from e
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
             gens = self._generations(topic)
             if not gens or gens[-1] > mine:
                 # A slow taker: it judged an older generation, and since then ours was taken and
                 # cleaned away and a newer one created. The newest generation is the lease.
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._path(topic, mine))
+                self._storage.delete(self._path(topic, mine))
                 raise GroupSubscribedToTopicError(
                     f"consumer group '{self.group}' already has a live reader of topic '{topic}' (it just started)"
                 )
             for old in gens:
                 if old < mine:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._path(topic, old))
+                    self._storage.delete(self._path(topic, old))
         except OSError as e:
             raise KafkaStorageError(f"cannot write the lease of group '{self.group}' in {self.dir}: {e}") from e
         return mine

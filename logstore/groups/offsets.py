@@ -36,7 +36,6 @@ to the latest rows plus a bounded history (:mod:`maintenance.offsets`).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -58,6 +57,8 @@ from logstore.errors import (
 )
 from logstore.log import tables
 from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
+from logstore.log.files import read_parquet
+from logstore.storage import absolute, join, storage_for
 from logstore.structs import GroupTopicPartition, OffsetCommit
 
 __all__ = ["LATEST_OFFSETS_SQL", "OFFSETS_SCHEMA", "OffsetsStore", "app_fence", "app_offsets", "latest_rows"]
@@ -117,7 +118,8 @@ class OffsetsStore:
     """
 
     def __init__(self, root: str, *, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
-        self.path = os.path.join(os.path.abspath(root), "_offsets")
+        self.path = join(absolute(root), "_offsets")
+        self._storage = storage_for(self.path)
         self._clock_ms = clock_ms
         self._dt: DeltaTable | None = None
         self._handle_lock = threading.RLock()
@@ -304,10 +306,12 @@ class OffsetsStore:
 
     def _write_file(self, rows: pa.Table) -> NewFile:
         rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        path = os.path.join(self.path, rel)
+        path = join(self.path, rel)
         try:
-            pq.write_table(rows, path, compression="snappy")
-            size = os.path.getsize(path)
+            fs, where = self._storage.arrow(path)
+            with fs.open_output_stream(where) as sink:
+                pq.write_table(rows, sink, compression="snappy")
+                size = sink.tell()
         except OSError as err:
             raise KafkaStorageError(f"cannot write {path}: {err}") from err
         add = {
@@ -343,6 +347,7 @@ class OffsetsStore:
                     write_deltalake(
                         dt or self.path,
                         rows,
+                        storage_options=None if dt is not None else self._storage.delta_options or None,
                         mode="append",
                         schema_mode="merge",  # a table from before commit_seq gains the column
                         commit_properties=CommitProperties(app_transactions=[Transaction(app_offsets(group), seq)]),
@@ -439,10 +444,10 @@ class OffsetsStore:
             if version == self._cache_version:
                 return self._cache
             root = tables.table_path(dt)
-            files = [os.path.join(root, p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
+            files = [join(root, p) for p in pa.table(dt.get_add_actions())["path"].to_pylist()]
         # Files never change once committed: read each one once, however often the table moves.
         known = self._files
-        read = {f: known.get(f) or pq.read_table(f, schema=OFFSETS_SCHEMA) for f in files}
+        read = {f: known.get(f) or read_parquet(f, schema=OFFSETS_SCHEMA) for f in files}
         latest: dict[GroupTopicPartition, OffsetCommit] = {}
         if files:
             for row in latest_rows(pa.concat_tables(list(read.values()))).to_pylist():

@@ -49,6 +49,7 @@ from logstore.log.files import DataFile as DataFile
 from logstore.log.files import data_files as data_files
 from logstore.log.files import file_stats as file_stats
 from logstore.log.files import table_path as table_path
+from logstore.storage import is_object_store, join, storage_for
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ class _AppVersions:
 
     def __init__(self, dt: DeltaTable) -> None:
         self._dt = weakref.proxy(dt)  # the cache lives as long as the handle, and must not keep it alive
-        self._log = os.path.join(table_path(dt), "_delta_log")
+        self._log = join(table_path(dt), "_delta_log")
+        self._storage = storage_for(self._log)
         self._version = dt.version()
         self._known: dict[str, int | None] = {}
         self._lock = threading.Lock()
@@ -150,12 +152,11 @@ class _AppVersions:
             updates: dict[str, int] = {}
             try:
                 for v in range(self._version + 1, version + 1):
-                    with open(os.path.join(self._log, f"{v:020d}.json"), "rb") as f:
-                        for line in f:
-                            if b'"txn"' in line:
-                                txn = orjson.loads(line).get("txn")
-                                if txn is not None:
-                                    updates[txn["appId"]] = int(txn["version"])
+                    for line in self._storage.read(join(self._log, f"{v:020d}.json")).splitlines():
+                        if b'"txn"' in line:
+                            txn = orjson.loads(line).get("txn")
+                            if txn is not None:
+                                updates[txn["appId"]] = int(txn["version"])
             except FileNotFoundError:
                 self._known.clear()
             else:
@@ -181,13 +182,14 @@ def open_table(path: str) -> DeltaTable:
     Raises:
         KafkaStorageError: the table cannot be read.
     """
+    options = storage_for(path).delta_options
     try:
         try:
-            return _listing_retry(lambda: DeltaTable(path))
+            return _listing_retry(lambda: DeltaTable(path, storage_options=options))
         except DeltaError:
             if not set_aside_torn_checkpoints(path):
                 raise
-            return _listing_retry(lambda: DeltaTable(path))
+            return _listing_retry(lambda: DeltaTable(path, storage_options=options))
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:
@@ -217,8 +219,7 @@ class CheckpointPointer:
 def last_checkpoint(table_root: str) -> CheckpointPointer | None:
     """The table's newest checkpoint as ``_last_checkpoint`` names it; None when there is none or it is unreadable."""
     try:
-        with open(os.path.join(table_root, "_delta_log", "_last_checkpoint"), "rb") as fh:
-            pointer = orjson.loads(fh.read())
+        pointer = orjson.loads(storage_for(table_root).read(join(table_root, "_delta_log", "_last_checkpoint")))
         return CheckpointPointer(int(pointer["version"]), int(pointer.get("size", 0)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, orjson.JSONDecodeError):
         return None
@@ -233,7 +234,10 @@ def set_aside_torn_checkpoints(table_root: str) -> bool:
     unreadable one is renamed to ``.<name>.torn-<id>`` (a name Delta ignores)
     and a pointer that does not lead to a readable checkpoint is removed.
     Readers then fall back to the previous checkpoint or the JSON log.
+    An object store has no torn files (a PUT lands whole or not at all): nothing to do there.
     """
+    if is_object_store(table_root):
+        return False
     log_dir = os.path.join(table_root, "_delta_log")
     changed = False
     try:
@@ -282,10 +286,13 @@ def sync_commits(table_root: str, first: int, last: int | None = None) -> list[s
     directory entries that name them, survive a power loss. Call it after a
     delta-rs commit returns, on the committing process's thread. A checkpoint
     written by a post-commit hook at one of these versions is synced too.
+    On an object store a write is durable when it is acknowledged: nothing to sync.
 
     Raises:
         OSError: a file could not be synced.
     """
+    if is_object_store(table_root):
+        return []
     table_root = os.path.normpath(table_root)
     log_dir = os.path.join(table_root, "_delta_log")
     files: list[str] = []
@@ -327,6 +334,8 @@ def sync_checkpoint(table_root: str, version: int) -> list[str]:
     Raises:
         OSError: a file could not be synced.
     """
+    if is_object_store(table_root):
+        return []
     log_dir = os.path.join(table_root, "_delta_log")
     prefix = f"{version:020d}.checkpoint."
     single = os.path.join(log_dir, prefix + "parquet")

@@ -39,6 +39,7 @@ from deltalake import DeltaTable
 from logstore.log import _delta
 from logstore.log.files import DataFile, data_files, offset_range
 from logstore.log.topic_id import id_in, read_id_file
+from logstore.storage import is_object_store, join, storage_for
 
 __all__ = ["MAX_STEP", "LogTail"]
 
@@ -57,7 +58,8 @@ class LogTail:
         self.loads = 0
         """How many times the snapshot was loaded whole: a new count may be another table at the same version."""
         self._root = _delta.table_path(table)
-        self._log = os.path.join(self._root, "_delta_log")
+        self._log = join(self._root, "_delta_log")
+        self._storage = storage_for(self._root)
         self._load(table, self._identity_now())
 
     @property
@@ -118,6 +120,11 @@ class LogTail:
             FileNotFoundError: the table's ``_delta_log`` is gone (the table was deleted).
         """
         topic_id = read_id_file(self._root)
+        if is_object_store(self._root):
+            # No directories, no inodes; every topic on an object store has an ID, and a deleted one has none.
+            if topic_id is None:
+                raise FileNotFoundError(self._log)
+            return topic_id, 0, 0
         st = os.stat(self._log)
         return topic_id, st.st_dev, st.st_ino
 
@@ -135,8 +142,7 @@ class LogTail:
         v = self.version + 1
         while True:
             try:
-                with open(os.path.join(self._log, f"{v:020d}.json"), "rb") as f:
-                    data = f.read()
+                data = self._storage.read(join(self._log, f"{v:020d}.json"))
             except FileNotFoundError:
                 if v == self.version + 1 and self._checkpoint_version() > self.version:
                     raise _Unfollowable from None  # log cleanup removed the commits after this version
@@ -173,7 +179,7 @@ class LogTail:
     def _data_file(self, add: dict[str, Any]) -> DataFile | None:
         """The add action's file as :func:`~logstore.log.files.data_files` builds it; None when it holds no records."""
         log_path = add["path"]
-        full = os.path.join(self._root, unquote(log_path))
+        full = join(self._root, unquote(log_path))
         stats = orjson.loads(add["stats"]) if add.get("stats") else {}
         lows, highs = stats.get("minValues") or {}, stats.get("maxValues") or {}
         lo, hi, num = lows.get("offset"), highs.get("offset"), stats.get("numRecords")

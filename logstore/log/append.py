@@ -6,7 +6,9 @@ none of that: this module writes the partition files with pyarrow and then
 creates ``_delta_log/<version>.json`` atomically — ``os.link`` of a finished
 temp file fails if the version exists — which is the Delta protocol's
 "mutual exclusion on the commit file" for file systems with atomic links
-(local disks, NFS). Commit cost therefore stays flat as the log grows.
+(local disks, NFS); on an object store it is a PUT with ``If-None-Match: *``
+(:mod:`logstore.storage`), as delta-rs commits there. Commit cost therefore
+stays flat as the log grows.
 Before linking version v it checks (one ``stat``) that v-1 exists, so a
 writer whose view predates log cleanup re-reads instead of re-creating a
 deleted version. Each commit carries a random ``logstore.commitId``; an error
@@ -51,6 +53,7 @@ from logstore.common.workers import shared_pool
 from logstore.errors import KafkaStorageError
 from logstore.log._delta import COMMIT_ID, file_stats, last_checkpoint, open_table, refresh, sync_checkpoint
 from logstore.log.compression import file_suffix
+from logstore.storage import ObjectExists, is_object_store, join, storage_for
 
 __all__ = ["CommitInDoubt", "LogAppender", "NewFile", "StaleVersion", "VersionTaken"]
 
@@ -154,7 +157,7 @@ class NewFile:
 
 
 class LogAppender:
-    """Writes data files and commit files of one local Delta table.
+    """Writes data files and commit files of one Delta table, in a local directory or on an object store.
 
     Thread-safe for distinct commits; a :class:`~logstore.log.writer.TopicWriter`
     drives it from one thread.
@@ -162,7 +165,9 @@ class LogAppender:
 
     def __init__(self, table_root: str, checkpoint_interval: int, *, fsync: bool = True) -> None:
         self.root = table_root
-        self.log_dir = os.path.join(table_root, "_delta_log")
+        self.log_dir = join(table_root, "_delta_log")
+        self._storage = storage_for(table_root)
+        self._object = is_object_store(table_root)
         self._checkpoint_interval = checkpoint_interval
         self._fsync = fsync
         self._checkpoints = _Checkpointer(table_root, fsync=fsync)
@@ -179,19 +184,9 @@ class LogAppender:
         suffix = file_suffix(compression)
         for p, chunk in _by_partition(records):
             rel = f"partition={p}/part-{uuid.uuid4()}-c000.{suffix}parquet"
-            path = os.path.join(self.root, rel)
+            path = join(self.root, rel)
             try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with pa.OSFile(path, "wb") as sink:
-                    pq.write_table(
-                        chunk,
-                        sink,
-                        compression=compression,
-                        use_dictionary=_DICTIONARY_COLUMNS,
-                        write_statistics=_STATISTICS_COLUMNS,
-                        write_batch_size=_rows_per_write(chunk),
-                    )
-                size = os.path.getsize(path)
+                size = self._write_parquet(path, chunk, compression)
             except OSError as err:
                 raise KafkaStorageError(f"cannot write {path}: {err}") from err
             add = {
@@ -205,11 +200,31 @@ class LogAppender:
             files.append(NewFile(add, path))
         return files
 
+    def _write_parquet(self, path: str, chunk: pa.Table, compression: str) -> int:
+        """Write one data file (locally not yet fsynced: :meth:`commit` does that); its size in bytes."""
+        if self._object:
+            fs, where = self._storage.arrow(path)
+            sink: pa.NativeFile = fs.open_output_stream(where)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            sink = pa.OSFile(path, "wb")
+        with sink:
+            pq.write_table(
+                chunk,
+                sink,
+                compression=compression,
+                use_dictionary=_DICTIONARY_COLUMNS,
+                write_statistics=_STATISTICS_COLUMNS,
+                write_batch_size=_rows_per_write(chunk),
+            )
+            size = sink.tell()
+        return int(size)
+
     def discard(self, files: Sequence[NewFile]) -> None:
         """Delete data files that no commit references (after a lost race)."""
         for f in files:
             with contextlib.suppress(FileNotFoundError):
-                os.remove(f.path)
+                self._storage.delete(f.path)
 
     # -- commits ----------------------------------------------------------------
 
@@ -255,6 +270,9 @@ class LogAppender:
         lines = [orjson.dumps({"commitInfo": commit_info})]
         lines += [orjson.dumps({"txn": {"appId": a, "version": v, "lastUpdated": now_ms}}) for a, v in txns]
         lines += [orjson.dumps({"add": f.add}) for f in files]
+        if self._object:
+            self._commit_object(version, b"\n".join(lines) + b"\n", commit_id)
+            return commit_id
         final = self._commit_path(version)
         tmp = os.path.join(self.log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
         # The commit points at the data files: they, and their directory entries, must be on
@@ -299,9 +317,30 @@ class LogAppender:
                 os.remove(tmp)
         return commit_id
 
+    def _commit_object(self, version: int, body: bytes, commit_id: str) -> None:
+        """:meth:`commit` on an object store: one put-if-absent of the commit object (data files are stored already)."""
+        self._check_next(version)
+        try:
+            self._storage.put_if_absent(self._commit_path(version), body)
+        except ObjectExists:
+            # A PUT retried after its first reply was lost finds its own commit: read back whose it is.
+            try:
+                ours = self.settle(version, commit_id)
+            except OSError as again:
+                raise CommitInDoubt(version, commit_id, f"version exists, reading it back: {again}") from again
+            if not ours:
+                raise VersionTaken(version) from None
+            return
+        except KafkaStorageError:
+            raise
+        except OSError as err:
+            self._decide(version, commit_id, err)
+            return
+        self._committed(version)
+
     def _after_link(self) -> None:
         """What must follow the link before the commit counts: its directory entry on disk."""
-        if self._fsync:
+        if self._fsync and not self._object:
             fsync_path(self.log_dir)
 
     def _decide(self, version: int, commit_id: str, err: OSError) -> None:
@@ -322,8 +361,7 @@ class LogAppender:
             OSError: the file could not be read, or its directory not synced.
         """
         try:
-            with open(self._commit_path(version), "rb") as fh:
-                first = fh.readline()
+            first = self._storage.read(self._commit_path(version)).split(b"\n", 1)[0]
         except FileNotFoundError:
             return False
         try:
@@ -357,22 +395,21 @@ class LogAppender:
         settles the usual case; only when it is missing is the checkpoint
         pointer read.
         """
-        if version == 0 or os.path.exists(self._commit_path(version - 1)):
+        if version == 0 or self._storage.exists(self._commit_path(version - 1)):
             return
         last = last_checkpoint(self.root)
         if last is None or last.version != version - 1:
             raise StaleVersion(version)
 
     def _commit_path(self, version: int) -> str:
-        return os.path.join(self.log_dir, f"{version:020d}.json")
+        return join(self.log_dir, f"{version:020d}.json")
 
     def actions_since(self, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """(version, action) of every commit from ``version`` on, until the first missing one."""
         v = version
         while True:
             try:
-                with open(os.path.join(self.log_dir, f"{v:020d}.json"), "rb") as fh:
-                    text = fh.read()
+                text = self._storage.read(self._commit_path(v))
             except FileNotFoundError:
                 return
             for line in text.splitlines():

@@ -33,6 +33,7 @@ from logstore.log import _delta
 from logstore.log._tail import LogTail
 from logstore.log.schema import TOPIC_SCHEMA
 from logstore.log.topic_id import TOPIC_ID_PROPERTY, id_in, new_topic_id, read_id_file, write_id_file
+from logstore.storage import absolute, is_object_store, join, storage_for
 from logstore.structs import PartitionInfo, TopicInfo
 
 __all__ = [
@@ -85,12 +86,14 @@ class Catalog:
 
     def __init__(self, config: LogstoreConfig) -> None:
         self.config = config
-        self.root = os.path.abspath(config.root)
-        self.topics_dir = os.path.join(self.root, "topics")
+        self.root = absolute(config.root)
+        self.topics_dir = join(self.root, "topics")
+        self.storage = storage_for(self.root)
+        """Where the root's files live (:mod:`logstore.storage`): a local directory or an object store."""
 
     def topic_path(self, name: str) -> str:
         """Where topic ``name``'s table lives (the name is validated)."""
-        return os.path.join(self.topics_dir, validate_topic_name(name))
+        return join(self.topics_dir, validate_topic_name(name))
 
     def table(self, name: str) -> DeltaTable:
         """A fresh handle on topic ``name``'s table.
@@ -99,7 +102,7 @@ class Catalog:
             UnknownTopicOrPartitionError: no such topic.
         """
         path = self.topic_path(name)
-        if not os.path.isdir(os.path.join(path, "_delta_log")):
+        if not self._is_table(path):
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
         try:
             return _delta.open_table(path)
@@ -117,8 +120,31 @@ class Catalog:
         except OSError as e:
             raise KafkaStorageError(f"cannot read the ID of topic '{name}': {e}") from e
 
+    def log_mark(self, name: str) -> int | None:
+        """What changes when topic ``name``'s log moves: its ``_delta_log`` directory's mtime (ns), in one ``stat``.
+
+        None on an object store, which has no directories (one read of the topic's ID says it exists).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        path = self.topic_path(name)
+        try:
+            if is_object_store(path):
+                if read_id_file(path) is None:
+                    raise FileNotFoundError(path)
+                return None
+            return os.stat(os.path.join(path, "_delta_log")).st_mtime_ns
+        except FileNotFoundError:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+
     def exists(self, name: str) -> bool:
-        return os.path.isdir(os.path.join(self.topic_path(name), "_delta_log"))
+        return self._is_table(self.topic_path(name))
+
+    def _is_table(self, path: str) -> bool:
+        if is_object_store(path):
+            return self.storage.exists(join(path, "_delta_log"))
+        return os.path.isdir(os.path.join(path, "_delta_log"))
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None) -> TopicInfo:
         """Create topic ``name`` with ``partitions`` partitions and config overrides (durable when it returns).
@@ -151,6 +177,7 @@ class Catalog:
                 name=name,
                 configuration=properties,
                 raise_if_key_not_exists=False,
+                storage_options=self.storage.delta_options,
             )
         except DeltaError as e:
             if "already exists" in str(e).lower():
@@ -178,6 +205,8 @@ class Catalog:
 
     def list_topics(self) -> list[str]:
         """Topic names, sorted."""
+        if is_object_store(self.topics_dir):
+            return [n for n in self.storage.list_names(self.topics_dir) if self._is_table(join(self.topics_dir, n))]
         if not os.path.isdir(self.topics_dir):
             return []
         return sorted(
@@ -282,6 +311,14 @@ class Catalog:
         path = self.topic_path(name)
         if not self.exists(name):
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        if is_object_store(path):
+            # No rename on an object store: its ID goes first, then the log from the newest commit
+            # (a writer of the old table finds its previous commit gone and stops), then the data.
+            try:
+                self.storage.delete_tree(path)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot delete topic '{name}': {e}") from e
+            return
         # One rename takes the whole table out of the name at once, then it is removed at leisure. Removing it in
         # place raced a leader still committing (another node, a stale pipeline): rmtree deleted some commit files,
         # the leader linked new ones, and the name was left with a broken log that neither engine could read or

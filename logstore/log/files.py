@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-__all__ = ["DataFile", "data_files", "file_stats", "offset_range", "offsets_sorted", "table_path"]
+from logstore.storage import is_object_store, join, storage_for
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
+__all__ = [
+    "DataFile",
+    "data_files",
+    "file_stats",
+    "offset_range",
+    "offsets_sorted",
+    "parquet_file",
+    "read_parquet",
+    "table_path",
+]
 
 
 @dataclass(frozen=True)
@@ -27,7 +41,7 @@ class DataFile:
     """One live data file of a partition, with the offset range its statistics give."""
 
     path: str
-    """Absolute local path."""
+    """Absolute local path, or ``s3://`` URI."""
     partition: int
     min_offset: int
     max_offset: int
@@ -42,9 +56,9 @@ class DataFile:
 
 
 def table_path(table: DeltaTable) -> str:
-    """The table's root as a local path."""
+    """The table's root as a local path, or its URI on an object store (without a trailing slash)."""
     uri = table.table_uri
-    return uri[len("file://") :] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri.rstrip("/")
 
 
 def data_files(table: DeltaTable) -> list[DataFile]:
@@ -82,7 +96,7 @@ def data_files(table: DeltaTable) -> list[DataFile]:
         strict=True,
     ):
         assert isinstance(log_path, str)
-        full = os.path.join(root, unquote(log_path))
+        full = join(root, unquote(log_path))
         if lo is None or hi is None or num is None:
             lo, hi, num = offset_range(full)
         if num == 0:
@@ -120,13 +134,29 @@ def _epoch_ms(column: pa.ChunkedArray) -> list[int | None]:
 
 def offset_range(path: str) -> tuple[int, int, int]:
     """(min offset, max offset, record count) of one data file, read from its ``offset`` column; (0, -1, 0) if empty."""
-    import pyarrow.parquet as pq
-
-    column = pq.read_table(path, columns=["offset"])["offset"]
+    column = read_parquet(path, columns=["offset"])["offset"]
     if len(column) == 0:
         return 0, -1, 0
     mm = pc.min_max(column)
     return mm["min"].as_py(), mm["max"].as_py(), len(column)
+
+
+def read_parquet(path: str, **kwargs: Any) -> pa.Table:
+    """``pyarrow.parquet.read_table`` of one data file, local or on an object store (pyarrow's own file system)."""
+    import pyarrow.parquet as pq
+
+    fs, where = storage_for(path).arrow(path)
+    return pq.read_table(where, filesystem=fs, **kwargs)
+
+
+def parquet_file(path: str, **kwargs: Any) -> pq.ParquetFile:
+    """``pyarrow.parquet.ParquetFile`` of one data file, local or on an object store."""
+    import pyarrow.parquet as pq
+
+    if not is_object_store(path):
+        return pq.ParquetFile(path, **kwargs)
+    fs, where = storage_for(path).arrow(path)
+    return pq.ParquetFile(fs.open_input_file(where), **kwargs)
 
 
 def offsets_sorted(offsets: pa.Array | pa.ChunkedArray) -> bool:

@@ -27,7 +27,6 @@ import contextlib
 import logging
 import os
 import socket
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -36,6 +35,7 @@ import orjson
 from logstore.common.fsync import fsync_path
 from logstore.errors import KafkaStorageError, LogstoreError
 from logstore.log.wal import DirectoryLock, WriteAheadLog
+from logstore.storage import absolute, is_object_store, join, storage_for
 from logstore.structs import AppendResult, ProducerBatch
 
 __all__ = [
@@ -96,25 +96,17 @@ def of_other_incarnation(header: Mapping[str, object], topic_id: str | None) -> 
 
 def write_marker(table_root: str, node_id: str, wal_dir: str) -> None:
     """Record (durably) that ``node_id`` may hold acks=1 promises on this table, logged in ``wal_dir``."""
-    directory = os.path.join(table_root, _MARKERS)
-    os.makedirs(directory, exist_ok=True)
-    info = {"node_id": node_id, "wal_dir": os.path.abspath(wal_dir), "pid": os.getpid(), "host": socket.gethostname()}
-    final = os.path.join(directory, f"{node_id}.json")
-    tmp = f"{final}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(info))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    fsync_path(directory)
+    info = {"node_id": node_id, "wal_dir": absolute(wal_dir), "pid": os.getpid(), "host": socket.gethostname()}
+    storage_for(table_root).put(join(table_root, _MARKERS, f"{node_id}.json"), orjson.dumps(info))
 
 
 def remove_marker(table_root: str, node_id: str) -> None:
     """``node_id`` holds no promises on this table any more (all of them are committed)."""
-    directory = os.path.join(table_root, _MARKERS)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(directory, f"{node_id}.json"))
-        fsync_path(directory)
+    storage = storage_for(table_root)
+    storage.delete(join(table_root, _MARKERS, f"{node_id}.json"))
+    if not is_object_store(table_root):
+        with contextlib.suppress(FileNotFoundError):
+            fsync_path(os.path.join(table_root, _MARKERS))
 
 
 def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) -> None:
@@ -124,22 +116,19 @@ def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) ->
         KafkaStorageError: a dead node's WAL could not be read or replayed; nothing may be
             committed before it is (retry once the storage is back).
     """
-    directory = os.path.join(table_root, _MARKERS)
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
-    except FileNotFoundError:
-        return
+    storage = storage_for(table_root)
+    directory = join(table_root, _MARKERS)
+    names = [n for n in storage.list_names(directory) if n.endswith(".json")]
     for name in names:
         node_id = name.removesuffix(".json")
         if node_id == own_node:
             continue
         try:
-            with open(os.path.join(directory, name), "rb") as f:
-                info = orjson.loads(f.read())
+            info = orjson.loads(storage.read(join(directory, name)))
         except (FileNotFoundError, orjson.JSONDecodeError):
             continue  # removed meanwhile, or a torn write of a marker that never guarded anything
         wal_dir = str(info["wal_dir"])
-        if not os.path.isdir(wal_dir):
+        if not storage_for(wal_dir).exists(wal_dir):
             remove_marker(table_root, node_id)  # its WAL is gone: nothing to replay
             continue
         try:
@@ -147,7 +136,7 @@ def settle(writer: Replayer, table_root: str, *, own_node: str | None = None) ->
         except KafkaStorageError:
             continue  # its node is alive: it commits what it promised itself
         try:
-            _replay(writer, os.path.join(wal_dir, writer.topic), node_id)
+            _replay(writer, join(wal_dir, writer.topic), node_id)
             remove_marker(table_root, node_id)
         finally:
             lock.release()
@@ -189,7 +178,7 @@ def replay_batches(
 
 
 def _replay(writer: Replayer, topic_wal: str, node_id: str) -> None:
-    if not os.path.isdir(topic_wal):
+    if not storage_for(topic_wal).exists(topic_wal):
         return
     wal = WriteAheadLog(topic_wal)
     try:

@@ -30,7 +30,7 @@ from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTop
 from logstore.log import _delta
 from logstore.log._tail import LogTail
 from logstore.log.catalog import Catalog, high_watermark, log_start_offset, partition_count_in
-from logstore.log.files import offsets_sorted
+from logstore.log.files import offsets_sorted, parquet_file, read_parquet
 from logstore.log.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult, TopicInfo
 
@@ -252,7 +252,7 @@ def _fetch_end(view: PartitionView, offset: int, max_records: int) -> int:
     seen: list[np.ndarray] = []
     for run in offset_runs([f for f in view.files if f.max_offset >= offset]):
         seen += [
-            pq.read_table(f.path, columns=["offset"], filters=[("offset", ">=", offset), ("offset", "<", hw)])[
+            read_parquet(f.path, columns=["offset"], filters=[("offset", ">=", offset), ("offset", "<", hw)])[
                 "offset"
             ].to_numpy()
             for f in run
@@ -273,7 +273,7 @@ def offset_for_timestamp(view: PartitionView, timestamp_ms: int) -> int:
     threshold = pa.scalar(timestamp_ms * 1000, pa.timestamp("us", tz="UTC"))
     for run in offset_runs(view.files):
         found = [
-            pq.read_table(f.path, columns=["offset"], filters=[("timestamp", ">=", threshold)])["offset"] for f in run
+            read_parquet(f.path, columns=["offset"], filters=[("timestamp", ">=", threshold)])["offset"] for f in run
         ]
         hits = [pc.min(c).as_py() for c in found if len(c)]
         if hits:
@@ -294,7 +294,7 @@ def read_files(
     for f in files:
         if f.partition != partition or f.max_offset < start or f.min_offset >= end:
             continue
-        t = pq.read_table(f.path, filters=[("offset", ">=", start), ("offset", "<", end)], schema=_FILE_SCHEMA)
+        t = read_parquet(f.path, filters=[("offset", ">=", start), ("offset", "<", end)], schema=_FILE_SCHEMA)
         tables.append(t)
     if not tables:
         return TOPIC_SCHEMA.empty_table()
@@ -362,7 +362,7 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
     for f in files:
         if f.partition != partition or f.max_offset < start or f.min_offset >= end:
             continue
-        pf = pq.ParquetFile(f.path, pre_buffer=False, buffer_size=_READ_BUFFER)
+        pf = parquet_file(f.path, pre_buffer=False, buffer_size=_READ_BUFFER)
         for rg in range(pf.metadata.num_row_groups):
             lo, hi = _offset_range(pf, rg, f)
             if hi >= start and lo < end:

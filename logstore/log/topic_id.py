@@ -31,6 +31,7 @@ import os
 from collections.abc import Mapping
 
 from logstore.common.fsync import fsync_path
+from logstore.storage import is_object_store, join, storage_for
 
 __all__ = ["ID_FILE", "TOPIC_ID_PROPERTY", "id_in", "new_topic_id", "read_id_file", "write_id_file"]
 
@@ -64,8 +65,7 @@ def read_id_file(table_root: str) -> str | None:
         OSError: the file exists but cannot be read.
     """
     try:
-        with open(os.path.join(table_root, ID_FILE), "rb") as f:
-            return f.read().decode("ascii").strip() or None
+        return storage_for(table_root).read(join(table_root, ID_FILE)).decode("ascii").strip() or None
     except FileNotFoundError:
         return None
 
@@ -78,6 +78,9 @@ def write_id_file(table_root: str, topic_id: str) -> None:
     Raises:
         OSError: the file could not be written.
     """
+    if is_object_store(table_root):
+        storage_for(table_root).put(join(table_root, ID_FILE), topic_id.encode("ascii"))
+        return
     os.makedirs(table_root, exist_ok=True)
     path = os.path.join(table_root, ID_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"

@@ -27,6 +27,12 @@ failed frames are reported committed (:meth:`WriteAheadLog.committed_through`):
 an acknowledged frame never has an unlogged, uncommitted batch ahead of it.
 
 One process at a time owns a WAL directory (:class:`DirectoryLock`).
+
+On an object store (``wal.dir``, or ``logstore.root``'s ``_wal``, an ``s3://`` URI) each group is one
+object ``<first-frame>.wal`` created with a put-if-absent (:mod:`logstore.storage`): a frame's waiters
+are released once S3 acknowledged the object, so an acks=1 answer survives the loss of its node. An
+object lands whole or not at all, so there is no torn tail to cut; an object is deleted once every frame
+in it is committed to Delta.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import os
 import socket
 import struct
 import threading
+import uuid
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
@@ -51,9 +58,20 @@ import pyarrow as pa
 
 from logstore.common.fsync import fsync_path
 from logstore.common.workers import WorkerPool, shared_pool
+from logstore.config import LogstoreConfig
 from logstore.errors import KafkaStorageError
+from logstore.storage import ObjectExists, PreconditionFailed, absolute, is_object_store, join, storage_for
 
-__all__ = ["WAL_THREADS", "DirectoryLock", "Frame", "WriteAheadLog", "read_frames"]
+__all__ = [
+    "WAL_THREADS",
+    "DirectoryLock",
+    "Frame",
+    "WriteAheadLog",
+    "node_id_in",
+    "read_frames",
+    "topics_with_frames",
+    "wal_dir_of",
+]
 
 log = logging.getLogger("logstore.ingest.wal")
 
@@ -82,7 +100,10 @@ class WriteAheadLog:
 
     def __init__(self, directory: str, *, pool: WorkerPool | None = None) -> None:
         self.dir = directory
-        os.makedirs(directory, exist_ok=True)
+        self._object = is_object_store(directory)
+        self._storage = storage_for(directory)
+        if not self._object:
+            os.makedirs(directory, exist_ok=True)
         self._lock = threading.Lock()
         self._queue: list[tuple[bytes, Future[None]]] = []
         self._segments: list[tuple[int, str]] = []  # (first frame, path), ascending
@@ -120,13 +141,14 @@ class WriteAheadLog:
         with self._lock:
             if self._unlogged is not None and frame >= self._unlogged:
                 self._unlogged = None  # the frames that failed are in Delta now
-            current = self._segments[-1][1] if self._segments else None
+            # A local segment being appended to stays; an object is complete once written.
+            current = self._segments[-1][1] if self._segments and not self._object else None
             keep = []
             for first, path in self._segments:
                 last = self._last_in_segment.get(path, -1)
                 if path != current and last <= frame:
                     with contextlib.suppress(FileNotFoundError):
-                        os.remove(path)
+                        self._storage.delete(path)
                 else:
                     keep.append((first, path))
             self._segments = keep
@@ -135,7 +157,7 @@ class WriteAheadLog:
         """The recovered frames are committed: delete the segments they came from."""
         for _first, path in list(self._segments):
             if path in self._recovered_paths:
-                os.remove(path)
+                self._storage.delete(path)
         self._segments = [s for s in self._segments if s[1] not in self._recovered_paths]
         self._recovered = []
 
@@ -184,7 +206,17 @@ class WriteAheadLog:
             fut.set_result(None)
 
     def _write_group(self, first_number: int, frames: list[bytes]) -> None:
-        """Append and fsync ``frames``; on failure leave the segment as it was before (or retire it)."""
+        """Append and fsync ``frames``; on failure leave the segment as it was before (or retire it).
+
+        On an object store: store them as one new object (whole, or not at all).
+        """
+        if self._object:
+            path = join(self.dir, f"{first_number:020d}.wal")
+            self._storage.put_if_absent(path, b"".join(frames))
+            with self._lock:
+                self._segments.append((first_number, path))
+                self._last_in_segment[path] = first_number + len(frames) - 1
+            return
         f = self._segment_for(first_number)
         start = self._file_bytes
         try:
@@ -234,15 +266,14 @@ class WriteAheadLog:
 
     def _read_all(self) -> Iterator[Frame]:
         self._recovered_paths: set[str] = set()
-        names = sorted(n for n in os.listdir(self.dir) if n.endswith(".wal"))
+        names = sorted(n for n in self._storage.list_names(self.dir) if n.endswith(".wal"))
         for name in names:
-            path = os.path.join(self.dir, name)
+            path = join(self.dir, name)
             self._segments.append((int(name.removesuffix(".wal")), path))
             self._recovered_paths.add(path)
-            with open(path, "rb") as f:
-                data = f.read()
+            data = self._storage.read(path)
             pos = yield from _frames_in(data)
-            if pos < len(data):
+            if pos < len(data) and not self._object:
                 with open(path, "r+b") as f:
                     f.truncate(pos)
 
@@ -257,15 +288,12 @@ def read_frames(directory: str, skip: Callable[[dict[str, Any]], bool] = lambda 
     frames were committed) is skipped, and so is a frame whose header ``skip``
     rejects (its records are not decoded).
     """
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".wal"))
-    except FileNotFoundError:
-        return []
+    storage = storage_for(directory)
+    names = sorted(n for n in storage.list_names(directory) if n.endswith(".wal"))
     frames: list[Frame] = []
     for name in names:
         try:
-            with open(os.path.join(directory, name), "rb") as f:
-                data = f.read()
+            data = storage.read(join(directory, name))
         except FileNotFoundError:
             continue
         gen = _frames_in(data, skip)
@@ -304,12 +332,24 @@ class DirectoryLock:
     restart after a crash takes it again at once. The file names the holder
     (pid, host, since) for the error a second process gets.
 
+    On an object store there is no ``flock``: ``node.lock`` is an object created
+    with a put-if-absent and deleted on release. One left by a process that died
+    on this host is taken over (a conditional replace); one left by a process on
+    another host stays until that node starts again there, or someone who knows
+    it is gone deletes the object (the error names it).
+
     Raises:
         KafkaStorageError: another live process holds the directory.
     """
 
     def __init__(self, directory: str, what: str = "directory") -> None:
-        self.path = os.path.join(directory, "node.lock")
+        self.path = join(directory, "node.lock")
+        self._fd: int | None = None
+        self._token: str | None = None
+        if is_object_store(directory):
+            self._token = self._take_object(directory, what)
+            return
+        os.makedirs(directory, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -325,12 +365,59 @@ class DirectoryLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, info + b"\n", 0)
         os.fsync(fd)
-        self._fd: int | None = fd
+        self._fd = fd
+
+    def _take_object(self, directory: str, what: str) -> str:
+        """Create (or take over from a dead process of this host) the ``node.lock`` object; its token."""
+        storage = storage_for(self.path)
+        token = uuid.uuid4().hex
+        since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        info = orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "token": token})
+        try:
+            storage.put_if_absent(self.path, info)
+            return token
+        except ObjectExists:
+            pass
+        try:
+            data, etag = storage.read_versioned(self.path)
+            holder = orjson.loads(data)
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            holder, etag = {}, ""
+        if not isinstance(holder, dict) or _alive(holder):
+            raise KafkaStorageError(
+                f"{what} {directory} is in use by another process ({_describe(holder)}); stop it first, or give this "
+                f"one its own logstore.root / wal.dir (if that process is gone for good, delete {self.path})"
+            )
+        try:
+            storage.replace(self.path, info, etag)  # only if no one else took it over since
+        except PreconditionFailed:
+            raise KafkaStorageError(f"{what} {directory} was just taken by another process") from None
+        return token
 
     def release(self) -> None:
+        if self._token is not None:
+            storage = storage_for(self.path)
+            with contextlib.suppress(FileNotFoundError, orjson.JSONDecodeError):
+                if orjson.loads(storage.read(self.path)).get("token") == self._token:
+                    storage.delete(self.path)
+            self._token = None
         if self._fd is not None:
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """False only for a holder that ran on this host in a process that is gone."""
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read_holder(fd: int) -> str:
@@ -338,6 +425,51 @@ def _read_holder(fd: int) -> str:
         info = orjson.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, orjson.JSONDecodeError):
         info = {}
+    return _describe(info)
+
+
+def _describe(info: object) -> str:
     if not isinstance(info, dict) or "pid" not in info:
         return "holder unknown"
     return f"pid {info.get('pid')} on host {info.get('host')} since {info.get('since')}"
+
+
+def wal_dir_of(config: LogstoreConfig) -> str:
+    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``.
+
+    In cluster mode the default is ``<logstore.root>/_wal/<node.id>``: on the
+    shared storage, next to the other nodes' ones, where a new leader finds a
+    departed node's acks=1 records (a ``wal.dir`` set in cluster mode should
+    likewise be one ``<node.id>`` directory among its peers'). On an ``s3://``
+    root the default is in the bucket too (``wal.dir`` may name a local directory instead).
+    """
+    if config.wal_dir:
+        return absolute(config.wal_dir)
+    if config.zookeeper_connect:
+        return join(absolute(config.root), "_wal", str(config.node_id))
+    return join(absolute(config.root), "_wal")
+
+
+def node_id_in(wal_dir: str) -> str:
+    """The id of the node whose write-ahead log this is (``<wal_dir>/node.id``), made up on first use."""
+    storage = storage_for(wal_dir)
+    path = join(wal_dir, "node.id")
+    try:
+        return storage.read(path).decode().strip()
+    except FileNotFoundError:
+        pass
+    with contextlib.suppress(ObjectExists):  # made meanwhile by a process that held the directory before
+        storage.put_if_absent(path, uuid.uuid4().hex[:12].encode())
+    return storage.read(path).decode().strip()
+
+
+def topics_with_frames(wal_dir: str) -> list[str]:
+    """The topics whose write-ahead log in ``wal_dir`` holds frames (left by a previous run), sorted."""
+    storage = storage_for(wal_dir)
+    local = not is_object_store(wal_dir)
+    return [
+        name
+        for name in storage.list_names(wal_dir)
+        if (not local or os.path.isdir(os.path.join(wal_dir, name)))
+        and any(n.endswith(".wal") for n in storage.list_names(join(wal_dir, name)))
+    ]

@@ -10,9 +10,11 @@ Two files beside the table's ``_delta_log`` (ignored by Delta and by vacuum):
   a holder that keeps the lock across many commits (the ingest node's
   committer) can tell that another writer wants its turn and hand the lock over.
 
-Across hosts the lock means nothing: there the commit race decides (every commit
-is a put-if-absent of the log's next version), so the lock is a matter of
-fairness and of acks=1 promises (:mod:`logstore.log.promises`), not of safety.
+On an object store (``s3://`` roots) there is no file lock: the lock orders
+this process's writers only, and the commit race does the rest. Across hosts
+the lock means nothing: there the commit race decides (every commit is a
+put-if-absent of the log's next version), so the lock is a matter of fairness
+and of acks=1 promises (:mod:`logstore.log.promises`), not of safety.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import fcntl
 import os
 import threading
 from collections.abc import Iterator
+
+from logstore.storage import is_object_store
 
 __all__ = ["WriterLock"]
 
@@ -41,6 +45,8 @@ class WriterLock:
         self._lock_fd: int | None = None
         self._intent_fd: int | None = None
         self._probe_fd: int | None = None
+        self._files = not is_object_store(table_root)
+        """Whether there are lock files (not on an object store: there only this process's threads take turns)."""
 
     @contextlib.contextmanager
     def exclusive(self, *, shared: bool = False) -> Iterator[None]:
@@ -51,6 +57,9 @@ class WriterLock:
         that takes it exclusively: while one holds it no leader commits or promises.
         """
         with self._threads:  # threads of this process
+            if not self._files:
+                yield
+                return
             lock_fd = self._lock_file()
             if shared:
                 fcntl.flock(lock_fd, fcntl.LOCK_SH)
@@ -80,6 +89,8 @@ class WriterLock:
         """
         if not self._threads.acquire(blocking=False):
             return None
+        if not self._files:
+            return self._holding(None)
         try:
             lock_fd = self._lock_file()
             fcntl.flock(lock_fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
@@ -93,6 +104,8 @@ class WriterLock:
 
     def others_waiting(self) -> bool:
         """Whether another writer waits for the lock (call while holding it)."""
+        if not self._files:
+            return False
         if self._probe_fd is None:
             self._probe_fd = os.open(os.path.join(self.root, _INTENT), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -115,10 +128,11 @@ class WriterLock:
         return self._lock_fd
 
     @contextlib.contextmanager
-    def _holding(self, fd: int) -> Iterator[None]:
+    def _holding(self, fd: int | None) -> Iterator[None]:
         """Let go of a lock taken by :meth:`try_exclusive` on exit (from any thread)."""
         try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
             self._threads.release()

@@ -41,6 +41,7 @@ across all topics of the node; past it requests are refused with
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from logstore.config import LogstoreConfig
 from logstore.errors import (
     LogstoreError,
     NotLeaderOrFollowerError,
+    RequestTimedOutError,
     ThrottlingQuotaExceededError,
 )
 from logstore.log import promises
@@ -145,6 +147,33 @@ class Submitted:
     """acks=1 fast path: offsets assigned at acceptance."""
     partitions: pa.Array
     times: StageTimes
+    topic: str = ""
+    commit_error: Callable[[], LogstoreError | None] = lambda: None
+    """Why the topic's last commit attempt failed (its committer retries it), or None."""
+
+    async def wait_committed(self, timeout_ms: int) -> AppendResult:
+        """The batch's commit, awaited on the event loop for at most ``timeout_ms`` (``request.timeout.ms``).
+
+        The committer retries a commit that meets a storage error until it
+        lands, so without a bound the request would wait for ever. On timeout
+        the batch stays queued: it may still be committed later (Kafka's
+        contract for a request that timed out), and nothing is cancelled.
+
+        Raises:
+            RequestTimedOutError: not committed within ``timeout_ms``; names the last commit failure.
+            LogstoreError: the commit failed (the batch is not in the table).
+        """
+        waiter = asyncio.wrap_future(self.committed)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout_ms / 1000)
+        except TimeoutError:
+            waiter.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is nobody's now
+            cause = self.commit_error()
+            why = f"; the last commit attempt failed: {cause.name}: {cause.message}" if cause else ""
+            raise RequestTimedOutError(
+                f"topic '{self.topic}': the records are not committed within request.timeout.ms={timeout_ms}"
+                f"{why}; they stay queued and may still be committed"
+            ) from None
 
 
 class Accumulator:
@@ -184,6 +213,8 @@ class Accumulator:
         self.closing = False
         self.dead: LogstoreError | None = None
         """Set once this node may no longer commit the topic (fenced); every later request is refused."""
+        self.commit_error: LogstoreError | None = None
+        """Why the committer's last commit attempt failed (it retries), None once one succeeds; for timeouts."""
         self._num_partitions = writer.num_partitions
         self._leo = np.zeros(self._num_partitions, np.int64)
         # (producer, partition) → the highest sequence accepted or committed there since this node claimed
@@ -321,7 +352,7 @@ class Accumulator:
                 self._wake_at(self._due if self._promising else 0.0)
             elif self._pending_bytes >= self._config.batch_size:
                 self._wake_at(0.0)
-        return Submitted(item.future, logged, item.promised, parts, item.times)
+        return Submitted(item.future, logged, item.promised, parts, item.times, self.topic, lambda: self.commit_error)
 
     # -- handing batches to the committer ----------------------------------------
 

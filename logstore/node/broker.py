@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import numpy as np
@@ -52,7 +51,7 @@ from logstore.errors import (
 )
 from logstore.log.partitioner import Partitioner
 from logstore.log.reader import TopicReader
-from logstore.log.wal import DirectoryLock, WriteAheadLog
+from logstore.log.wal import DirectoryLock, WriteAheadLog, node_id_in, topics_with_frames, wal_dir_of
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
 from logstore.node.committer import Committer
@@ -63,6 +62,7 @@ from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
+from logstore.storage import join
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -88,7 +88,7 @@ class TopicPipeline:
         self._table_root = broker.store.catalog.topic_path(topic)
         cluster = broker.cluster is not None
         self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
-        self.wal = WriteAheadLog(os.path.join(broker.wal_dir, topic))
+        self.wal = WriteAheadLog(join(broker.wal_dir, topic))
         self._accumulator = Accumulator(
             topic,
             self.writer,
@@ -220,11 +220,10 @@ class Broker:
         self.committers = WorkerPool(config.num_io_threads, "committer")
         """Where every topic's committer runs (``num.io.threads``)."""
         self.wal_dir = wal_dir_of(config)
-        os.makedirs(self.wal_dir, exist_ok=True)
         # A second node on this WAL (same root, wal.dir, node id) would replay and delete segments
         # the first is still appending to.
         self._node_lock = DirectoryLock(self.wal_dir, "the write-ahead log directory")
-        self.node_id = _node_id(self.wal_dir)
+        self.node_id = node_id_in(self.wal_dir)
         self._pipelines: dict[str, TopicPipeline] = {}
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
@@ -232,7 +231,7 @@ class Broker:
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
-        self._counts: dict[str, tuple[int, float, int]] = {}
+        self._counts: dict[str, tuple[int | None, float, int]] = {}
         """topic → (mtime_ns of its ``_delta_log`` directory, monotonic time read, partition count);
         see :meth:`partition_count`."""
         self._partitioner = Partitioner()
@@ -273,10 +272,8 @@ class Broker:
             self.retention.start()
             self.ready = True
             return
-        for name in sorted(os.listdir(self.wal_dir)):
-            path = os.path.join(self.wal_dir, name)
-            has_frames = os.path.isdir(path) and any(n.endswith(".wal") for n in os.listdir(path))
-            if has_frames and self.store.catalog.exists(name):
+        for name in topics_with_frames(self.wal_dir):
+            if self.store.catalog.exists(name):
                 self._at_start(name, self.pipeline)  # its frames are replayed before it takes a write
         self.retention.start()
         self.ready = True
@@ -424,30 +421,26 @@ class Broker:
     def partition_count(self, topic: str, *, fresh: bool = False) -> int:
         """The topic's partition count, re-read at most every ``PARTITION_COUNT_MAX_AGE_S`` or when ``fresh``.
 
-        Every commit (a partition-count change too, by any process) adds a file
-        to the topic's ``_delta_log``, which bumps the directory's mtime: one
-        ``stat`` per call, and the table is opened again (ms per topic, more as
-        its log grows) only when the log moved *and* the count read is older
-        than ``PARTITION_COUNT_MAX_AGE_S``. A busy topic's log moves on every
-        commit, in a cluster by every node writing it; re-reading it for each
-        request cost those nodes most of their CPU. Like a Kafka producer's
-        metadata, the count may therefore lag a change made by another process
-        by that long; this node's own changes (:meth:`reconfigure`), a request
-        naming a partition past the count, and in a cluster a partition the
-        controller placed past it (:meth:`route`) read it at once.
+        Every commit (by any process) bumps the mtime of the topic's ``_delta_log`` (``Catalog.log_mark``; on an
+        object store age alone counts): one ``stat`` per call, and the table is opened again (ms per topic, more as
+        its log grows) only when the log moved *and* the count read is older than ``PARTITION_COUNT_MAX_AGE_S``.
+        A busy topic's log moves on every commit, in a cluster by every node writing it; re-reading it for each
+        request cost those nodes most of their CPU. Like a Kafka producer's metadata, the count may therefore lag a
+        change made by another process by that long; this node's own changes (:meth:`reconfigure`), a request naming
+        a partition past the count, and in a cluster one the controller placed past it (:meth:`route`) read it at once.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
-        log_dir = os.path.join(self.store.catalog.topic_path(topic), "_delta_log")
         try:
-            mtime = os.stat(log_dir).st_mtime_ns
-        except FileNotFoundError:
+            mtime = self.store.catalog.log_mark(topic)
+        except UnknownTopicOrPartitionError:
             self._counts.pop(topic, None)
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+            raise
         now = time.monotonic()
         cached = None if fresh else self._counts.get(topic)
-        if cached is not None and (cached[0] == mtime or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
+        unmoved = cached is not None and mtime is not None and cached[0] == mtime
+        if cached is not None and (unmoved or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
             return cached[2]
         count, _ = self.store.catalog.topic_config(topic)
         self._counts[topic] = (mtime, now, count)
@@ -569,32 +562,3 @@ class Broker:
             p.close_files()
         self.committers.shutdown()
         self._node_lock.release()
-
-
-def wal_dir_of(config: LogstoreConfig) -> str:
-    """The node's write-ahead log directory: ``wal.dir``, or ``<logstore.root>/_wal``.
-
-    In cluster mode the default is ``<logstore.root>/_wal/<node.id>``: on the
-    shared storage, next to the other nodes' ones, where a new leader finds a
-    departed node's acks=1 records (a ``wal.dir`` set in cluster mode should
-    likewise be one ``<node.id>`` directory among its peers').
-    """
-    if config.wal_dir:
-        return os.path.abspath(config.wal_dir)
-    if config.zookeeper_connect:
-        return os.path.abspath(os.path.join(config.root, "_wal", str(config.node_id)))
-    return os.path.abspath(os.path.join(config.root, "_wal"))
-
-
-def _node_id(wal_dir: str) -> str:
-    path = os.path.join(wal_dir, "node.id")
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        node = uuid.uuid4().hex[:12]
-        with open(path, "w") as f:
-            f.write(node)
-            f.flush()
-            os.fsync(f.fileno())
-        return node

@@ -390,7 +390,7 @@ class Committer:
             self._on_stale()
             return
         except LogstoreError as e:
-            self._attempts += 1
+            self._attempts, self._acc.commit_error = self._attempts + 1, e  # the error, for requests that time out
             log.warning("commit to topic %s failed (attempt %d): %s", self.topic, self._attempts, describe(e))
             if self._acc.closing and self._attempts >= 5:
                 self._attempts = 0
@@ -403,7 +403,7 @@ class Committer:
             log.exception("topic %s: commit of %d batches failed unexpectedly", self.topic, len(items))
             self._append_one_by_one(items)
             return
-        self._attempts = 0
+        self._attempts, self._acc.commit_error = 0, None
         self._finish(items, results)
 
     def _append(self, items: list[Pending], *, retry: bool = True) -> list[AppendResult | LogstoreError]:

@@ -60,7 +60,14 @@ from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
-__all__ = ["LEASE_FRACTION", "ClusterMembership", "advertised_url", "check_node_id_free", "failover_lock"]
+__all__ = [
+    "LEASE_FRACTION",
+    "ClusterMembership",
+    "advertised_kafka",
+    "advertised_url",
+    "check_node_id_free",
+    "failover_lock",
+]
 
 log = logging.getLogger("logstore.cluster")
 
@@ -79,6 +86,20 @@ def advertised_url(config: LogstoreConfig) -> str:
     scheme = "https" if config.server_ssl_certfile else "http"
     host = config.server_host if config.server_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     return f"{scheme}://{host}:{config.server_port}"
+
+
+def advertised_kafka(config: LogstoreConfig) -> str | None:
+    """``host:port`` of the Kafka listener clients are told of: ``advertised.listeners``, else ``listeners`` (a
+    wildcard host as 127.0.0.1); None when the listener is off. The protocol (``SASL_SSL://`` …) is left out."""
+    value = (config.advertised_listeners or config.listeners).strip()
+    if not value:
+        return None
+    address = value.partition("://")[2] or value
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
 
 
 @contextlib.contextmanager
@@ -153,7 +174,7 @@ class ClusterMembership:
     ) -> None:
         if config.node_id < 0:
             raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
-        self.node = NodeInfo(config.node_id, advertised_url(config))
+        self.node = NodeInfo(config.node_id, advertised_url(config), advertised_kafka(config))
         self.configured_session_timeout_s = config.zookeeper_session_timeout_ms / 1000
         self._logged_timeout_s = self.configured_session_timeout_s
         self._changed = threading.Event()

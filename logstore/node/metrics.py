@@ -125,6 +125,25 @@ class Metrics:
             "on the event loop",
             registry=r,
         )
+        self.transactions_open = Gauge(
+            "logstore_transactions_open",
+            "Transactions open on this node (Ongoing, or a commit decided and not complete yet)",
+            registry=r,
+        )
+        self.transactions_ended = Counter(
+            "logstore_transactions",
+            "Transactions that ended, by outcome: committed (CompleteCommit written) or aborted (by the producer, "
+            "an administrator, a timeout, a fencing init or a restart)",
+            ["outcome"],
+            registry=r,
+        )
+        self.transaction_commit_latency = Histogram(
+            "logstore_transaction_commit_latency_seconds",
+            "Commit calls that completed a transaction: the decision, one Delta commit per topic, the group offsets "
+            "and the CompleteCommit row",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.rejected = Counter("logstore_requests_rejected", "Rejected requests per error", ["error"], registry=r)
         self.retention_files_removed = Counter(
             "logstore_retention_files_removed",

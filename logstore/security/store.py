@@ -33,6 +33,7 @@ from logstore.errors import KafkaStorageError
 from logstore.security.acl import AclBinding
 from logstore.security.keys import ApiKey
 from logstore.security.quotas import Quota
+from logstore.storage import is_object_store
 
 __all__ = ["DocumentStore", "FileSecurityStore", "SecurityState", "SecurityStore"]
 
@@ -242,6 +243,11 @@ class FileSecurityStore(DocumentStore):
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        if is_object_store(self.dir):  # else a local folder named "s3:" would take the change and look like success
+            raise KafkaStorageError(
+                f"keys, ACLs and quotas cannot be stored under logstore.root '{self.dir}' yet: they have no "
+                "object-store form (docs/object-storage.md)"
+            )
         os.makedirs(self.dir, exist_ok=True)
         with open(os.path.join(self.dir, ".lock"), "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

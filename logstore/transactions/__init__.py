@@ -9,6 +9,14 @@ from logstore.transactions.coordinator import (
     CommittedRange,
     TransactionCoordinator,
     TransactionDescription,
+    begin_transaction,
 )
 
-__all__ = ["STATES", "Appender", "CommittedRange", "TransactionCoordinator", "TransactionDescription"]
+__all__ = [
+    "STATES",
+    "Appender",
+    "CommittedRange",
+    "TransactionCoordinator",
+    "TransactionDescription",
+    "begin_transaction",
+]

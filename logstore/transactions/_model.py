@@ -5,14 +5,24 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstore.cluster import group_coordinator
-from logstore.errors import InvalidRequestError, KafkaStorageError, ProducerFencedError, UnsupportedVersionError
+from logstore.errors import (
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    KafkaStorageError,
+    ProducerFencedError,
+    UnsupportedVersionError,
+)
+from logstore.log.partitioner import Partitioner
+from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
+from logstore.storage import is_object_store
 from logstore.transactions._state_log import StateRow
 from logstore.wire.json_produce import ParsedRecords
 
@@ -28,6 +38,7 @@ STATES = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLE
 """Kafka's transaction states, as ``kafka-transactions.sh describe`` shows them."""
 COMMITTED_STATES = (PREPARE_COMMIT, COMPLETE_COMMIT)
 IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+OPEN = (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)
 _MAX_QUOTED_ID = 200
 """Longest transactional id, in characters once percent-encoded: it names a directory of staged records."""
 Appender = Callable[[str, ParsedRecords], tuple[pa.Array, pa.Array]]
@@ -74,12 +85,19 @@ def coordinates(broker: Broker, tid: str) -> bool:
     return group_coordinator(tid, [n.node_id for n in cluster.metadata().nodes]) in (None, cluster.node_id)
 
 
-def check_cluster_servable(broker: Broker) -> None:
-    """Raises UnsupportedVersionError in cluster mode with security on.
+def check_servable(broker: Broker) -> None:
+    """Raises UnsupportedVersionError where transactions are not served: on an object-store root, and in cluster
+    mode with security on.
 
-    A commit completed by a successor coordinator appends its shares at the partitions' leaders with no client
-    request to act for, and a node has no identity of its own to forward with.
+    The state log and the staged records are local files for now; a commit completed by a successor coordinator
+    appends its shares at the partitions' leaders with no client request to act for, and a node has no identity
+    of its own to forward with.
     """
+    if is_object_store(broker.config.root):
+        raise UnsupportedVersionError(
+            f"transactions are not served on an object-store logstore.root ('{broker.config.root}') "
+            "yet (docs/object-storage.md)"
+        )
     if broker.cluster is not None and broker.config.security_enabled:
         raise UnsupportedVersionError(
             "transactions in cluster mode (zookeeper.connect) are not served with security.enabled=true: a commit "
@@ -165,3 +183,57 @@ def check_id(tid: str) -> None:
             f"transactional id must be 1 to {_MAX_QUOTED_ID} characters (percent-encoded) without control "
             f"characters, got {tid!r}"
         )
+
+
+def check_timeout(timeout_ms: int | None, max_timeout_ms: int) -> int:
+    """``timeout_ms`` of an ``init`` (:data:`DEFAULT_TIMEOUT_MS` when None); raises InvalidTransactionTimeoutError
+    outside 1..``transaction.max.timeout.ms``."""
+    timeout = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+    if not 1 <= timeout <= max_timeout_ms:
+        raise InvalidTransactionTimeoutError(
+            f"transaction_timeout_ms must be between 1 and transaction.max.timeout.ms={max_timeout_ms}, got {timeout}"
+        )
+    return timeout
+
+
+def initialised(row: StateRow, epoch: int, timeout_ms: int, now_ms: int) -> StateRow:
+    """``row`` after an ``init`` giving it ``epoch``: ``Empty``, nothing of a transaction left."""
+    return replace(
+        row,
+        state=EMPTY,
+        producer_epoch=epoch,
+        timeout_ms=timeout_ms,
+        partitions={},
+        group_offsets=[],
+        result=[],
+        start_ms=None,
+        update_ms=now_ms,
+    )
+
+
+def staged_records(topic: str, parsed: ParsedRecords, num_partitions: int, tid: str, n: int, now_ms: int) -> pa.Table:
+    """A transactional produce's records as staged (:data:`~logstore.log.schema.INPUT_SCHEMA`): partitioned as a
+    produce is (producer ``tid``, sequence ``n``: the request's number in the transaction); a record without a
+    timestamp gets ``now_ms``, when it was produced (CreateTime), not when it commits."""
+    parts = Partitioner().assign(topic, parsed.keys, parsed.partitions, num_partitions, producer_id=tid, sequence=n)
+    now = pa.scalar(now_ms * 1000, pa.timestamp("us", tz="UTC"))
+    timestamps = pc.fill_null(parsed.timestamps, now)
+    return pa.Table.from_arrays([parts, timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA)
+
+
+def check_offsets(group: str, offsets: list[tuple[str, int, int]]) -> None:
+    """Raises InvalidRequestError: an empty group name, a negative partition or offset."""
+    if not group:
+        raise InvalidRequestError("'group' must be a non-empty consumer group name")
+    for topic, partition, offset in offsets:
+        if offset < 0 or partition < 0:
+            raise InvalidRequestError(f"offset {offset} of {topic}/{partition}: partitions and offsets are >= 0")
+
+
+def commit_group_offsets(broker: Broker, group_offsets: list[tuple[str, str, int, int]]) -> None:
+    """Commit a decided transaction's ``(group, topic, partition, offset)``s, one commit per group and topic."""
+    by_group: dict[tuple[str, str], dict[int, int]] = {}
+    for group, topic, partition, offset in group_offsets:
+        by_group.setdefault((group, topic), {})[partition] = offset
+    for (group, topic), offsets in by_group.items():
+        broker.store.offsets.commit(group, topic, offsets)

@@ -58,39 +58,41 @@ import pyarrow.compute as pc
 
 from logstore.errors import (
     InvalidRequestError,
-    InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     LogstoreError,
     NotCoordinatorError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from logstore.log.partitioner import Partitioner
-from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
 from logstore.transactions._model import (
     COMMITTED_STATES,
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
-    DEFAULT_TIMEOUT_MS,
     EMPTY,
     IDLE,
     ONGOING,
+    OPEN,
     PREPARE_ABORT,
     PREPARE_COMMIT,
     STATES,
     Appender,
     CommittedRange,
     TransactionDescription,
-    check_cluster_servable,
     check_epoch,
     check_id,
+    check_offsets,
+    check_servable,
+    check_timeout,
+    commit_group_offsets,
     coordinates,
     describe_row,
     first_last,
+    initialised,
     local_appender,
     new_producer_id,
     ranges,
+    staged_records,
 )
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
@@ -103,6 +105,7 @@ __all__ = [
     "CommittedRange",
     "TransactionCoordinator",
     "TransactionDescription",
+    "begin_transaction",
 ]
 
 log = logging.getLogger("logstore.transactions")
@@ -150,6 +153,8 @@ class TransactionCoordinator:
         self._txns: dict[str, _Txn] = {}
         self._guard = threading.Lock()
         self._adopting = threading.Lock()
+        self._metrics = broker.metrics
+        self._metrics.transactions_open.set_function(lambda: len(self.open_transactions()))
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -187,7 +192,7 @@ class TransactionCoordinator:
         """Cluster mode: take ``tid`` over (fencing its former coordinator) and recover it, once; an id without
         a row: None, or with ``timeout_ms`` (an init) an entry not initialised yet. Raises UnsupportedVersionError
         with security on."""
-        check_cluster_servable(self._broker)
+        check_servable(self._broker)
         with self._adopting:  # one take-over of an id at a time: a second would fence the first
             if (held := self._txns.get(tid)) is not None:  # taken over meanwhile
                 return held
@@ -261,12 +266,7 @@ class TransactionCoordinator:
             KafkaStorageError: ``_transactions`` or a topic could not be written; retry.
         """
         check_id(tid)
-        timeout = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
-        if not 1 <= timeout <= self._max_timeout_ms:
-            raise InvalidTransactionTimeoutError(
-                f"transaction_timeout_ms must be between 1 and transaction.max.timeout.ms={self._max_timeout_ms}, "
-                f"got {timeout}"
-            )
+        timeout = check_timeout(timeout_ms, self._max_timeout_ms)
         txn = self._get_or_create(tid, timeout)
         with txn.lock:
             row = txn.row
@@ -274,20 +274,7 @@ class TransactionCoordinator:
                 self._complete(txn)
                 row = txn.row
             epoch = row.producer_epoch + 1 if row.update_ms >= 0 else 0
-            self._write(
-                txn,
-                replace(
-                    row,
-                    state=EMPTY,
-                    producer_epoch=epoch,
-                    timeout_ms=timeout,
-                    partitions={},
-                    group_offsets=[],
-                    result=[],
-                    start_ms=None,
-                    update_ms=self._clock_ms(),
-                ),
-            )
+            self._write(txn, initialised(row, epoch, timeout, self._clock_ms()))
             if row.state == ONGOING:  # the fenced producer's transaction: aborted
                 self._staging.delete(tid, row.transaction_seq)
                 txn.offsets = {}
@@ -312,20 +299,8 @@ class TransactionCoordinator:
         pipeline = self._broker.pipeline(topic)
         with txn.lock:
             check_epoch(txn.row, epoch)
-            parts = Partitioner().assign(
-                topic,
-                parsed.keys,
-                parsed.partitions,
-                pipeline.writer.num_partitions,
-                producer_id=tid,
-                sequence=txn.staged,
-            )
-            # A record without a timestamp gets the time it was produced (CreateTime), not its commit's.
-            now = pa.scalar(self._clock_ms() * 1000, pa.timestamp("us", tz="UTC"))
-            timestamps = pc.fill_null(parsed.timestamps, now)
-            records = pa.Table.from_arrays(
-                [parts, timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA
-            )
+            records = staged_records(topic, parsed, pipeline.writer.num_partitions, tid, txn.staged, self._clock_ms())
+            parts = records.column("partition").combine_chunks()
             pipeline.writer.check_records(records)
             self._begin(txn)
             self._staging.write(tid, txn.row.transaction_seq, topic, txn.staged, records)
@@ -341,11 +316,7 @@ class TransactionCoordinator:
             TransactionalIdNotFoundError, ProducerFencedError, InvalidTxnStateError: see :meth:`_held`.
             InvalidRequestError: a negative offset or an empty group name.
         """
-        if not group:
-            raise InvalidRequestError("'group' must be a non-empty consumer group name")
-        for topic, partition, offset in offsets:
-            if offset < 0 or partition < 0:
-                raise InvalidRequestError(f"offset {offset} of {topic}/{partition}: partitions and offsets are >= 0")
+        check_offsets(group, offsets)
         txn = self._held(tid, epoch)
         with txn.lock:
             check_epoch(txn.row, epoch)
@@ -365,6 +336,7 @@ class TransactionCoordinator:
                 at the next sweep or after a restart.
         """
         txn = self._held(tid, epoch)
+        started = time.perf_counter()
         with txn.lock:
             check_epoch(txn.row, epoch)
             state = txn.row.state
@@ -385,6 +357,7 @@ class TransactionCoordinator:
                     f"transactional id '{tid}' has no open transaction to commit (state {state}); produce first"
                 )
             self._complete(txn)
+            self._metrics.transaction_commit_latency.observe(time.perf_counter() - started)
             return ranges(txn.row)
 
     def abort(self, tid: str, epoch: int | None) -> None:
@@ -416,8 +389,17 @@ class TransactionCoordinator:
         """
         return describe_row(self._held(tid, None).row)
 
+    def open_transactions(self) -> list[TransactionDescription]:
+        """The transactions open now (``Ongoing``, ``PrepareCommit``, ``PrepareAbort``) of the ids this node holds,
+        by id: every id on a single node; in cluster mode those it coordinates (took over, until a sweep sees
+        another node placed as their coordinator), not the cluster's."""
+        with self._guard:
+            rows = [t.row for t in self._txns.values() if t.row.state in OPEN]
+        return sorted((describe_row(r) for r in rows), key=lambda d: d.transactional_id)
+
     def list(self) -> list[TransactionDescription]:
         """Every transactional id's state, by id (cluster mode: every node's, from ``_transactions``)."""
+        check_servable(self._broker)
         found = self._log.load() if self._broker.cluster is not None else {}
         with self._guard:
             found.update((tid, t.row) for tid, t in self._txns.items())
@@ -427,6 +409,7 @@ class TransactionCoordinator:
     # -- internals --------------------------------------------------------------------
 
     def _get_or_create(self, tid: str, timeout_ms: int) -> _Txn:
+        check_servable(self._broker)
         if self._broker.cluster is not None and (adopted := self._adopt(tid, timeout_ms)) is not None:
             return adopted
         with self._guard:
@@ -446,7 +429,9 @@ class TransactionCoordinator:
 
         Raises:
             TransactionalIdNotFoundError: ``tid`` was never initialised.
+            UnsupportedVersionError: see :func:`check_servable`.
         """
+        check_servable(self._broker)
         with self._guard:
             txn = self._txns.get(tid)
         if txn is None and self._broker.cluster is not None:
@@ -489,6 +474,7 @@ class TransactionCoordinator:
         self._staging.delete(row.transactional_id, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
+        self._metrics.transactions_ended.labels("aborted").inc()
 
     def _roll_forward(self, txn: _Txn) -> None:
         """:meth:`_complete`, logging a failure (the next sweep tries again)."""
@@ -514,12 +500,24 @@ class TransactionCoordinator:
                 log.error("transaction %r: topic %r was deleted before its records were committed", tid, topic)
                 continue
             result += first_last(topic, partitions, offsets)
-        by_group: dict[tuple[str, str], dict[int, int]] = {}
-        for group, topic, partition, offset in row.group_offsets:
-            by_group.setdefault((group, topic), {})[partition] = offset
-        for (group, topic), offsets in by_group.items():
-            self._broker.store.offsets.commit(group, topic, offsets)
+        commit_group_offsets(self._broker, row.group_offsets)
         self._write(txn, replace(row, state=COMPLETE_COMMIT, result=result, update_ms=self._clock_ms()))
+        self._metrics.transactions_ended.labels("committed").inc()
         self._staging.delete(tid, row.transaction_seq)
         txn.offsets = {}
         txn.staged = 0
+
+
+def begin_transaction(coordinator: TransactionCoordinator, tid: str, epoch: int) -> None:
+    """Begin ``tid``'s transaction unless one is open: Kafka's AddPartitionsToTxn and AddOffsetsToTxn, which open
+    it before its first record or offset (over HTTP the first produce does).
+
+    Raises:
+        TransactionalIdNotFoundError, ProducerFencedError: as :meth:`TransactionCoordinator.send_offsets`.
+        InvalidTxnStateError: its previous transaction is completing (``PrepareCommit``).
+        KafkaStorageError: ``_transactions`` could not be written.
+    """
+    txn = coordinator._held(tid, epoch)
+    with txn.lock:
+        check_epoch(txn.row, epoch)
+        coordinator._begin(txn)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from logstore.client.message import Message
 from logstore.log.catalog import Catalog
-from logstore.log.files import data_files
+from logstore.log.files import data_files, read_parquet
 
 
 def read_topic(catalog: Catalog, topic: str) -> pa.Table:
@@ -17,7 +16,7 @@ def read_topic(catalog: Catalog, topic: str) -> pa.Table:
     dt = catalog.table(topic)
     tables = []
     for f in data_files(dt):
-        t = pq.read_table(f.path, columns=["offset", "value"])
+        t = read_parquet(f.path, columns=["offset", "value"])
         t = t.append_column("partition", pa.repeat(pa.scalar(f.partition, pa.int32()), len(t)))
         tables.append(t.select(["partition", "offset", "value"]))
     if not tables:

@@ -6,3 +6,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 """The repository's root: ``conf/``, ``notebooks/``, ``maintenance/`` and the ``tests`` package are under it."""
+
+SPARK_KAFKA_JARS = REPO / ".cache" / "spark-kafka"
+"""Spark's Kafka connector (``format("kafka")``) and its jars, fetched by ``make setup`` (jars/spark-kafka/pom.xml)."""

@@ -36,8 +36,9 @@ class Server:
 
     def __init__(
         self,
-        root: Path,
+        root: Path | str,
         *,
+        log_dir: Path | None = None,
         ca_file: str | None = None,
         client_cert: tuple[str, str] | None = None,
         **config: object,
@@ -50,7 +51,9 @@ class Server:
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # stderr to a file, not a pipe: a pipe nobody reads fills up and stalls the server
-        self.log_path = root.parent / f"server-{self.port}.log"
+        # An s3:// root has no parent folder to keep the log in: log_dir says where (default: the working directory).
+        default_dir = Path.cwd() if "://" in str(root) else Path(root).parent
+        self.log_path = (log_dir or default_dir) / f"server-{self.port}.log"
 
     def log(self) -> str:
         """What the server wrote on stderr so far (errors, audit lines), across restarts."""
@@ -118,8 +121,8 @@ def server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     A fixture of the integration and system tiers (their conftest.py imports it).
     """
 
-    def new(root: Path | None = None, **config: object) -> Server:
-        return Server(root or tmp_path / "data", **config)
+    def new(root: Path | str | None = None, **config: object) -> Server:
+        return Server(root or tmp_path / "data", log_dir=tmp_path, **config)
 
     yield from started_servers(new)
 

@@ -1,5 +1,5 @@
 // The logstore console: a hash-routed page whose every number comes from the public /v1 API.
-// Views: #/ (overview), #/cluster, #/topics/<t>, #/groups, #/groups/<g>. Each view renders its skeleton once, then
+// Views: #/ (overview), #/cluster, #/topics/<t>, #/groups, #/groups/<g>, #/transactions. Each view renders its skeleton once, then
 // refresh() fills in data every REFRESH_MS, so forms keep what the user typed.
 import uPlot from "./vendor/uPlot.esm.js";
 
@@ -527,6 +527,42 @@ async function groupsPage() {
   return refresh;
 }
 
+const OPEN_STATES = new Set(["Ongoing", "PrepareCommit", "PrepareAbort"]);
+
+function fmtAge(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+// Open transactions (GET /v1/transactions, those in an open state): age since the transaction began (this browser's
+// clock against the node's start time), against its timeout, and the partitions it wrote so far.
+async function transactionsPage() {
+  view.innerHTML = `<h1>Transactions</h1>${section(
+    "Open transactions",
+    `<table data-testid="transactions"><thead><tr><th>Transactional id</th><th>State</th><th class="num">Producer id</th>
+      <th class="num">Epoch</th><th class="num">Age</th><th class="num">Timeout</th><th>Partitions</th></tr></thead>
+      <tbody></tbody></table><p data-testid="no-transactions" hidden>No transaction is open.</p>`,
+  )}`;
+  async function refresh() {
+    const list = await api("/v1/transactions");
+    const open = list.transactions.filter((t) => OPEN_STATES.has(t.state));
+    const now = Date.now();
+    document.querySelector("[data-testid=transactions] tbody").innerHTML = open
+      .map((t) => {
+        const age = t.transaction_start_ms === null ? "—" : fmtAge(now - t.transaction_start_ms);
+        const late = t.transaction_start_ms !== null && now - t.transaction_start_ms > t.transaction_timeout_ms;
+        const parts = t.topics.map((x) => `${esc(x.topic)} [${x.partitions.join(", ")}]`).join("; ");
+        return `<tr data-tid="${esc(t.transactional_id)}"${late ? ' class="late"' : ""}>
+          <td>${esc(t.transactional_id)}</td><td>${esc(t.state)}</td><td class="num">${t.producer_id}</td>
+          <td class="num">${t.producer_epoch}</td><td class="num">${age}</td>
+          <td class="num">${fmtAge(t.transaction_timeout_ms)}</td><td>${parts || "—"}</td></tr>`;
+      })
+      .join("");
+    document.querySelector("[data-testid=no-transactions]").hidden = open.length > 0;
+  }
+  return refresh;
+}
+
 async function groupPage(group) {
   const enc = encodeURIComponent(group);
   view.innerHTML = `<h1>Group <code>${esc(group)}</code></h1>
@@ -639,13 +675,14 @@ async function route() {
   const [kind, ...rest] = hash.split("/");
   const name = decodeURIComponent(rest.join("/"));
   document.querySelectorAll("[data-nav]").forEach((a) => {
-    a.classList.toggle("active", a.dataset.nav === (kind === "groups" || kind === "cluster" ? kind : "overview"));
+    a.classList.toggle("active", a.dataset.nav === (["groups", "cluster", "transactions"].includes(kind) ? kind : "overview"));
   });
   let refresh;
   if (kind === "topics" && name) refresh = await topicPage(name);
   else if (kind === "groups" && name) refresh = await groupPage(name);
   else if (kind === "groups") refresh = await groupsPage();
   else if (kind === "cluster") refresh = await clusterPage();
+  else if (kind === "transactions") refresh = await transactionsPage();
   else refresh = await overview();
   const here = location.hash;
   const ready = () => {

@@ -17,11 +17,11 @@ def logstore(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_root_uri_this_build_cannot_use_is_refused_and_makes_no_folder(tmp_path: Path) -> None:
-    r = logstore(tmp_path, "--root", "s3://bucket/ls", "topics", "create", "x", "--partitions", "1")
+    r = logstore(tmp_path, "--root", "az://container/ls", "topics", "create", "x", "--partitions", "1")
     assert r.returncode == 1, r.stdout
-    assert r.stderr.startswith("INVALID_CONFIG: logstore.root 's3://bucket/ls'"), r.stderr
+    assert r.stderr.startswith("INVALID_CONFIG: logstore.root 'az://container/ls'"), r.stderr
     assert "Created" not in r.stdout
-    assert list(tmp_path.iterdir()) == []  # no ./s3:/bucket/ls
+    assert list(tmp_path.iterdir()) == []  # no ./az:/container/ls
 
 
 @pytest.mark.parametrize("command", [["topics", "list"], ["topics", "describe", "t"], ["groups", "list"]])

@@ -6,6 +6,7 @@ import datetime
 import io
 import socket
 import struct
+from typing import Any
 
 import pyarrow as pa
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -19,8 +20,16 @@ from logstore.log.schema import HEADERS_TYPE, TOPIC_SCHEMA
 CORRELATION_ID = 7
 
 
-def batch(values: list[bytes], *, producer_id: int = -1, base_sequence: int = -1) -> bytes:
-    """A v2 record batch of ``values`` (offsets from 0, CreateTime 1000 ms), as a producer sends it."""
+def batch(
+    values: list[bytes],
+    *,
+    producer_id: int = -1,
+    base_sequence: int = -1,
+    producer_epoch: int = 0,
+    transactional: bool = False,
+) -> bytes:
+    """A v2 record batch of ``values`` (offsets from 0, CreateTime 1000 ms), as a producer sends it
+    (``transactional``: the attributes' transactional bit set)."""
     n = len(values)
     table = pa.table(
         {
@@ -38,12 +47,15 @@ def batch(values: list[bytes], *, producer_id: int = -1, base_sequence: int = -1
     if producer_id >= 0:  # producer id, epoch and base sequence sit under the CRC: recompute it
         import crc32c
 
-        struct.pack_into(">qhi", data, 43, producer_id, 0, base_sequence)
+        struct.pack_into(">qhi", data, 43, producer_id, producer_epoch, base_sequence)
+        if transactional:
+            (attributes,) = struct.unpack_from(">h", data, 21)
+            struct.pack_into(">h", data, 21, attributes | 0x10)
         struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
     return bytes(data)
 
 
-def produce_frame(topic: str, partition: int, values: list[bytes], **idempotence: int) -> bytes:
+def produce_frame(topic: str, partition: int, values: list[bytes], **idempotence: Any) -> bytes:
     return produce_frame_of(topic, partition, batch(values, **idempotence))
 
 

@@ -49,7 +49,7 @@ def test_unknown_api_and_version_are_answered_unsupported_version_on_a_live_conn
     _, bootstrap = _kafka_server(server)
     host, port = bootstrap.split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        for api_key, version in [(9999, 0), (0, 99), (11, 0)]:  # no such API; Produce v99; JoinGroup
+        for api_key, version in [(9999, 0), (0, 99), (42, 0)]:  # no such API; Produce v99; DeleteGroups
             frame = _header(api_key, version)
             sock.sendall(struct.pack(">i", len(frame)) + frame)
             size, correlation_id, code = struct.unpack(">iih", sock.recv(10))
@@ -64,7 +64,36 @@ def test_unknown_api_and_version_are_answered_unsupported_version_on_a_live_conn
         correlation_id, code, count = struct.unpack_from(">ihi", body)
         served = {struct.unpack_from(">hhh", body, 10 + 6 * i)[0] for i in range(count)}
         assert (correlation_id, code) == (CORRELATION_ID, UNSUPPORTED_VERSION)
-        assert served == {0, 1, 2, 3, 8, 9, 10, 15, 16, 18, 19, 20, 22, 32}
+        assert served == {
+            0,
+            1,
+            2,
+            3,
+            8,
+            9,
+            10,
+            11,
+            12,
+            13,
+            14,
+            15,
+            16,
+            17,
+            18,
+            19,
+            20,
+            22,
+            24,
+            25,
+            26,
+            28,
+            32,
+            36,
+            37,
+            44,
+            65,
+            66,
+        }
 
 
 def test_a_frame_over_socket_request_max_bytes_closes_the_connection_unread(server: Callable[..., Server]) -> None:
@@ -126,7 +155,7 @@ def test_the_default_listener_on_a_taken_port_warns_and_http_is_served(server: C
         holder.close()
 
 
-@pytest.mark.parametrize("bad", ["SASL_PLAINTEXT://127.0.0.1:9093", "PLAINTEXT://nowhere"])
+@pytest.mark.parametrize("bad", ["SSL://127.0.0.1:9093", "PLAINTEXT://nowhere"])
 def test_a_malformed_listener_is_refused_by_name(tmp_path: object, bad: str) -> None:
     result = subprocess.run(
         [*LOGSTORE, "--root", str(tmp_path), "serve", "--port", str(free_port()), "--listeners", bad],
@@ -142,14 +171,15 @@ def test_a_malformed_listener_is_refused_by_name(tmp_path: object, bad: str) -> 
 @pytest.mark.parametrize(
     ("env", "listener", "message"),
     [
+        ({}, "SASL_PLAINTEXT://127.0.0.1:{port}", "SASL needs security.enabled=true"),
         (
             {"LOGSTORE_SECURITY_ENABLED": "true"},
-            "PLAINTEXT://127.0.0.1:{port}",
-            "the Kafka listener does not serve nodes with security set yet",
+            "SASL_SSL://127.0.0.1:{port}",
+            "SASL_SSL serves TLS with server.ssl.certfile",
         ),
         ({}, "PLAINTEXT://0.0.0.0:{port}", "refusing to serve the Kafka protocol on 0.0.0.0"),
     ],
-    ids=["security-enabled", "not-loopback"],
+    ids=["sasl-without-security", "sasl-ssl-without-certificate", "not-loopback"],
 )
 def test_a_listener_that_would_open_the_node_is_refused(
     tmp_path: object, env: dict[str, str], listener: str, message: str

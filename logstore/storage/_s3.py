@@ -1,0 +1,209 @@
+"""The object-store form of :class:`~logstore.storage.Storage` for S3 and S3-compatible stores.
+
+Configured as the AWS tools are, from the environment: ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY`` (``AWS_SESSION_TOKEN``), ``AWS_REGION`` (or
+``AWS_DEFAULT_REGION``; default ``us-east-1``) and ``AWS_ENDPOINT_URL`` for an
+S3-compatible store (an ``http://`` endpoint is allowed for delta-rs too).
+
+Put-if-absent is a PUT with ``If-None-Match: *`` and a conditional replace a
+PUT with ``If-Match: <etag>`` (S3 answers 412 when the condition fails): the
+same mutual exclusion delta-rs uses for its commits, so logstore's own commits
+and delta-rs writers share a table without a lock. Reads, ranged reads,
+listings and deletes are plain S3 calls (boto3); Parquet data files go through
+pyarrow's S3 file system. Every write is durable when S3 acknowledges it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import pyarrow.fs as pafs
+
+from logstore.errors import InvalidConfigError, KafkaStorageError
+from logstore.storage._base import ObjectExists, PreconditionFailed
+
+__all__ = ["S3Storage", "parse_s3"]
+
+_DENIED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+
+
+def parse_s3(location: str) -> tuple[str, str]:
+    """(bucket, key) of ``s3://bucket/key`` (the key without slashes at its ends).
+
+    Raises:
+        InvalidConfigError: no bucket named.
+    """
+    rest = location.removeprefix("s3://")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise InvalidConfigError(f"logstore.root '{location}': an s3:// root names a bucket (s3://bucket/prefix)")
+    return bucket, key.strip("/")
+
+
+class S3Storage:
+    """One bucket (see the module docstring); thread-safe (boto3 clients are)."""
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+        self.endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+        self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self._client: Any = boto3.session.Session().client(
+            "s3",
+            region_name=self.region,
+            endpoint_url=self.endpoint,
+            config=botocore.config.Config(retries={"max_attempts": 4, "mode": "standard"}),
+        )
+        options = {"AWS_REGION": self.region}
+        if self.endpoint:
+            options["AWS_ENDPOINT_URL"] = self.endpoint
+            if self.endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        self.delta_options: dict[str, str] = options
+        self._fs: pafs.S3FileSystem | None = None
+
+    # -- the interface ----------------------------------------------------------
+
+    def check(self, location: str) -> None:
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except botocore.exceptions.ClientError as e:
+            raise self._error(e, location, "reach") from e
+        except botocore.exceptions.BotoCoreError as e:
+            raise self._unreachable(e, location) from e
+
+    def read(self, location: str) -> bytes:
+        return self._get(location)
+
+    def read_range(self, location: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        return self._get(location, Range=f"bytes={start}-{start + length - 1}")
+
+    def read_versioned(self, location: str) -> tuple[bytes, str]:
+        reply = self._call("get_object", location, Key=self._key(location))
+        return reply["Body"].read(), reply["ETag"]
+
+    def exists(self, location: str) -> bool:
+        try:
+            self._call("head_object", location, Key=self._key(location))
+        except FileNotFoundError:
+            return bool(self._list(self._key(location).rstrip("/") + "/", delimiter=True, limit=1))
+        return True
+
+    def put(self, location: str, data: bytes) -> None:
+        self._call("put_object", location, Key=self._key(location), Body=data)
+
+    def put_if_absent(self, location: str, data: bytes) -> str:
+        try:
+            reply = self._call("put_object", location, Key=self._key(location), Body=data, IfNoneMatch="*")
+        except PreconditionFailed:
+            raise ObjectExists(location) from None
+        return str(reply["ETag"])
+
+    def replace(self, location: str, data: bytes, etag: str) -> str:
+        try:
+            reply = self._call("put_object", location, Key=self._key(location), Body=data, IfMatch=etag)
+        except FileNotFoundError:
+            raise PreconditionFailed(location) from None
+        return str(reply["ETag"])
+
+    def list_names(self, prefix: str) -> list[str]:
+        key = self._key(prefix)
+        key = f"{key}/" if key else ""
+        return sorted({name.removeprefix(key).rstrip("/") for name in self._list(key, delimiter=True)})
+
+    def delete(self, location: str) -> None:
+        self._call("delete_object", location, Key=self._key(location))
+
+    def delete_tree(self, prefix: str) -> None:
+        key = self._key(prefix).rstrip("/") + "/"
+        keys = self._list(key, delimiter=False)
+        # The topic ID first (a writer about to commit sees its topic gone), then the log from its newest commit
+        # (a straggler finds the commit before its next one missing and stops), then the data.
+        first = [k for k in keys if k == f"{key}_topic_id"]
+        log = sorted((k for k in keys if k.startswith(f"{key}_delta_log/")), reverse=True)
+        rest = [k for k in keys if k not in set(first) | set(log)]
+        for k in first + log:
+            self._call("delete_object", prefix, Key=k)
+        for i in range(0, len(rest), 1000):
+            self._call(
+                "delete_objects", prefix, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]], "Quiet": True}
+            )
+
+    def arrow(self, location: str) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None:
+            self._fs = pafs.S3FileSystem(
+                region=self.region,
+                endpoint_override=self.endpoint,
+                access_key=os.environ.get("AWS_ACCESS_KEY_ID"),
+                secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
+                session_token=os.environ.get("AWS_SESSION_TOKEN"),
+            )
+        return self._fs, f"{self.bucket}/{self._key(location)}"
+
+    # -- internals --------------------------------------------------------------
+
+    def _key(self, location: str) -> str:
+        bucket, key = parse_s3(location)
+        if bucket != self.bucket:
+            raise ValueError(f"{location} is not in bucket {self.bucket}")
+        return key
+
+    def _get(self, location: str, **kwargs: Any) -> bytes:
+        reply = self._call("get_object", location, Key=self._key(location), **kwargs)
+        return bytes(reply["Body"].read())
+
+    def _list(self, prefix: str, *, delimiter: bool, limit: int | None = None) -> list[str]:
+        names: list[str] = []
+        args: dict[str, Any] = {"Prefix": prefix}
+        if delimiter:
+            args["Delimiter"] = "/"
+        if limit is not None:
+            args["MaxKeys"] = limit
+        where = f"s3://{self.bucket}/{prefix}"
+        while True:
+            reply = self._call("list_objects_v2", where, **args)
+            names += [o["Key"] for o in reply.get("Contents", [])]
+            names += [p["Prefix"] for p in reply.get("CommonPrefixes", [])]
+            token = reply.get("NextContinuationToken")
+            if not token or (limit is not None and len(names) >= limit):
+                return names
+            args["ContinuationToken"] = token
+
+    def _call(self, op: str, location: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
+        except botocore.exceptions.ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                raise PreconditionFailed(location) from None
+            if code in _MISSING:
+                raise FileNotFoundError(location) from None
+            raise self._error(e, location, op) from e
+        except botocore.exceptions.BotoCoreError as e:
+            raise self._unreachable(e, location) from e
+
+    def _error(self, e: botocore.exceptions.ClientError, location: str, op: str) -> Exception:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchBucket",) or (op == "reach" and code in _MISSING):
+            return KafkaStorageError(
+                f"logstore.root: bucket '{self.bucket}' does not exist ({code}, at {location}); "
+                "create it or name another in logstore.root"
+            )
+        if code in _DENIED:
+            return KafkaStorageError(
+                f"logstore.root: S3 refused the credentials for bucket '{self.bucket}' ({code}, at {location}); "
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN)"
+            )
+        return OSError(f"S3 {op} of {location} failed: {code}: {e}")
+
+    def _unreachable(self, e: Exception, location: str) -> KafkaStorageError:
+        return KafkaStorageError(
+            f"logstore.root: cannot reach S3 for {location} ({e}); check AWS_ENDPOINT_URL "
+            f"(now {self.endpoint or 'unset: AWS itself'}) and the network"
+        )

@@ -1,0 +1,23 @@
+"""The partition log writer's guarantees on both roots: tests of the unit tier, run again here over a local
+directory and an S3 bucket (this folder's ``config``): gap-free offsets, one commit per group commit, fencing of a
+zombie, idempotent retries (also after a restart), bad batches failing alone."""
+
+from __future__ import annotations
+
+from tests.unit.log import test_writer as unit
+
+test_offsets_start_at_zero_and_count_up_per_partition = unit.test_offsets_start_at_zero_and_count_up_per_partition
+test_many_batches_over_many_partitions_are_one_commit = unit.test_many_batches_over_many_partitions_are_one_commit
+test_high_watermark_is_recovered_from_the_log = unit.test_high_watermark_is_recovered_from_the_log
+test_zombie_is_fenced_and_table_unchanged = unit.test_zombie_is_fenced_and_table_unchanged
+test_claiming_an_older_epoch_is_fenced = unit.test_claiming_an_older_epoch_is_fenced
+test_racing_committers_of_one_epoch_stay_gap_free = unit.test_racing_committers_of_one_epoch_stay_gap_free
+test_idempotent_retry_returns_original_offsets = unit.test_idempotent_retry_returns_original_offsets
+test_idempotent_retry_after_restart = unit.test_idempotent_retry_after_restart
+test_sequence_below_the_partitions_last_is_rejected_alone = (
+    unit.test_sequence_below_the_partitions_last_is_rejected_alone
+)
+test_retry_inside_one_group_commit = unit.test_retry_inside_one_group_commit
+test_retry_with_different_records_is_rejected = unit.test_retry_with_different_records_is_rejected
+test_bad_batches_fail_alone_and_write_nothing = unit.test_bad_batches_fail_alone_and_write_nothing
+test_headers_keys_and_tombstones_round_trip = unit.test_headers_keys_and_tombstones_round_trip
