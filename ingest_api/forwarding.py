@@ -44,7 +44,7 @@ from logstore.errors import (
 from logstore.node.accumulator import Acks
 from logstore.node.broker import Broker
 from logstore.node.routing import Share
-from logstore.transactions import Appender
+from logstore.transactions import TXN_PRODUCER, Appender
 from logstore.wire.arrow_produce import (
     ARROW_STREAM,
     PRODUCE_SCHEMA,
@@ -54,7 +54,11 @@ from logstore.wire.arrow_produce import (
 )
 from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["Forwarder", "cluster_appender", "encode_arrow", "produce_here", "produce_in_cluster"]
+__all__ = ["COMMIT_SHARE_HEADER", "Forwarder", "cluster_appender", "encode_arrow", "produce_here", "produce_in_cluster"]
+
+COMMIT_SHARE_HEADER = "x-logstore-transaction-commit"
+"""Marks a forwarded share of a decided transaction's commit (producer ``__txn.<producer id>``, reserved
+otherwise; see :func:`ingest_api.routes.records.produce`)."""
 
 Placed = tuple[list[int], list[int | None]]
 """(partitions, offsets) of records in order; an offset is None where acks=1 could not promise one."""
@@ -95,6 +99,8 @@ class Forwarder:
         if parsed.producer_id is not None:
             headers[PRODUCER_ID_HEADER] = parsed.producer_id
             headers[SEQUENCE_HEADER] = str(parsed.sequence)
+            if parsed.producer_id.startswith(TXN_PRODUCER):  # only a commit's share gets here (the entry refuses)
+                headers[COMMIT_SHARE_HEADER] = "1"
         headers.update(identity_headers() or ({"authorization": authorization} if authorization else {}))
         try:
             r = await self._client.post(

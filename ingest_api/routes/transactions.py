@@ -2,9 +2,9 @@
 
 The records of a transaction are produced with ``POST /v1/topics/{t}/records?transactional_id=T&producer_epoch=E``
 (:mod:`ingest_api.routes.records`). Every call here needs ``WRITE`` on the resource ``transactional_id`` (describe:
-``DESCRIBE``); sending offsets also needs ``READ`` on the group. In cluster mode a call of an id runs at its
-coordinator node, forwarded there (:func:`ingest_api.group_routing.route_to_txn_coordinator`); the list reads every
-id's state from ``_transactions``.
+``DESCRIBE``); sending offsets also needs ``READ`` on the group and on each of its topics. In cluster mode a call
+of an id runs at its coordinator node, forwarded there (:func:`ingest_api.group_routing.route_to_txn_coordinator`);
+the list reads every id's state from ``_transactions``.
 """
 
 from __future__ import annotations
@@ -56,8 +56,13 @@ async def init(tid: str, body: InitTransaction, transactions: TransactionsDep) -
 async def send_offsets(
     tid: str, body: TransactionOffsets, transactions: TransactionsDep, access: AccessDep
 ) -> dict[str, str]:
-    """``sendOffsetsToTransaction``: the group's offsets commit with the transaction, and only if it commits."""
+    """``sendOffsetsToTransaction``: the group's offsets commit with the transaction, and only if it commits.
+
+    Checked as a plain commit of them is: ``READ`` on the group and each topic, each partition exists, each offset
+    within [log start, high watermark] now."""
     access.require(Operation.READ, Resource.group(body.group))
+    for topic in sorted({o.topic for o in body.offsets}):  # as a plain commit of them, and Kafka's TxnOffsetCommit
+        access.require(Operation.READ, Resource.topic(topic))
     offsets = [(o.topic, o.partition, o.offset) for o in body.offsets]
     await run_in_threadpool(transactions.send_offsets, tid, body.producer_epoch, body.group, offsets)
     return {}

@@ -5,6 +5,7 @@ See :mod:`logstore.transactions.coordinator`; the state lives in ``<root>/_trans
 
 from logstore.transactions.coordinator import (
     STATES,
+    TXN_PRODUCER,
     Appender,
     CommittedRange,
     TransactionCoordinator,
@@ -14,6 +15,7 @@ from logstore.transactions.coordinator import (
 
 __all__ = [
     "STATES",
+    "TXN_PRODUCER",
     "Appender",
     "CommittedRange",
     "TransactionCoordinator",

@@ -13,16 +13,21 @@ import pyarrow.compute as pc
 
 from logstore.cluster import group_coordinator
 from logstore.errors import (
+    InconsistentTopicIdError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     KafkaStorageError,
+    LogstoreError,
+    OffsetOutOfRangeError,
     ProducerFencedError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from logstore.log.partitioner import Partitioner
 from logstore.log.schema import INPUT_SCHEMA
 from logstore.node.broker import Broker
 from logstore.storage import is_object_store
+from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateRow
 from logstore.wire.json_produce import ParsedRecords
 
@@ -43,6 +48,9 @@ _MAX_QUOTED_ID = 200
 """Longest transactional id, in characters once percent-encoded: it names a directory of staged records."""
 Appender = Callable[[str, ParsedRecords], tuple[pa.Array, pa.Array]]
 """Appends one topic's batch with acks=all and waits: (partition, offset) of each record; raises LogstoreError."""
+TXN_PRODUCER = "__txn."
+"""Prefix of the idempotent producer id a commit appends with (``__txn.<producer id>``): reserved, refused to
+every produce (docs/transactions.md)."""
 DEFAULT_TIMEOUT_MS = 60_000
 """``transaction_timeout_ms`` when ``init`` names none (Kafka's producer default)."""
 
@@ -178,10 +186,12 @@ def describe_row(row: StateRow) -> TransactionDescription:
 
 
 def check_id(tid: str) -> None:
-    if not tid or len(quote(tid, safe="")) > _MAX_QUOTED_ID or any(ord(c) < 32 for c in tid):
+    """Raises InvalidRequestError for an id that cannot name its own staging directory: empty, too long, with
+    control characters, or ``.`` / ``..`` (which would name the staging root or another id's directory)."""
+    if not tid or len(quote(tid, safe="")) > _MAX_QUOTED_ID or any(ord(c) < 32 for c in tid) or tid in (".", ".."):
         raise InvalidRequestError(
             f"transactional id must be 1 to {_MAX_QUOTED_ID} characters (percent-encoded) without control "
-            f"characters, got {tid!r}"
+            f"characters, and not '.' or '..', got {tid!r}"
         )
 
 
@@ -221,13 +231,82 @@ def staged_records(topic: str, parsed: ParsedRecords, num_partitions: int, tid: 
     return pa.Table.from_arrays([parts, timestamps, parsed.keys, parsed.values, parsed.headers], schema=INPUT_SCHEMA)
 
 
-def check_offsets(group: str, offsets: list[tuple[str, int, int]]) -> None:
-    """Raises InvalidRequestError: an empty group name, a negative partition or offset."""
+def check_offsets(broker: Broker, group: str, offsets: list[tuple[str, int, int]]) -> None:
+    """Check group offsets sent to a transaction as a plain commit of them is checked, now.
+
+    Raises:
+        InvalidRequestError: an empty group name, a negative partition or offset.
+        UnknownTopicOrPartitionError: no such topic or partition.
+        OffsetOutOfRangeError: an offset outside its partition's [log start, high watermark].
+    """
     if not group:
         raise InvalidRequestError("'group' must be a non-empty consumer group name")
     for topic, partition, offset in offsets:
         if offset < 0 or partition < 0:
             raise InvalidRequestError(f"offset {offset} of {topic}/{partition}: partitions and offsets are >= 0")
+    by_topic: dict[str, dict[int, int]] = {}
+    for topic, partition, offset in offsets:
+        by_topic.setdefault(topic, {})[partition] = offset
+    for topic, chosen in by_topic.items():
+        info = broker.store.describe_topic(topic)
+        for p, o in chosen.items():
+            if not 0 <= p < len(info.partitions):
+                raise UnknownTopicOrPartitionError(f"partition {p} of topic '{topic}' does not exist")
+            part = info.partitions[p]
+            if not part.log_start_offset <= o <= part.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"offset {o} of topic '{topic}' partition {p} is outside "
+                    f"[{part.log_start_offset}, {part.high_watermark}]"
+                )
+
+
+def topic_identity(broker: Broker, topic: str) -> tuple[str | None, int] | None:
+    """(ID, partition count) of ``topic`` now, read from storage; None: no such topic."""
+    catalog = broker.store.catalog
+    if not catalog.exists(topic):
+        return None
+    try:
+        return catalog.topic_id(topic), broker.partition_count(topic, fresh=True)
+    except UnknownTopicOrPartitionError:  # deleted meanwhile
+        return None
+
+
+def changed_topics(broker: Broker, staged: dict[str, tuple[str | None, int]]) -> LogstoreError | None:
+    """Why a transaction that staged records for ``staged`` (topic → (ID, partition count) then) cannot commit
+    them: a topic deleted, or deleted and created again, since; None: every one is as it was."""
+    for topic, (topic_id, count) in sorted(staged.items()):
+        now = topic_identity(broker, topic)
+        if now is None:
+            return UnknownTopicOrPartitionError(
+                f"topic '{topic}' was deleted after the transaction staged records for it: the transaction is aborted"
+            )
+        if now != (topic_id, count):
+            return InconsistentTopicIdError(
+                f"topic '{topic}' is not the one the transaction staged records for (ID {topic_id}, {count} "
+                f"partitions; now ID {now[0]}, {now[1]} partitions): the transaction is aborted"
+            )
+    return None
+
+
+def replaced(broker: Broker, topic: str, topic_id: str | None) -> LogstoreError | None:
+    """Why a decided commit's share of ``topic`` (ID ``topic_id`` when staged) can never land: the topic deleted,
+    or deleted and created again; None: it can."""
+    now = topic_identity(broker, topic)
+    if now is None:
+        return UnknownTopicOrPartitionError(f"topic '{topic}' was deleted")
+    if topic_id is not None and now[0] != topic_id:
+        return InconsistentTopicIdError(f"topic '{topic}' was deleted and created again (ID {now[0]}, was {topic_id})")
+    return None
+
+
+def staged_counts(staged: dict[str, pa.Table]) -> dict[tuple[str, int], int]:
+    """Records per (topic, partition) of a transaction's staged records (per topic)."""
+    counts: dict[tuple[str, int], int] = {}
+    for topic, table in staged.items():
+        counted = pc.value_counts(table.column("partition").combine_chunks())
+        for p, n in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True):
+            counts[(topic, p)] = n
+    return counts
 
 
 def commit_group_offsets(broker: Broker, group_offsets: list[tuple[str, str, int, int]]) -> None:
@@ -237,3 +316,20 @@ def commit_group_offsets(broker: Broker, group_offsets: list[tuple[str, str, int
         by_group.setdefault((group, topic), {})[partition] = offset
     for (group, topic), offsets in by_group.items():
         broker.store.offsets.commit(group, topic, offsets)
+
+
+def staging_gap(staging: Staging, row: StateRow) -> str | None:
+    """How a decided commit's staged records differ from its manifest (:attr:`StateRow.staged`); None: all there,
+    or a row without a manifest. Checked before the commit appends anything, so a commit whose staged files were
+    lost is never answered as complete."""
+    if not row.staged:
+        return None
+    files = staging.files(row.transactional_id, row.transaction_seq)
+    counts = staged_counts(staging.read(row.transactional_id, row.transaction_seq))
+    for topic, partition, n_files, n_records in row.staged:
+        if files.get(topic, 0) != n_files or counts.get((topic, partition), 0) != n_records:
+            return (
+                f"its staged records of {topic}/{partition} are missing ({files.get(topic, 0)} of {n_files} "
+                f"files of the topic, {counts.get((topic, partition), 0)} of {n_records} records)"
+            )
+    return None

@@ -39,7 +39,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 import pyarrow as pa
@@ -83,7 +83,9 @@ STATE_SCHEMA = pa.schema(
 )
 """Columns of ``_transactions``. ``partitions``: JSON ``{topic: [partition, …]}``; ``group_offsets``: JSON
 ``[[group, topic, partition, offset], …]``; ``result``: JSON ``[[topic, partition, first, last], …]`` (offsets
-the commit gave, on ``CompleteCommit``); ``start_ms``: when the transaction began (null when none is open);
+the commit gave, on ``CompleteCommit``), or on ``PrepareCommit`` the commit's manifest ``{"staged": [[topic,
+partition, files, records], …], "topic_ids": {topic: id}}`` (see :attr:`StateRow.staged`); ``start_ms``: when
+the transaction began (null when none is open);
 ``row_seq``: the order of rows, increasing through the table."""
 
 
@@ -108,6 +110,13 @@ class StateRow:
     result: list[tuple[str, int, int, int]]
     start_ms: int | None
     update_ms: int
+    staged: list[tuple[str, int, int, int]] = field(default_factory=list)
+    """``PrepareCommit``: what the transaction staged, (topic, partition, the topic's staged files, the partition's
+    staged records), checked before its commit appends anything; empty in other states (and in a ``PrepareCommit``
+    written before manifests were)."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """``PrepareCommit``: the ID (``logstore.topic.id``) of each topic the transaction staged records for, when it
+    staged them."""
 
 
 class StateLog:
@@ -152,6 +161,8 @@ class StateLog:
         self._row_seq = max(self._row_seq, int(pc.max(data["row_seq"]).as_py()) + 1)
         latest: dict[str, StateRow] = {}
         for r in data.to_pylist():
+            result = orjson.loads(r["result"])
+            manifest = result if isinstance(result, dict) else {}
             latest[r["transactional_id"]] = StateRow(
                 transactional_id=r["transactional_id"],
                 producer_id=r["producer_id"],
@@ -161,9 +172,11 @@ class StateLog:
                 timeout_ms=r["timeout_ms"],
                 partitions={t: list(ps) for t, ps in orjson.loads(r["partitions"]).items()},
                 group_offsets=[(g, t, int(p), int(o)) for g, t, p, o in orjson.loads(r["group_offsets"])],
-                result=[(t, int(p), int(f), int(last)) for t, p, f, last in orjson.loads(r["result"])],
+                result=[] if manifest else [(t, int(p), int(f), int(last)) for t, p, f, last in result],
                 start_ms=r["start_ms"],
                 update_ms=r["update_ms"],
+                staged=[(t, int(p), int(f), int(n)) for t, p, f, n in manifest.get("staged", [])],
+                topic_ids=dict(manifest.get("topic_ids", {})),
             )
         return latest
 
@@ -211,7 +224,9 @@ class StateLog:
                         "timeout_ms": row.timeout_ms,
                         "partitions": orjson.dumps(row.partitions).decode(),
                         "group_offsets": orjson.dumps(row.group_offsets).decode(),
-                        "result": orjson.dumps(row.result).decode(),
+                        "result": orjson.dumps(
+                            {"staged": row.staged, "topic_ids": row.topic_ids} if row.staged else row.result
+                        ).decode(),
                         "start_ms": row.start_ms,
                         "update_ms": row.update_ms,
                         "row_seq": self._row_seq,

@@ -57,8 +57,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logstore.errors import (
+    InconsistentTopicIdError,
     InvalidRequestError,
     InvalidTxnStateError,
+    KafkaStorageError,
     LogstoreError,
     NotCoordinatorError,
     TransactionalIdNotFoundError,
@@ -76,9 +78,11 @@ from logstore.transactions._model import (
     PREPARE_ABORT,
     PREPARE_COMMIT,
     STATES,
+    TXN_PRODUCER,
     Appender,
     CommittedRange,
     TransactionDescription,
+    changed_topics,
     check_epoch,
     check_id,
     check_offsets,
@@ -92,7 +96,11 @@ from logstore.transactions._model import (
     local_appender,
     new_producer_id,
     ranges,
+    replaced,
+    staged_counts,
     staged_records,
+    staging_gap,
+    topic_identity,
 )
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
@@ -101,6 +109,7 @@ from logstore.wire.json_produce import ParsedRecords
 __all__ = [
     "COMMITTED_STATES",
     "STATES",
+    "TXN_PRODUCER",
     "Appender",
     "CommittedRange",
     "TransactionCoordinator",
@@ -120,6 +129,20 @@ class _Txn:
     lock: threading.Lock = field(default_factory=threading.Lock)
     fence: int | None = None
     """Cluster mode: the coordinator epoch this node took the id over with."""
+    topics: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """Each topic the open transaction staged records for: (its ID, its partition count) when it first did."""
+    files: dict[str, int] = field(default_factory=dict)
+    """Files staged per topic by the open transaction."""
+    records: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Records staged per (topic, partition) by the open transaction."""
+
+    def reset(self) -> None:
+        """Forget what the open transaction staged and sent (it ended, or another began)."""
+        self.staged, self.offsets, self.topics, self.files, self.records = 0, {}, {}, {}, {}
+
+    def manifest(self) -> list[tuple[str, int, int, int]]:
+        """:attr:`StateRow.staged` of the open transaction's commit."""
+        return [(t, p, self.files[t], n) for (t, p), n in sorted(self.records.items())]
 
     @property
     def decided(self) -> int | None:
@@ -277,8 +300,7 @@ class TransactionCoordinator:
             self._write(txn, initialised(row, epoch, timeout, self._clock_ms()))
             if row.state == ONGOING:  # the fenced producer's transaction: aborted
                 self._staging.delete(tid, row.transaction_seq)
-                txn.offsets = {}
-                txn.staged = 0
+                txn.reset()
             return txn.row.producer_id, txn.row.producer_epoch
 
     def produce(self, tid: str, epoch: int, topic: str, parsed: ParsedRecords) -> pa.Array:
@@ -303,8 +325,13 @@ class TransactionCoordinator:
             parts = records.column("partition").combine_chunks()
             pipeline.writer.check_records(records)
             self._begin(txn)
+            if topic not in txn.topics:  # what the commit checks the topic against
+                txn.topics[topic] = topic_identity(self._broker, topic) or (None, pipeline.writer.num_partitions)
             self._staging.write(tid, txn.row.transaction_seq, topic, txn.staged, records)
             txn.staged += 1
+            txn.files[topic] = txn.files.get(topic, 0) + 1
+            for (_, p), n in staged_counts({topic: records}).items():
+                txn.records[(topic, p)] = txn.records.get((topic, p), 0) + n
             touched = set(txn.row.partitions.get(topic, [])) | set(pc.unique(parts).to_pylist())
             txn.row = replace(txn.row, partitions={**txn.row.partitions, topic: sorted(touched)})
             return parts
@@ -314,12 +341,12 @@ class TransactionCoordinator:
 
         Raises:
             TransactionalIdNotFoundError, ProducerFencedError, InvalidTxnStateError: see :meth:`_held`.
-            InvalidRequestError: a negative offset or an empty group name.
+            InvalidRequestError, UnknownTopicOrPartitionError, OffsetOutOfRangeError: see :func:`check_offsets`.
         """
-        check_offsets(group, offsets)
         txn = self._held(tid, epoch)
         with txn.lock:
             check_epoch(txn.row, epoch)
+            check_offsets(self._broker, group, offsets)
             self._begin(txn)
             for topic, partition, offset in offsets:
                 txn.offsets[(group, topic, partition)] = offset
@@ -343,12 +370,17 @@ class TransactionCoordinator:
             if state == COMPLETE_COMMIT:
                 return ranges(txn.row)
             if state == ONGOING:
+                if (changed := changed_topics(self._broker, txn.topics)) is not None:  # all or nothing: aborted
+                    self._abort(txn, epoch)
+                    raise changed
                 self._write(
                     txn,
                     replace(
                         txn.row,
                         state=PREPARE_COMMIT,
                         group_offsets=[(g, t, p, o) for (g, t, p), o in sorted(txn.offsets.items())],
+                        staged=txn.manifest(),
+                        topic_ids={t: i for t, (i, _) in txn.topics.items() if i is not None},
                         update_ms=self._clock_ms(),
                     ),
                 )
@@ -374,8 +406,11 @@ class TransactionCoordinator:
         with txn.lock:
             if epoch is not None:
                 check_epoch(txn.row, epoch)
-            if txn.row.state == PREPARE_COMMIT:
+            if txn.row.state == PREPARE_COMMIT and (epoch is not None or staging_gap(self._staging, txn.row) is None):
                 raise InvalidTxnStateError(f"transactional id '{tid}' is committing: its commit was decided")
+            if txn.row.state == PREPARE_COMMIT:  # its staged records are lost: nothing of it was appended
+                log.error("transaction %r: decided commit that cannot complete aborted by an administrator", tid)
+                self._abort(txn, txn.row.producer_epoch + 1)
             if txn.row.state == ONGOING:
                 self._abort(txn, txn.row.producer_epoch + 1 if epoch is None else epoch)
 
@@ -452,8 +487,7 @@ class TransactionCoordinator:
             row, state=ONGOING, transaction_seq=row.transaction_seq + 1, partitions={}, group_offsets=[], result=[]
         )
         self._write(txn, replace(begun, start_ms=now, update_ms=now))
-        txn.staged = 0
-        txn.offsets = {}
+        txn.reset()
 
     def _write(self, txn: _Txn, row: StateRow) -> None:
         """Append ``row`` to ``_transactions``, then make it the id's state (caller holds the lock).
@@ -472,8 +506,7 @@ class TransactionCoordinator:
         row = txn.row
         self._write(txn, replace(row, state=COMPLETE_ABORT, producer_epoch=epoch, update_ms=self._clock_ms()))
         self._staging.delete(row.transactional_id, row.transaction_seq)
-        txn.offsets = {}
-        txn.staged = 0
+        txn.reset()
         self._metrics.transactions_ended.labels("aborted").inc()
 
     def _roll_forward(self, txn: _Txn) -> None:
@@ -491,21 +524,29 @@ class TransactionCoordinator:
         """Append a decided transaction's records and offsets, then write ``CompleteCommit`` (idempotent)."""
         row = txn.row
         tid = row.transactional_id
+        if (gap := staging_gap(self._staging, row)) is not None:
+            raise KafkaStorageError(
+                f"transaction '{tid}': {gap}; its commit is decided but cannot complete and nothing of it was "
+                "appended: an administrator's abort (producer_epoch null) ends it"
+            )
         result: list[tuple[str, int, int, int]] = []
         for topic, records in self._staging.read(tid, row.transaction_seq).items():
-            parsed = ParsedRecords.from_table(records.combine_chunks(), f"__txn.{row.producer_id}", row.transaction_seq)
+            parsed = ParsedRecords.from_table(
+                records.combine_chunks(), TXN_PRODUCER + str(row.producer_id), row.transaction_seq
+            )
             try:
+                if (gone := replaced(self._broker, topic, row.topic_ids.get(topic))) is not None:
+                    raise gone
                 partitions, offsets = self._append(topic, parsed)
-            except UnknownTopicOrPartitionError:
-                log.error("transaction %r: topic %r was deleted before its records were committed", tid, topic)
+            except (UnknownTopicOrPartitionError, InconsistentTopicIdError) as e:  # its records went with the topic
+                log.error("transaction %r: its share of topic %r is dropped, decided before (%s)", tid, topic, e)
                 continue
             result += first_last(topic, partitions, offsets)
         commit_group_offsets(self._broker, row.group_offsets)
         self._write(txn, replace(row, state=COMPLETE_COMMIT, result=result, update_ms=self._clock_ms()))
         self._metrics.transactions_ended.labels("committed").inc()
         self._staging.delete(tid, row.transaction_seq)
-        txn.offsets = {}
-        txn.staged = 0
+        txn.reset()
 
 
 def begin_transaction(coordinator: TransactionCoordinator, tid: str, epoch: int) -> None:
