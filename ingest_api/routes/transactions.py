@@ -58,8 +58,7 @@ async def send_offsets(
 ) -> dict[str, str]:
     """``sendOffsetsToTransaction``: the group's offsets commit with the transaction, and only if it commits.
 
-    Checked as a plain commit of them is: ``READ`` on the group and each topic, each partition exists, each offset
-    within [log start, high watermark] now."""
+    ``READ`` on the group and on each topic, as a plain commit of them; each topic and partition must exist."""
     access.require(Operation.READ, Resource.group(body.group))
     for topic in sorted({o.topic for o in body.offsets}):  # as a plain commit of them, and Kafka's TxnOffsetCommit
         access.require(Operation.READ, Resource.topic(topic))

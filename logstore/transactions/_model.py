@@ -18,7 +18,6 @@ from logstore.errors import (
     InvalidTransactionTimeoutError,
     KafkaStorageError,
     LogstoreError,
-    OffsetOutOfRangeError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
@@ -232,32 +231,25 @@ def staged_records(topic: str, parsed: ParsedRecords, num_partitions: int, tid: 
 
 
 def check_offsets(broker: Broker, group: str, offsets: list[tuple[str, int, int]]) -> None:
-    """Check group offsets sent to a transaction as a plain commit of them is checked, now.
+    """Check group offsets sent to a transaction: the group named, each topic and partition existing now.
+
+    Not the offset against the partition's [log start, high watermark], which a plain commit checks: as Kafka's
+    TxnOffsetCommit, a transaction may commit a position its consumer has not fetched up to yet.
 
     Raises:
         InvalidRequestError: an empty group name, a negative partition or offset.
         UnknownTopicOrPartitionError: no such topic or partition.
-        OffsetOutOfRangeError: an offset outside its partition's [log start, high watermark].
     """
     if not group:
         raise InvalidRequestError("'group' must be a non-empty consumer group name")
     for topic, partition, offset in offsets:
         if offset < 0 or partition < 0:
             raise InvalidRequestError(f"offset {offset} of {topic}/{partition}: partitions and offsets are >= 0")
-    by_topic: dict[str, dict[int, int]] = {}
-    for topic, partition, offset in offsets:
-        by_topic.setdefault(topic, {})[partition] = offset
-    for topic, chosen in by_topic.items():
-        info = broker.store.describe_topic(topic)
-        for p, o in chosen.items():
-            if not 0 <= p < len(info.partitions):
+    for topic in sorted({t for t, _, _ in offsets}):
+        count = broker.partition_count(topic, fresh=True)  # UnknownTopicOrPartitionError: no such topic
+        for t, p, _ in offsets:
+            if t == topic and p >= count:
                 raise UnknownTopicOrPartitionError(f"partition {p} of topic '{topic}' does not exist")
-            part = info.partitions[p]
-            if not part.log_start_offset <= o <= part.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"offset {o} of topic '{topic}' partition {p} is outside "
-                    f"[{part.log_start_offset}, {part.high_watermark}]"
-                )
 
 
 def topic_identity(broker: Broker, topic: str) -> tuple[str | None, int] | None:
@@ -272,18 +264,19 @@ def topic_identity(broker: Broker, topic: str) -> tuple[str | None, int] | None:
 
 
 def changed_topics(broker: Broker, staged: dict[str, tuple[str | None, int]]) -> LogstoreError | None:
-    """Why a transaction that staged records for ``staged`` (topic → (ID, partition count) then) cannot commit
-    them: a topic deleted, or deleted and created again, since; None: every one is as it was."""
-    for topic, (topic_id, count) in sorted(staged.items()):
+    """Why a transaction that staged records for ``staged`` (topic → (its ID then, the partitions its records
+    need)) cannot commit them: a topic deleted, or deleted and created again (another ID, or too few
+    partitions), since; None: every one can take them (partitions added meanwhile do not matter)."""
+    for topic, (topic_id, needed) in sorted(staged.items()):
         now = topic_identity(broker, topic)
         if now is None:
             return UnknownTopicOrPartitionError(
                 f"topic '{topic}' was deleted after the transaction staged records for it: the transaction is aborted"
             )
-        if now != (topic_id, count):
+        if now[0] != topic_id or now[1] < needed:
             return InconsistentTopicIdError(
-                f"topic '{topic}' is not the one the transaction staged records for (ID {topic_id}, {count} "
-                f"partitions; now ID {now[0]}, {now[1]} partitions): the transaction is aborted"
+                f"topic '{topic}' is not the one the transaction staged records for (ID {topic_id}, partitions "
+                f"0..{needed - 1}; now ID {now[0]}, {now[1]} partitions): the transaction is aborted"
             )
     return None
 

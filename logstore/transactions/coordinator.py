@@ -100,7 +100,6 @@ from logstore.transactions._model import (
     staged_counts,
     staged_records,
     staging_gap,
-    topic_identity,
 )
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
@@ -130,7 +129,8 @@ class _Txn:
     fence: int | None = None
     """Cluster mode: the coordinator epoch this node took the id over with."""
     topics: dict[str, tuple[str | None, int]] = field(default_factory=dict)
-    """Each topic the open transaction staged records for: (its ID, its partition count) when it first did."""
+    """Each topic the open transaction staged records for: (its ID when it first did, the partitions the
+    staged records need: the highest one + 1), what its commit checks the topic against."""
     files: dict[str, int] = field(default_factory=dict)
     """Files staged per topic by the open transaction."""
     records: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -139,6 +139,14 @@ class _Txn:
     def reset(self) -> None:
         """Forget what the open transaction staged and sent (it ended, or another began)."""
         self.staged, self.offsets, self.topics, self.files, self.records = 0, {}, {}, {}, {}
+
+    def note(self, topic: str, topic_id: str | None, records: pa.Table) -> None:
+        """Count a file of ``records`` just staged for ``topic`` (ID ``topic_id``)."""
+        self.staged += 1
+        self.files[topic] = self.files.get(topic, 0) + 1
+        for (_, p), n in staged_counts({topic: records}).items():
+            self.records[(topic, p)] = self.records.get((topic, p), 0) + n
+            self.topics[topic] = (topic_id, max(p + 1, self.topics.get(topic, (None, 0))[1]))
 
     def manifest(self) -> list[tuple[str, int, int, int]]:
         """:attr:`StateRow.staged` of the open transaction's commit."""
@@ -325,13 +333,9 @@ class TransactionCoordinator:
             parts = records.column("partition").combine_chunks()
             pipeline.writer.check_records(records)
             self._begin(txn)
-            if topic not in txn.topics:  # what the commit checks the topic against
-                txn.topics[topic] = topic_identity(self._broker, topic) or (None, pipeline.writer.num_partitions)
+            topic_id = txn.topics[topic][0] if topic in txn.topics else self._broker.store.catalog.topic_id(topic)
             self._staging.write(tid, txn.row.transaction_seq, topic, txn.staged, records)
-            txn.staged += 1
-            txn.files[topic] = txn.files.get(topic, 0) + 1
-            for (_, p), n in staged_counts({topic: records}).items():
-                txn.records[(topic, p)] = txn.records.get((topic, p), 0) + n
+            txn.note(topic, topic_id, records)
             touched = set(txn.row.partitions.get(topic, [])) | set(pc.unique(parts).to_pylist())
             txn.row = replace(txn.row, partitions={**txn.row.partitions, topic: sorted(touched)})
             return parts
@@ -341,7 +345,7 @@ class TransactionCoordinator:
 
         Raises:
             TransactionalIdNotFoundError, ProducerFencedError, InvalidTxnStateError: see :meth:`_held`.
-            InvalidRequestError, UnknownTopicOrPartitionError, OffsetOutOfRangeError: see :func:`check_offsets`.
+            InvalidRequestError, UnknownTopicOrPartitionError: see :func:`check_offsets`.
         """
         txn = self._held(tid, epoch)
         with txn.lock:
