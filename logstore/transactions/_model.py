@@ -284,11 +284,11 @@ def changed_topics(broker: Broker, staged: dict[str, tuple[str | None, int]]) ->
 def replaced(broker: Broker, topic: str, topic_id: str | None) -> LogstoreError | None:
     """Why a decided commit's share of ``topic`` (ID ``topic_id`` when staged) can never land: the topic deleted,
     or deleted and created again; None: it can."""
-    now = topic_identity(broker, topic)
-    if now is None:
+    catalog = broker.store.catalog
+    if not catalog.exists(topic):
         return UnknownTopicOrPartitionError(f"topic '{topic}' was deleted")
-    if topic_id is not None and now[0] != topic_id:
-        return InconsistentTopicIdError(f"topic '{topic}' was deleted and created again (ID {now[0]}, was {topic_id})")
+    if topic_id is not None and (now := catalog.topic_id(topic)) != topic_id:
+        return InconsistentTopicIdError(f"topic '{topic}' was deleted and created again (ID {now}, was {topic_id})")
     return None
 
 
@@ -311,14 +311,14 @@ def commit_group_offsets(broker: Broker, group_offsets: list[tuple[str, str, int
         broker.store.offsets.commit(group, topic, offsets)
 
 
-def staging_gap(staging: Staging, row: StateRow) -> str | None:
+def staging_gap(staging: Staging, row: StateRow, staged: dict[str, pa.Table] | None = None) -> str | None:
     """How a decided commit's staged records differ from its manifest (:attr:`StateRow.staged`); None: all there,
     or a row without a manifest. Checked before the commit appends anything, so a commit whose staged files were
-    lost is never answered as complete."""
+    lost is never answered as complete. ``staged``: what :meth:`Staging.read` gave, if the caller read it."""
     if not row.staged:
         return None
     files = staging.files(row.transactional_id, row.transaction_seq)
-    counts = staged_counts(staging.read(row.transactional_id, row.transaction_seq))
+    counts = staged_counts(staging.read(row.transactional_id, row.transaction_seq) if staged is None else staged)
     for topic, partition, n_files, n_records in row.staged:
         if files.get(topic, 0) != n_files or counts.get((topic, partition), 0) != n_records:
             return (

@@ -528,13 +528,14 @@ class TransactionCoordinator:
         """Append a decided transaction's records and offsets, then write ``CompleteCommit`` (idempotent)."""
         row = txn.row
         tid = row.transactional_id
-        if (gap := staging_gap(self._staging, row)) is not None:
+        staged = self._staging.read(tid, row.transaction_seq)
+        if (gap := staging_gap(self._staging, row, staged)) is not None:
             raise KafkaStorageError(
                 f"transaction '{tid}': {gap}; its commit is decided but cannot complete and nothing of it was "
                 "appended: an administrator's abort (producer_epoch null) ends it"
             )
         result: list[tuple[str, int, int, int]] = []
-        for topic, records in self._staging.read(tid, row.transaction_seq).items():
+        for topic, records in staged.items():
             parsed = ParsedRecords.from_table(
                 records.combine_chunks(), TXN_PRODUCER + str(row.producer_id), row.transaction_seq
             )
