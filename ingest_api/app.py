@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from ingest_api.console import mount_console
 from ingest_api.console.stats import StatsSampler
 from ingest_api.deps import AccessDep
-from ingest_api.forwarding import Forwarder
+from ingest_api.forwarding import Forwarder, cluster_appender
 from ingest_api.group_routing import Forwarded, forget_moved_groups
 from ingest_api.internode import node_client_tls
 from ingest_api.openapi import markdown_openapi
@@ -223,7 +223,7 @@ def create_app(config: LogstoreConfig, doors: Sequence[Door] = ()) -> FastAPI:
         coordinator = GroupCoordinator(broker.store)
         app.state.coordinator = coordinator
         sweeper = asyncio.create_task(_expire_sessions(coordinator, broker))
-        txn_coordinator = TransactionCoordinator(broker)
+        txn_coordinator = TransactionCoordinator(broker, append=cluster_appender(broker, app.state.forwarder))
         app.state.transactions = txn_coordinator
         await run_in_threadpool(txn_coordinator.start)  # decided commits roll forward before the node is used
         txn_sweeper = asyncio.create_task(

@@ -30,18 +30,21 @@ import httpx
 import numpy as np
 import orjson
 import pyarrow as pa
+from anyio import from_thread
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.internode import identity_headers
 from logstore.cluster import NodeInfo
 from logstore.errors import (
     ERRORS_BY_NAME,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownServerError,
 )
 from logstore.node.accumulator import Acks
 from logstore.node.broker import Broker
 from logstore.node.routing import Share
+from logstore.transactions import TXN_PRODUCER, Appender
 from logstore.wire.arrow_produce import (
     ARROW_STREAM,
     PRODUCE_SCHEMA,
@@ -51,7 +54,11 @@ from logstore.wire.arrow_produce import (
 )
 from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["Forwarder", "encode_arrow", "produce_here", "produce_in_cluster"]
+__all__ = ["COMMIT_SHARE_HEADER", "Forwarder", "cluster_appender", "encode_arrow", "produce_here", "produce_in_cluster"]
+
+COMMIT_SHARE_HEADER = "x-logstore-transaction-commit"
+"""Marks a forwarded share of a decided transaction's commit (producer ``__txn.<producer id>``, reserved
+otherwise; see :func:`ingest_api.routes.records.produce`)."""
 
 Placed = tuple[list[int], list[int | None]]
 """(partitions, offsets) of records in order; an offset is None where acks=1 could not promise one."""
@@ -92,6 +99,8 @@ class Forwarder:
         if parsed.producer_id is not None:
             headers[PRODUCER_ID_HEADER] = parsed.producer_id
             headers[SEQUENCE_HEADER] = str(parsed.sequence)
+            if parsed.producer_id.startswith(TXN_PRODUCER):  # only a commit's share gets here (the entry refuses)
+                headers[COMMIT_SHARE_HEADER] = "1"
         headers.update(identity_headers() or ({"authorization": authorization} if authorization else {}))
         try:
             r = await self._client.post(
@@ -181,6 +190,33 @@ async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: 
             return sub.partitions.to_pylist(), sub.promised.tolist()
     result = await sub.wait_committed(broker.config.request_timeout_ms)  # REQUEST_TIMED_OUT while commits fail
     return result.partitions.to_pylist(), result.offsets.to_pylist()
+
+
+def cluster_appender(broker: Broker, forwarder: Forwarder) -> Appender | None:
+    """How the transaction coordinator appends a committed topic batch in cluster mode (None: embedded mode).
+
+    Each partition's share goes to its leader as any idempotent produce (acks=all, the transaction's producer id
+    and sequence), so completing a commit again appends nothing twice. Called from a worker thread of the app's
+    event loop (the coordinator's calls run in its thread pool); waits at most ``request.timeout.ms``.
+    """
+    if broker.cluster is None:
+        return None
+    timeout_s = broker.config.request_timeout_ms / 1000
+
+    async def append(topic: str, parsed: ParsedRecords) -> tuple[pa.Array, pa.Array]:
+        try:
+            async with asyncio.timeout(timeout_s):
+                parts, offsets = await produce_in_cluster(
+                    broker, forwarder, topic, parsed, "all", forward=True, authorization=None
+                )
+        except TimeoutError:
+            raise KafkaStorageError(
+                f"the transaction's records for topic '{topic}' are not committed after "
+                f"request.timeout.ms={timeout_s * 1000:.0f}; the commit is decided and completes, retry"
+            ) from None
+        return pa.array(parts, pa.int32()), pa.array(offsets, pa.int64())
+
+    return lambda topic, parsed: from_thread.run(append, topic, parsed)
 
 
 def _merge(n: int, shares: list[Share], answers: list[Placed]) -> Placed:

@@ -9,6 +9,10 @@ forward never loops, and its answer (status, body, content type) is returned as 
 With ``?forward=false`` such a node answers ``NOT_COORDINATOR`` (HTTP 421) naming
 the coordinator instead.
 
+Transactional ids are placed and forwarded by the same means: the coordinator of
+an id is the live node :func:`logstore.cluster.group_coordinator` picks for its
+name (:func:`route_to_txn_coordinator`, and a transactional produce).
+
 Listing groups is Kafka's ListGroups fanned out as its AdminClient does: a group's
 live members are known only at its coordinator, so a node lists its own and asks
 every other live node for theirs (``?forward=false``: theirs only).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Annotated
 
 import httpx
@@ -32,7 +37,15 @@ from logstore.errors import NotCoordinatorError
 from logstore.groups.coordinator import GroupCoordinator
 from logstore.node.broker import Broker
 
-__all__ = ["Forwarded", "coordinator_of", "forget_moved_groups", "groups_with_members", "route_to_coordinator"]
+__all__ = [
+    "Forwarded",
+    "coordinator_of",
+    "forget_moved_groups",
+    "forward_to_coordinator",
+    "groups_with_members",
+    "route_to_coordinator",
+    "route_to_txn_coordinator",
+]
 
 log = logging.getLogger("logstore.ingest")
 
@@ -77,15 +90,49 @@ async def route_to_coordinator(
         Forwarded: the coordinator's answer, for the app to return unchanged.
         NotCoordinatorError: ``forward`` is false and another node coordinates the group, or it cannot be reached.
     """
+    await forward_to_coordinator(request, broker, f"group '{group}'", group, coordinator.drop, forward=forward)
+
+
+async def route_to_txn_coordinator(
+    request: Request,
+    tid: str,
+    broker: BrokerDep,
+    forward: Annotated[
+        bool, Query(description="cluster mode: false answers 421 NOT_COORDINATOR on a node that does not coordinate")
+    ] = True,
+) -> None:
+    """As :func:`route_to_coordinator`, for a transactional id's calls (``/v1/transactions/{tid}/…``)."""
+    transactions = request.app.state.transactions
+    await forward_to_coordinator(request, broker, f"transactional id '{tid}'", tid, transactions.drop, forward=forward)
+
+
+async def forward_to_coordinator(
+    request: Request,
+    broker: Broker,
+    what: str,
+    key: str,
+    drop: Callable[[str], None],
+    *,
+    forward: bool,
+    body: bytes | None = None,
+) -> None:
+    """Return when this node coordinates ``key`` (a group or transactional id); otherwise forward the request.
+
+    ``drop`` forgets this node's state of ``key``; ``body``: the request's body when it was read already.
+
+    Raises:
+        Forwarded: the coordinator's answer, for the app to return unchanged.
+        NotCoordinatorError: ``forward`` is false and another node coordinates ``key``, or it cannot be reached.
+    """
     if broker.cluster is None:
         return
-    node = await coordinator_of(broker, group, str(request.base_url).rstrip("/"))
+    node = await coordinator_of(broker, key, str(request.base_url).rstrip("/"))
     if node.node_id == broker.cluster.node_id:
         return
-    await run_in_threadpool(coordinator.drop, group)
+    await run_in_threadpool(drop, key)
     if not forward:
         raise NotCoordinatorError(
-            f"node {node.node_id} at {node.url} coordinates group '{group}'", coordinator=(node.node_id, node.url)
+            f"node {node.node_id} at {node.url} coordinates {what}", coordinator=(node.node_id, node.url)
         )
     client: httpx.AsyncClient = request.app.state.forwarder.client
     params = httpx.QueryParams([(k, v) for k, v in request.query_params.multi_items() if k != "forward"])
@@ -96,12 +143,12 @@ async def route_to_coordinator(
             request.method,
             f"{node.url}{request.url.path}",
             params=params,
-            content=await request.body(),
+            content=await request.body() if body is None else body,
             headers=headers,
         )
     except httpx.HTTPError as e:
         raise NotCoordinatorError(
-            f"the coordinator of group '{group}', node {node.node_id} at {node.url}, cannot be reached: {e!r}; retry"
+            f"the coordinator of {what}, node {node.node_id} at {node.url}, cannot be reached: {e!r}; retry"
         ) from e
     raise Forwarded(Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type")))
 

@@ -187,7 +187,11 @@ class KafkaServer:
         self.classic = ClassicCoordinator(config)
         groups = GroupHandlers(broker, self.classic)
         members = MembershipHandlers(self.classic)
-        txn = None if transactions is None else TransactionHandlers(transactions, h.init_producer_id)
+        txn = (
+            None
+            if transactions is None
+            else TransactionHandlers(transactions, h.init_producer_id, clustered=broker.cluster is not None)
+        )
         if txn is not None:
             h.transactional = txn.produce
         apis: dict[int, Callable[[int, Any], Awaitable[Any]]] = {

@@ -28,6 +28,11 @@ API's: ``WRITE`` on the ``transactional_id`` for every call of the producer,
 ``WRITE`` on the topics it adds, ``READ`` on the group whose offsets it
 sends; ``DESCRIBE`` on the ``transactional_id`` to describe or list it.
 
+They are served by a single (embedded) node only: in cluster mode (where
+``/v1/transactions`` forwards each id to the node that coordinates it) every
+transactional call here answers ``UNSUPPORTED_VERSION``, InitProducerId with a
+``transactional_id`` first among them.
+
 Coordinator calls block (staging writes, Delta commits): they run in threads.
 """
 
@@ -54,6 +59,7 @@ from logstore.errors import (
     ProducerFencedError,
     TransactionalIdNotFoundError,
     UnknownServerError,
+    UnsupportedVersionError,
 )
 from logstore.security import Operation, Resource, ResourceType
 from logstore.transactions import STATES, TransactionCoordinator, begin_transaction
@@ -78,10 +84,12 @@ class TransactionHandlers:
     Args:
         coordinator: the node's transaction coordinator (the HTTP API's).
         init_producer_id: the listener's InitProducerId for producers without a ``transactional_id``.
+        clustered: the node runs in cluster mode: every transactional call answers ``UNSUPPORTED_VERSION``.
     """
 
-    def __init__(self, coordinator: TransactionCoordinator, init_producer_id: Handler) -> None:
+    def __init__(self, coordinator: TransactionCoordinator, init_producer_id: Handler, *, clustered: bool) -> None:
         self.coordinator = coordinator
+        self._clustered = clustered
         self._plain_init = init_producer_id
         self._holders: dict[int, str] = {}
         """Producer id → the transactional id holding it (an id keeps its producer id across epochs)."""
@@ -103,9 +111,18 @@ class TransactionHandlers:
             return InvalidProducerIdMappingError.code
         return error.code if isinstance(error, LogstoreError) else UnknownServerError.code
 
+    def _single_node(self) -> None:
+        """Raises UnsupportedVersionError in cluster mode (see the module docstring)."""
+        if self._clustered:
+            raise UnsupportedVersionError(
+                "the Kafka listener serves transactions on a single (embedded) node only; this node runs in cluster "
+                "mode (zookeeper.connect is set): use /v1/transactions over HTTP"
+            )
+
     def _holder(self, producer_id: int) -> str | None:
         """The transactional id holding ``producer_id`` (Kafka's Produce names only the producer id); None if none
-        (blocks: it may list the coordinator's ids)."""
+        (blocks: it may list the coordinator's ids). Raises UnsupportedVersionError in cluster mode."""
+        self._single_node()
         if producer_id not in self._holders:
             for d in self.coordinator.list():
                 self._holders[d.producer_id] = d.transactional_id
@@ -139,6 +156,7 @@ class TransactionHandlers:
         try:
             if (error := denial(Operation.WRITE, _tid(tid))) is not None:
                 raise error
+            self._single_node()
             given = getattr(req, "producer_id", -1)
             if given >= 0:  # a producer bumping its own epoch (KIP-360): it must hold the current one
                 d = await self._call(self.coordinator.describe, tid)
@@ -329,6 +347,7 @@ class TransactionHandlers:
             try:
                 if (error := denial(Operation.DESCRIBE, _tid(tid))) is not None:
                     raise error
+                self._single_node()
                 d = await self._call(self.coordinator.describe, tid)
             except Exception as e:
                 states.append(entry | {"error_code": self._code(65, version, e)})
@@ -350,6 +369,7 @@ class TransactionHandlers:
     async def list_transactions(self, version: int, req: Any) -> Any:
         """Every transactional id the principal may ``DESCRIBE``, filtered by state, producer id and (v1) age."""
         try:
+            self._single_node()
             listed = await self._call(self.coordinator.list)
         except Exception as e:
             return build(

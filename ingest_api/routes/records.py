@@ -15,14 +15,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ingest_api.deps import Access, AccessDep, BrokerDep, allow, allow_auto_create, checks, count_quota
-from ingest_api.forwarding import produce_in_cluster
+from ingest_api.forwarding import COMMIT_SHARE_HEADER, produce_in_cluster
+from ingest_api.group_routing import forward_to_coordinator
 from ingest_api.models import FetchResponse, ProduceRequest, ProduceResponse
 from logstore.errors import InvalidRequestError, NotLeaderOrFollowerError, RequestTimedOutError
 from logstore.log.catalog import validate_topic_name
 from logstore.node.broker import Acks, Broker
 from logstore.security import Operation, Resource, ResourceType
 from logstore.structs import FetchResult
-from logstore.transactions import TransactionCoordinator
+from logstore.transactions import TXN_PRODUCER, TransactionCoordinator
 from logstore.wire.arrow_produce import ARROW_STREAM, PRODUCER_ID_HEADER, SEQUENCE_HEADER
 from logstore.wire.json_bytes import encode_bytes
 from logstore.wire.json_produce import ParsedRecords, parse_arrow
@@ -103,7 +104,13 @@ async def produce(
     else:
         parsed = await request.app.state.parsers.parse(body)
     broker.metrics.produce_stage.labels("parse").observe(time.perf_counter() - started)
+    if parsed.producer_id is not None and parsed.producer_id.startswith(TXN_PRODUCER):
+        _check_commit_share(request, broker)
     if transactional_id is not None or producer_epoch is not None:
+        if transactional_id is not None:  # cluster mode: staged by the id's coordinator
+            drop = request.app.state.transactions.drop
+            what = f"transactional id '{transactional_id}'"
+            await forward_to_coordinator(request, broker, what, transactional_id, drop, forward=forward, body=body)
         return await _produce_in_transaction(request, access, topic, parsed, transactional_id, producer_epoch)
     if broker.cluster is not None:
         parts, placed = await produce_in_cluster(
@@ -142,6 +149,21 @@ async def produce(
         stages.labels("ack").observe(done - ready)
     broker.metrics.produce_latency.labels(acks).observe(done - started)
     return response
+
+
+def _check_commit_share(request: Request, broker: Broker) -> None:
+    """Raises InvalidRequestError unless the request is a transaction coordinator's share of a decided commit.
+
+    ``__txn.<producer id>`` is the producer a commit appends with, its sequence the transaction's number: a
+    client naming itself so could make a commit look like a retry (its records dropped) or wedge it (a sequence
+    gap). A single node's commits never come over HTTP; a cluster's coordinator forwards each partition's share
+    to its leader marked :data:`~ingest_api.forwarding.COMMIT_SHARE_HEADER`, honoured only where transactions
+    are served in cluster mode (security off, where no caller is authenticated).
+    """
+    if broker.cluster is None or broker.config.security_enabled or COMMIT_SHARE_HEADER not in request.headers:
+        raise InvalidRequestError(
+            f"producer_id '{TXN_PRODUCER}…' is reserved: transactions commit with it; name the producer otherwise"
+        )
 
 
 async def _produce_in_transaction(

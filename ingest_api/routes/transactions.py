@@ -2,8 +2,9 @@
 
 The records of a transaction are produced with ``POST /v1/topics/{t}/records?transactional_id=T&producer_epoch=E``
 (:mod:`ingest_api.routes.records`). Every call here needs ``WRITE`` on the resource ``transactional_id`` (describe:
-``DESCRIBE``); sending offsets also needs ``READ`` on the group. Single node only
-(:mod:`logstore.transactions.coordinator`).
+``DESCRIBE``); sending offsets also needs ``READ`` on the group and on each of its topics. In cluster mode a call
+of an id runs at its coordinator node, forwarded there (:func:`ingest_api.group_routing.route_to_txn_coordinator`);
+the list reads every id's state from ``_transactions``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRouter
 
 from ingest_api.deps import AccessDep, requires
+from ingest_api.group_routing import route_to_txn_coordinator
 from ingest_api.models import (
     CommittedRangeOut,
     CommitTransactionOut,
@@ -39,7 +41,7 @@ async def get_transactions(request: Request) -> TransactionCoordinator:
 
 
 TransactionsDep = Annotated[TransactionCoordinator, Depends(get_transactions)]
-_WRITE = [requires(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid")]
+_WRITE = [requires(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, "tid"), Depends(route_to_txn_coordinator)]
 
 
 @router.post("/{tid}/init", response_model=ProducerIdOut, dependencies=_WRITE)
@@ -54,8 +56,12 @@ async def init(tid: str, body: InitTransaction, transactions: TransactionsDep) -
 async def send_offsets(
     tid: str, body: TransactionOffsets, transactions: TransactionsDep, access: AccessDep
 ) -> dict[str, str]:
-    """``sendOffsetsToTransaction``: the group's offsets commit with the transaction, and only if it commits."""
+    """``sendOffsetsToTransaction``: the group's offsets commit with the transaction, and only if it commits.
+
+    ``READ`` on the group and on each topic, as a plain commit of them; each topic and partition must exist."""
     access.require(Operation.READ, Resource.group(body.group))
+    for topic in sorted({o.topic for o in body.offsets}):  # as a plain commit of them, and Kafka's TxnOffsetCommit
+        access.require(Operation.READ, Resource.topic(topic))
     offsets = [(o.topic, o.partition, o.offset) for o in body.offsets]
     await run_in_threadpool(transactions.send_offsets, tid, body.producer_epoch, body.group, offsets)
     return {}
@@ -103,7 +109,10 @@ async def list_transactions(transactions: TransactionsDep, access: AccessDep) ->
 @router.get(
     "/{tid}",
     response_model=TransactionOut,
-    dependencies=[requires(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "tid")],
+    dependencies=[
+        requires(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "tid"),
+        Depends(route_to_txn_coordinator),
+    ],
 )
 async def describe(tid: str, transactions: TransactionsDep) -> TransactionOut:
     """One transactional id's state (``kafka-transactions.sh describe``)."""

@@ -436,8 +436,8 @@ class Producer:
         error: LogstoreError
         while True:
             params = {"acks": self._acks} | ({} if forward else {"forward": "false"})
-            if self._transactions is not None:
-                params |= self._transactions.produce_params()
+            if self._transactions is not None:  # staged by the id's coordinator: the node forwards it there
+                params = {"acks": self._acks} | self._transactions.produce_params()
             tried = url
             named: str | None = None
             try:

@@ -5,10 +5,20 @@ See :mod:`logstore.transactions.coordinator`; the state lives in ``<root>/_trans
 
 from logstore.transactions.coordinator import (
     STATES,
+    TXN_PRODUCER,
+    Appender,
     CommittedRange,
     TransactionCoordinator,
     TransactionDescription,
     begin_transaction,
 )
 
-__all__ = ["STATES", "CommittedRange", "TransactionCoordinator", "TransactionDescription", "begin_transaction"]
+__all__ = [
+    "STATES",
+    "TXN_PRODUCER",
+    "Appender",
+    "CommittedRange",
+    "TransactionCoordinator",
+    "TransactionDescription",
+    "begin_transaction",
+]

@@ -85,10 +85,25 @@ class Staging:
             raise KafkaStorageError(f"cannot read the staged records of transaction '{tid}' under {d}: {e}") from e
         return out
 
+    def files(self, tid: str, seq: int) -> dict[str, int]:
+        """The number of staged files of the transaction, per topic (its commit's check against its manifest)."""
+        d = self._dir(tid, seq)
+        try:
+            topics = sorted(os.listdir(d)) if os.path.isdir(d) else []
+            return {t: sum(n.endswith(".arrow") for n in os.listdir(os.path.join(d, t))) for t in topics}
+        except OSError as e:
+            raise KafkaStorageError(f"cannot list the staged records of transaction '{tid}' under {d}: {e}") from e
+
     def delete(self, tid: str, seq: int | None = None) -> None:
         """Remove what the transaction (every transaction of ``tid`` when ``seq`` is None) staged."""
         d = self._dir(tid, seq) if seq is not None else os.path.join(self.root, quote(tid, safe=""))
         shutil.rmtree(d, ignore_errors=True)
+
+    def keep_only(self, tid: str, seq: int | None) -> None:
+        """Remove what every transaction of ``tid`` but number ``seq`` staged (None: every one)."""
+        for staged in self.staged_seqs(tid):
+            if staged != seq:
+                self.delete(tid, staged)
 
     def staged_ids(self) -> list[str]:
         """The transactional ids with anything staged (for the clean-up after a restart)."""

@@ -94,8 +94,8 @@ TXN = "/v1/transactions/orders-none-{u}"
 EPOCH = {"producer_epoch": 0}
 
 
-def txn_offsets(group: str) -> dict[str, Any]:
-    return {"producer_epoch": 0, "group": group, "offsets": [{"topic": "orders-eu", "partition": 0, "offset": 0}]}
+def txn_offsets(group: str, topic: str = "orders-eu") -> dict[str, Any]:
+    return {"producer_epoch": 0, "group": group, "offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
 
 
 FETCH = "/v1/topics/{t}/partitions/0/records?offset=0"
@@ -350,13 +350,17 @@ TABLE: list[Case] = [
     Case("DELETE /v1/admin/quotas", "admin", "/v1/admin/quotas?principal=User:nobody", None, 200),
     Case("DELETE /v1/admin/quotas", "bob", "/v1/admin/quotas?principal=User:alice", None, 403, CF),
     Case("DELETE /v1/admin/quotas", None, "/v1/admin/quotas?principal=User:alice", None, 401, AUTH),
-    # transactions: WRITE on the transactional id (DESCRIBE to read), READ on the group for offsets
+    # transactions: WRITE on the transactional id (DESCRIBE to read), READ on the group and topics for offsets
     Case("POST /v1/transactions/{tid}/init", "alice", "/v1/transactions/orders-tx-{u}/init", {}, 200),
     Case("POST /v1/transactions/{tid}/init", "bob", "/v1/transactions/orders-tx-{u}/init", {}, 403, XF),
     Case("POST /v1/transactions/{tid}/init", None, "/v1/transactions/orders-tx-{u}/init", {}, 401, AUTH),
     Case("POST /v1/transactions/{tid}/offsets", "alice", TXN + "/offsets", txn_offsets("orders-g"), 404, XNF),
     Case("POST /v1/transactions/{tid}/offsets", "alice", TXN + "/offsets", txn_offsets("payments-g"), 403, GF),
     Case("POST /v1/transactions/{tid}/offsets", "bob", TXN + "/offsets", txn_offsets("payments-g"), 403, XF),
+    # READ on each topic too, as a plain commit and Kafka's TxnOffsetCommit: alice may not read payments
+    Case(
+        "POST /v1/transactions/{tid}/offsets", "alice", TXN + "/offsets", txn_offsets("orders-g", "payments"), 403, TF
+    ),
     Case("POST /v1/transactions/{tid}/offsets", None, TXN + "/offsets", txn_offsets("orders-g"), 401, AUTH),
     Case("POST /v1/transactions/{tid}/commit", "alice", TXN + "/commit", EPOCH, 404, XNF),
     Case("POST /v1/transactions/{tid}/commit", "bob", TXN + "/commit", EPOCH, 403, XF),

@@ -82,6 +82,25 @@ def _offset_commit(bootstrap: str, group: str, offset: int) -> list[int]:
     return [int(p.error_code.value) for t in response.topics for p in t.partitions]
 
 
+def _init_transactional(bootstrap: str, tid: str) -> int:
+    """The error code of an InitProducerId v1 naming transactional id ``tid``."""
+    import datetime
+
+    from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
+    from kio.schema.init_producer_id.v1.response import InitProducerIdResponse
+    from kio.schema.request_header.v1.header import RequestHeader
+    from kio.serial import entity_reader, entity_writer
+
+    out = io.BytesIO()
+    header = RequestHeader(request_api_key=22, request_api_version=1, correlation_id=CORRELATION_ID, client_id="t")
+    entity_writer(RequestHeader)(out, header)
+    body = InitProducerIdRequest(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60))
+    entity_writer(InitProducerIdRequest)(out, body)
+    frame = request(bootstrap, struct.pack(">i", out.tell()) + out.getvalue())
+    response, _ = entity_reader(InitProducerIdResponse)(frame, 4)
+    return int(response.error_code.value)
+
+
 def test_kafka_clients_follow_leaders_and_a_killed_leader_loses_nothing_acknowledged(
     cluster: Callable[..., Server], zk: KazooClient, tmp_path: Path
 ) -> None:
@@ -111,6 +130,12 @@ def test_kafka_clients_follow_leaders_and_a_killed_leader_loses_nothing_acknowle
     other = next(i for i in (1, 2, 3) if i != chosen)
     assert _offset_commit(f"127.0.0.1:{ports[other]}", "readers", 0) == [16]
     assert _offset_commit(f"127.0.0.1:{ports[chosen]}", "readers", 0) == [0]
+
+    # the listener's transactional APIs are single-node: UNSUPPORTED_VERSION at every node, the id not created
+    for i in (1, 2, 3):
+        assert _init_transactional(f"127.0.0.1:{ports[i]}", "kafka-txn") == 35
+    with nodes[1].client() as api:
+        assert api.get("/v1/transactions/kafka-txn").status_code == 404
 
     # acks=all, idempotent, keyed records across every partition; the leader of partition 0 is killed mid-stream
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports.values())

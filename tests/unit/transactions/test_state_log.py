@@ -6,8 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from logstore.errors import NotCoordinatorError
 from logstore.log.schema import input_table
 from logstore.transactions._staging import Staging
 from logstore.transactions._state_log import StateLog, StateRow
@@ -73,3 +75,29 @@ def test_the_log_compacts_itself_to_the_newest_row_of_each_id(tmp_path: Path) ->
         "tx-2": (23, "Ongoing"),
     }
     assert dt.to_pyarrow_table().num_rows <= 3 + 5
+
+
+def test_a_deposed_coordinator_cannot_write_after_its_successor_took_the_id_over(tmp_path: Path) -> None:
+    first, second = StateLog(str(tmp_path)), StateLog(str(tmp_path))
+    epoch, found = first.take_over("a")
+    assert (epoch, found) == (1, None)
+    first.append(row("a", "Empty"), fence=epoch)
+    first.append(row("a", "PrepareCommit", epoch=0), fence=epoch)  # the decision
+    later, found = second.take_over("a")  # the successor reads the decision back
+    assert later == 2 and found is not None and found.state == "PrepareCommit"
+    with pytest.raises(NotCoordinatorError):  # the deposed one's "abort" after the decision: refused, not written
+        first.append(row("a", "CompleteAbort", epoch=1), fence=epoch)
+    second.append(row("a", "CompleteCommit"), fence=later)
+    first.append(row("b", "Empty"), fence=first.take_over("b")[0])  # other ids: still its own
+    latest = StateLog(str(tmp_path)).load()
+    assert latest["a"].state == "CompleteCommit" and latest["b"].state == "Empty"
+    assert "CompleteAbort" not in DeltaTable(str(tmp_path / "_transactions")).to_pyarrow_table()["state"].to_pylist()
+
+
+def test_looking_up_an_unknown_id_writes_no_take_over(tmp_path: Path) -> None:
+    log = StateLog(str(tmp_path))
+    log.append(row("a", "Empty"))
+    before = DeltaTable(str(tmp_path / "_transactions")).version()
+    assert log.take_over("nobody", known_only=True) == (0, None)
+    assert DeltaTable(str(tmp_path / "_transactions")).version() == before
+    assert log.take_over("a", known_only=True)[1] == row("a", "Empty")
