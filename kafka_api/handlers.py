@@ -20,11 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pyarrow as pa
-
 from kafka_api.access import allowed, denial
 from kafka_api.protocol import ALL_OPERATIONS, API_VERSIONS, build, kafka_uuid, response_class, zero_uuid
-from kafka_api.records import DecodedBatch, decode_batches, encode_batches
+from kafka_api.records import DecodedBatch, decode_batches, encode_batches, engine_records
 from logstore.cluster import ClusterMetadata, group_coordinator
 from logstore.config import LogstoreConfig
 from logstore.errors import (
@@ -319,16 +317,7 @@ class Handlers:
                 raise InvalidRequestError("an idempotent produce carries one batch per partition")
             producer = producer_name(first.producer_id, first.producer_epoch)
             sequence = first.base_sequence
-        n = sum(len(b) for b in batches)
-        return ParsedRecords(
-            keys=pa.concat_arrays([b.keys for b in batches]),
-            values=pa.concat_arrays([b.values for b in batches]),
-            headers=pa.concat_arrays([b.headers for b in batches]),
-            timestamps=pa.concat_arrays([b.timestamps for b in batches]),
-            partitions=[partition] * n,
-            producer_id=producer,
-            sequence=sequence,
-        )
+        return engine_records(batches, partition, producer, sequence)
 
     def _placed(self, base_offset: int, topic: str, partition: int) -> dict[str, Any]:
         return {

@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 
 from logstore.errors import CorruptMessageError, InvalidRequestError
 from logstore.log.schema import HEADERS_TYPE
+from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["BATCH_HEADER_SIZE", "DecodedBatch", "decode_batches", "encode_batch", "encode_batches"]
+__all__ = ["BATCH_HEADER_SIZE", "DecodedBatch", "decode_batches", "encode_batch", "encode_batches", "engine_records"]
 
 BATCH_HEADER_SIZE = 61
 """Bytes of a v2 batch before its records (base offset … record count)."""
@@ -397,3 +398,18 @@ def encode_batches(records: pa.Table) -> bytes:
     cut = np.flatnonzero((kinds[1:] != kinds[:-1]) | (appended[1:] & (stamps[1:] != stamps[:-1]))) + 1
     bounds = [0, *cut.tolist(), n]
     return b"".join(encode_batch(records.slice(a, b - a)) for a, b in itertools.pairwise(bounds))
+
+
+def engine_records(
+    batches: list[DecodedBatch], partition: int, producer_id: str | None = None, sequence: int | None = None
+) -> ParsedRecords:
+    """One partition's decoded batches as one engine request (the records of every batch, in order)."""
+    return ParsedRecords(
+        keys=pa.concat_arrays([b.keys for b in batches]),
+        values=pa.concat_arrays([b.values for b in batches]),
+        headers=pa.concat_arrays([b.headers for b in batches]),
+        timestamps=pa.concat_arrays([b.timestamps for b in batches]),
+        partitions=[partition] * sum(len(b) for b in batches),
+        producer_id=producer_id,
+        sequence=sequence,
+    )

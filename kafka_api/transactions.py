@@ -43,11 +43,9 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pyarrow as pa
-
 from kafka_api.access import allowed, denial
 from kafka_api.protocol import build, response_class
-from kafka_api.records import DecodedBatch
+from kafka_api.records import DecodedBatch, engine_records
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -63,7 +61,6 @@ from logstore.errors import (
 )
 from logstore.security import Operation, Resource, ResourceType
 from logstore.transactions import STATES, TransactionCoordinator, begin_transaction
-from logstore.wire.json_produce import ParsedRecords
 
 __all__ = ["TransactionHandlers"]
 
@@ -256,18 +253,9 @@ class TransactionHandlers:
                     f"{topic}-{partition}: base_sequence {first.base_sequence} of transactional id '{tid}', "
                     f"expected {expected}"
                 )
-            n = sum(len(b) for b in batches)
-            parsed = ParsedRecords(
-                keys=pa.concat_arrays([b.keys for b in batches]),
-                values=pa.concat_arrays([b.values for b in batches]),
-                headers=pa.concat_arrays([b.headers for b in batches]),
-                timestamps=pa.concat_arrays([b.timestamps for b in batches]),
-                partitions=[partition] * n,
-                producer_id=None,
-                sequence=None,
-            )
+            parsed = engine_records(batches, partition)
             await self._call(self.coordinator.produce, tid, first.producer_epoch, topic, parsed)
-            self._sequences[key] = (first.producer_epoch, first.base_sequence + n)
+            self._sequences[key] = (first.producer_epoch, first.base_sequence + len(parsed.partitions))
         except Exception as e:
             message = e.message if isinstance(e, LogstoreError) else repr(e)
             return {
