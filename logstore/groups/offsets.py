@@ -35,16 +35,13 @@ to the latest rows plus a bounded history (:mod:`maintenance.offsets`).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -235,7 +232,7 @@ class OffsetsStore:
                     self._known, self._seqs = dt.version(), {}
                 last = self._txn(dt, app)
             seq = 0 if last is None else last + 1
-            files = [self._write_file(_rows(group, topic, offsets, metadata, time_us, seq))] if offsets else []
+            files = [appender.small_file(_rows(group, topic, offsets, metadata, time_us, seq))] if offsets else []
             txns = ([(app, seq)] if offsets else []) + ([(guard, fence)] if fence is not None else [])
             version = self._known + 1
             while True:
@@ -303,26 +300,6 @@ class OffsetsStore:
                 self._seqs[txn["appId"]] = int(txn["version"])
                 raced = raced or txn["appId"] == app
         return raced
-
-    def _write_file(self, rows: pa.Table) -> NewFile:
-        rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        path = join(self.path, rel)
-        try:
-            fs, where = self._storage.arrow(path)
-            with fs.open_output_stream(where) as sink:
-                pq.write_table(rows, sink, compression="snappy")
-                size = sink.tell()
-        except OSError as err:
-            raise KafkaStorageError(f"cannot write {path}: {err}") from err
-        add = {
-            "path": rel,
-            "partitionValues": {},
-            "size": size,
-            "modificationTime": time.time_ns() // 1_000_000,
-            "dataChange": True,
-            "stats": json.dumps({"numRecords": len(rows)}),
-        }
-        return NewFile(add, path)
 
     def _appender_(self) -> LogAppender:
         if self._appender is None:

@@ -220,6 +220,32 @@ class LogAppender:
             size = sink.tell()
         return int(size)
 
+    def small_file(self, rows: pa.Table) -> NewFile:
+        """A snappy Parquet file of ``rows`` for an unpartitioned bookkeeping table (``_offsets``,
+        ``_transactions``), written but not committed nor (locally) fsynced, with its ``add`` action.
+
+        Raises:
+            KafkaStorageError: the file cannot be written.
+        """
+        rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        path = join(self.root, rel)
+        try:
+            fs, where = self._storage.arrow(path)
+            with fs.open_output_stream(where) as sink:
+                pq.write_table(rows, sink, compression="snappy")
+                size = sink.tell()
+        except OSError as err:
+            raise KafkaStorageError(f"cannot write {path}: {err}") from err
+        add = {
+            "path": rel,
+            "partitionValues": {},
+            "size": size,
+            "modificationTime": time.time_ns() // 1_000_000,
+            "dataChange": True,
+            "stats": orjson.dumps({"numRecords": len(rows)}).decode(),
+        }
+        return NewFile(add, path)
+
     def discard(self, files: Sequence[NewFile]) -> None:
         """Delete data files that no commit references (after a lost race)."""
         for f in files:

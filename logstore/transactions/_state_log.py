@@ -38,13 +38,11 @@ import logging
 import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
@@ -52,7 +50,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from logstore.common.fsync import fsync_path
 from logstore.errors import ConcurrentTransactionsError, KafkaStorageError, LogstoreError, NotCoordinatorError
 from logstore.log import tables
-from logstore.log.append import CommitInDoubt, LogAppender, NewFile, StaleVersion, VersionTaken
+from logstore.log.append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 
 __all__ = ["STATE_SCHEMA", "StateLog", "StateRow", "app_coordinator"]
 
@@ -263,7 +261,7 @@ class StateLog:
                     seen.add(tid)
                     keep.append(i)
             kept = data.take(pa.array(keep, pa.int64())).sort_by("row_seq").cast(STATE_SCHEMA)
-            file = self._write_file(kept)
+            file = self._appender.small_file(kept)
             if self._fsync:
                 fsync_path(file.path)
             now_ms = time.time_ns() // 1_000_000
@@ -310,7 +308,7 @@ class StateLog:
         ``taking``: the commit takes the id over, so the table must hold an older epoch than ``fence``;
         otherwise it must hold none newer.
         """
-        files = [] if data is None else [self._write_file(data)]
+        files = [] if data is None else [self._appender.small_file(data)]
         txns = [] if fence is None else [(app, fence)]
         for _ in range(_COMMIT_ATTEMPTS):
             version = self._version + 1
@@ -350,24 +348,6 @@ class StateLog:
             return
         self._appender.discard(files)
         raise ConcurrentTransactionsError(f"{self.path}: lost the commit race {_COMMIT_ATTEMPTS} times; retry")
-
-    def _write_file(self, rows: pa.Table) -> NewFile:
-        rel = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        path = os.path.join(self.path, rel)
-        try:
-            pq.write_table(rows, path, compression="snappy")
-            size = os.path.getsize(path)
-        except OSError as err:
-            raise KafkaStorageError(f"cannot write {path}: {err}") from err
-        add = {
-            "path": rel,
-            "partitionValues": {},
-            "size": size,
-            "modificationTime": time.time_ns() // 1_000_000,
-            "dataChange": True,
-            "stats": orjson.dumps({"numRecords": len(rows)}).decode(),
-        }
-        return NewFile(add, path)
 
     def close(self) -> None:
         """Finish a pending checkpoint and release the appender's thread."""
