@@ -43,7 +43,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,7 +250,8 @@ class ZooKeeperController:
         self._epoch_version = -1
         self._states: dict[TopicPartitionKey, PartitionState] = {}
         self._topic_ids: dict[str, str | None] = {}
-        """Topic → its ID as the last round read it, whose partitions ``_states`` holds."""
+        """Topic → its ID as the last round read it, whose partitions ``_states`` holds (empty: the states were
+        just read from ZooKeeper, so they are those of the topics there now)."""
         self._reregister = False
         self._resigning = False
         self._controller: tuple[int | None, int] = (None, 0)
@@ -447,7 +448,7 @@ class ZooKeeperController:
         if any(isinstance(r, Exception) for r in results):
             return  # another node won this epoch
         self._epoch, self._epoch_version = epoch, stat.version + 1
-        self._states = self._read_states()
+        self._states, self._topic_ids = self._read_states(), {}
         log.info("node %d is the controller (epoch %d)", self.node.node_id, epoch)
 
     def _reconcile(self) -> None:
@@ -465,11 +466,14 @@ class ZooKeeperController:
             count = int(doc.get("partitions", 0))
             ids[topic] = doc.get("topic_id")
             wanted += [(topic, p) for p in range(count)]
-        # A topic deleted and created again between two rounds has a new ID: the states cached for the
-        # old one (their znodes went with it) must not stand for the new one's.
-        same = {t for t, i in ids.items() if self._topic_ids.get(t, i) == i}
+        # A topic deleted and created again since its states were read has a new ID: the old one's states must
+        # not stand for the new one's, which are read again, not taken for absent: another controller may have
+        # placed them since, and a partition placed anew starts at epoch 0, below any a leader may have claimed.
+        changed = {t for t, i in ids.items() if self._topic_ids.get(t, i) != i}
         self._topic_ids = ids
-        self._states = {tp: s for tp, s in self._states.items() if tp[0] in same}
+        self._states = {tp: s for tp, s in self._states.items() if tp[0] in ids and tp[0] not in changed}
+        if changed:
+            self._states |= self._read_states(changed)
         preferred = preferred_leaders(wanted, live, self._placement)
         changes = place_leaders(wanted, self._states, live, self._placement, preferred)
         if changes:
@@ -514,7 +518,7 @@ class ZooKeeperController:
                 )
 
     def _resign(self) -> None:
-        epoch, self._epoch, self._states = self._epoch, None, {}
+        epoch, self._epoch, self._states, self._topic_ids = self._epoch, None, {}, {}
         try:
             data, _ = self._zk.get(CONTROLLER)
             if json.loads(data).get("node_id") == self.node.node_id:
@@ -538,9 +542,10 @@ class ZooKeeperController:
                 "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
             ) from None
 
-    def _read_states(self) -> dict[TopicPartitionKey, PartitionState]:
+    def _read_states(self, topics: Iterable[str] | None = None) -> dict[TopicPartitionKey, PartitionState]:
+        """The partition states ZooKeeper holds now, of ``topics`` (None: of every topic)."""
         out: dict[TopicPartitionKey, PartitionState] = {}
-        for topic in self._zk.get_children(TOPICS):
+        for topic in self._zk.get_children(TOPICS) if topics is None else topics:
             try:
                 parts = self._zk.get_children(f"{TOPICS}/{topic}/partitions")
             except NoNodeError:
