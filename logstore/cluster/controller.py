@@ -43,7 +43,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +190,23 @@ def _state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
+def _read_states(zk: KazooClient, topics: Iterable[str] | None = None) -> dict[TopicPartitionKey, PartitionState]:
+    """The partition states ZooKeeper holds now, of ``topics`` (None: of every topic)."""
+    out: dict[TopicPartitionKey, PartitionState] = {}
+    for topic in zk.get_children(TOPICS) if topics is None else topics:
+        try:
+            parts = zk.get_children(f"{TOPICS}/{topic}/partitions")
+        except NoNodeError:
+            continue
+        for p in parts:
+            try:
+                data, _ = zk.get(_state_path(topic, int(p)))
+            except NoNodeError:
+                continue
+            out[(topic, int(p))] = PartitionState.from_json(data)
+    return out
+
+
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
@@ -250,7 +267,7 @@ class ZooKeeperController:
         self._epoch_version = -1
         self._states: dict[TopicPartitionKey, PartitionState] = {}
         self._topic_ids: dict[str, str | None] = {}
-        """Topic → its ID as the last round read it, whose partitions ``_states`` holds."""
+        """Topic → its ID as the last round read it, whose partitions ``_states`` holds (empty: states read afresh)."""
         self._reregister = False
         self._resigning = False
         self._controller: tuple[int | None, int] = (None, 0)
@@ -447,7 +464,7 @@ class ZooKeeperController:
         if any(isinstance(r, Exception) for r in results):
             return  # another node won this epoch
         self._epoch, self._epoch_version = epoch, stat.version + 1
-        self._states = self._read_states()
+        self._states, self._topic_ids = _read_states(self._zk), {}
         log.info("node %d is the controller (epoch %d)", self.node.node_id, epoch)
 
     def _reconcile(self) -> None:
@@ -465,11 +482,14 @@ class ZooKeeperController:
             count = int(doc.get("partitions", 0))
             ids[topic] = doc.get("topic_id")
             wanted += [(topic, p) for p in range(count)]
-        # A topic deleted and created again between two rounds has a new ID: the states cached for the
-        # old one (their znodes went with it) must not stand for the new one's.
-        same = {t for t, i in ids.items() if self._topic_ids.get(t, i) == i}
+        # A topic deleted and created again since its states were read has a new ID: the old one's states must
+        # not stand for the new one's, which are read again, not taken for absent: another controller may have
+        # placed them since, and a partition placed anew starts at epoch 0, below any a leader may have claimed.
+        changed = {t for t, i in ids.items() if self._topic_ids.get(t, i) != i}
         self._topic_ids = ids
-        self._states = {tp: s for tp, s in self._states.items() if tp[0] in same}
+        self._states = {tp: s for tp, s in self._states.items() if tp[0] in ids and tp[0] not in changed}
+        if changed:
+            self._states |= _read_states(self._zk, changed)
         preferred = preferred_leaders(wanted, live, self._placement)
         changes = place_leaders(wanted, self._states, live, self._placement, preferred)
         if changes:
@@ -499,7 +519,7 @@ class ZooKeeperController:
                 )
             failed = [r for r in results if isinstance(r, Exception)]
             if failed:
-                self._states = self._read_states()  # someone else's view of a state differed: re-read, retry
+                self._states = _read_states(self._zk)  # someone else's view of a state differed: re-read, retry
                 self._wake.set()
                 return
             for tp, state in chunk:
@@ -514,7 +534,7 @@ class ZooKeeperController:
                 )
 
     def _resign(self) -> None:
-        epoch, self._epoch, self._states = self._epoch, None, {}
+        epoch, self._epoch, self._states, self._topic_ids = self._epoch, None, {}, {}
         try:
             data, _ = self._zk.get(CONTROLLER)
             if json.loads(data).get("node_id") == self.node.node_id:
@@ -537,21 +557,6 @@ class ZooKeeperController:
                 f"node.id {self.node.node_id} is registered by a live node ({data.decode(errors='replace')}); "
                 "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
             ) from None
-
-    def _read_states(self) -> dict[TopicPartitionKey, PartitionState]:
-        out: dict[TopicPartitionKey, PartitionState] = {}
-        for topic in self._zk.get_children(TOPICS):
-            try:
-                parts = self._zk.get_children(f"{TOPICS}/{topic}/partitions")
-            except NoNodeError:
-                continue
-            for p in parts:
-                try:
-                    data, _ = self._zk.get(_state_path(topic, int(p)))
-                except NoNodeError:
-                    continue
-                out[(topic, int(p))] = PartitionState.from_json(data)
-        return out
 
     def _leads_any(self) -> bool:
         return self._leads_any_in(self.metadata().partitions)

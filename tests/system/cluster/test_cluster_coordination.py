@@ -133,6 +133,43 @@ def test_a_deposed_controller_writes_nothing(chroot: str, nodes: Callable[..., Z
     zk.stop()
 
 
+def test_a_controller_elected_again_keeps_the_epochs_others_gave_a_topic_created_again(
+    chroot: str, nodes: Callable[..., ZooKeeperController]
+) -> None:
+    """A controller deposed while others delete a topic, create it again and place its leaders finds, once elected
+    again, the epochs they gave: it must not place the new topic's partitions anew at epoch 0, below an epoch their
+    leader may have claimed already (that leader would be fenced, and the partition unavailable, until it died)."""
+    a = nodes(1)
+    _until(lambda: a.is_controller)
+    a.register_topic("churn", 1, "old-id")
+    _until(lambda: _all_led(a.metadata(), "churn", 1, {1}))
+    zk = KazooClient(hosts=chroot)
+    zk.start(timeout=10)
+    try:
+        # Another controller is elected behind a's back and stays: a finds its epoch stale at its next write.
+        data, stat = zk.get("/controller_epoch")
+        txn = zk.transaction()
+        txn.delete("/controller")
+        txn.create("/controller", json.dumps({"node_id": 99, "epoch": int(data) + 1}).encode(), ephemeral=True)
+        txn.set_data("/controller_epoch", str(int(data) + 1).encode(), version=stat.version)
+        assert not any(isinstance(r, Exception) for r in txn.commit())
+        a.register_topic("work", 1)
+        _until(lambda: not a.is_controller)
+        # Under the other controller the topic is created again and its partition, placed at epoch 0, fails over.
+        a.unregister_topic("churn")
+        a.register_topic("churn", 1, "new-id")
+        state = "/brokers/topics/churn/partitions/0/state"
+        zk.create(state, PartitionState(1, 1).to_json(), makepath=True)
+        zk.delete("/controller")  # it leaves: a is elected again
+        _until(lambda: a.is_controller)
+        a.register_topic("after", 1)  # placed by a round of a's, the one that placed anything else too
+        _until(lambda: _all_led(a.metadata(), "after", 1, {1}))
+        assert PartitionState.from_json(zk.get(state)[0]) == PartitionState(1, 1)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def test_a_taken_node_id_refuses_to_register(nodes: Callable[..., ZooKeeperController]) -> None:
     nodes(1)
     with pytest.raises(DuplicateBrokerRegistrationError, match=r"node.id 1 is registered"):
