@@ -76,6 +76,19 @@ def app_leader(partition: int) -> str:
 LEADER_PREFIX = "logstore.leader."
 
 
+def app_holder(partition: int) -> str:
+    """The ``txn`` app id that says which node claimed ``partition``'s leader epoch (cluster mode).
+
+    Its version is ``epoch << 32 | node id`` (:func:`~logstore.log.epochs.holder_of`), so a
+    holder recorded for an older epoch is never taken for the current one's. Logs written
+    before it was recorded have none: their claims name no node.
+    """
+    return f"{HOLDER_PREFIX}{partition}"
+
+
+HOLDER_PREFIX = "logstore.holder."
+
+
 def app_producer(producer_id: str) -> str:
     """The legacy ``txn`` app id of a producer's last sequence on the whole topic (read, no longer written)."""
     return f"{PRODUCER_PREFIX}{producer_id}"

@@ -10,7 +10,10 @@ current epoch and fences no one.
 Cluster mode (``leaders`` given): the fence is per partition. A writer commits
 only partitions it leads, each commit carrying ``logstore.leader.<p>`` = the
 ZooKeeper leader epoch of every partition it touches; a higher
-``logstore.leader.<p>`` in the log fences it for ``p`` only.
+``logstore.leader.<p>`` in the log fences it for ``p`` only. A ``CLAIM`` also
+records which node claimed (``logstore.holder.<p>``): a claim of the log's
+epoch succeeds only for the node that holds it (a restart of the same
+leader), so no two nodes ever lead one partition at one epoch.
 
 :class:`LeaderEpochs` holds this writer's epochs and the highest the log is
 known to hold; the writer folds every commit it reads into it and asks it
@@ -29,7 +32,7 @@ from deltalake import DeltaTable
 from logstore.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
 from logstore.log import _delta
 
-__all__ = ["LeaderEpochs", "is_leader_app", "rival_claim"]
+__all__ = ["LeaderEpochs", "holder_of", "is_leader_app", "rival_claim"]
 
 
 class LeaderEpochs:
@@ -40,16 +43,21 @@ class LeaderEpochs:
         join: a cooperative writer: it takes the table's epoch and fences no one.
         leaders: cluster mode: the partitions this writer leads, with their ZooKeeper
             leader epochs, already claimed. None = embedded mode.
+        node_id: cluster mode: the node this writer claims for (``node.id``); -1 = unnamed
+            (its claims record no holder, and it may claim the log's epoch again like an old log's).
     """
 
-    def __init__(self, topic: str, *, join: bool, leaders: Mapping[int, int] | None) -> None:
+    def __init__(self, topic: str, *, join: bool, leaders: Mapping[int, int] | None, node_id: int = -1) -> None:
         self.topic = topic
         self.join = join
+        self.node_id = node_id
         self.epoch = 0
         """Embedded: the table-wide epoch this writer commits under."""
         self._leaders: dict[int, int] | None = None if leaders is None else dict(leaders)
         self._table: dict[int, int] = {}
         """Per partition, the highest ``logstore.leader.<p>`` the log holds (as far as this writer has read)."""
+        self._holder: dict[int, int] = {}
+        """Per partition, the node that claimed the epoch in ``_table``, where the log names it."""
 
     @property
     def cluster(self) -> bool:
@@ -82,13 +90,32 @@ class LeaderEpochs:
             )
 
     def held_by_newer(self, wanted: Mapping[int, int]) -> tuple[int, ...]:
-        """The partitions of ``wanted`` (partition → epoch) whose epoch in the log is higher."""
-        return tuple(sorted(p for p, e in wanted.items() if self._table.get(p, -1) > e))
+        """The partitions of ``wanted`` (partition → epoch) held by a higher epoch, or by another node at that epoch.
+
+        A claim that names no node (an old log's, or an unnamed writer's) is taken as this node's.
+        """
+        return tuple(
+            sorted(
+                p
+                for p, e in wanted.items()
+                if self._table.get(p, -1) > e
+                or (self._table.get(p, -1) == e and self._holder.get(p, self.node_id) != self.node_id)
+            )
+        )
+
+    def claim_txns(self, wanted: Mapping[int, int]) -> list[tuple[str, int]]:
+        """The app transactions of a ``CLAIM`` of ``wanted``: each epoch, and (if named) this node as holder."""
+        txns = []
+        for p, e in sorted(wanted.items()):
+            txns.append((_delta.app_leader(p), e))
+            if self.node_id >= 0:
+                txns.append((_delta.app_holder(p), e << 32 | self.node_id))
+        return txns
 
     def claimed(self, epochs: Mapping[int, int]) -> None:
         """Cluster mode: this writer's ``CLAIM`` of ``epochs`` landed; it leads them from now on."""
         assert self._leaders is not None
-        self._see(epochs)
+        self._see(epochs, {p: (e, self.node_id) for p, e in epochs.items() if self.node_id >= 0})
         self._leaders.update(epochs)
 
     def resign(self, partitions: Sequence[int]) -> None:
@@ -99,12 +126,20 @@ class LeaderEpochs:
 
     def load(self, table: DeltaTable, num_partitions: int) -> None:
         """Read the leader epochs the (refreshed) table holds."""
-        self._see(
-            {p: e for p in range(num_partitions) if (e := _delta.txn_version(table, _delta.app_leader(p))) is not None}
-        )
+        leaders = {
+            p: e for p in range(num_partitions) if (e := _delta.txn_version(table, _delta.app_leader(p))) is not None
+        }
+        holders = {
+            p: holder_of(h) for p in leaders if (h := _delta.txn_version(table, _delta.app_holder(p))) is not None
+        }
+        self._see(leaders, holders)
 
-    def absorb(self, epoch: int | None, leaders: Mapping[int, int]) -> None:
+    def absorb(
+        self, epoch: int | None, leaders: Mapping[int, int], holders: Mapping[int, tuple[int, int]] | None = None
+    ) -> None:
         """Fold in the epochs of a commit another writer made: its ``logstore.epoch`` and ``logstore.leader.<p>``.
+
+        ``holders``: its ``logstore.holder.<p>``, decoded (:func:`holder_of`).
 
         The caller then folds in the rest of the commit and calls :meth:`check_fence`.
 
@@ -120,7 +155,7 @@ class LeaderEpochs:
             raise FencedLeaderEpochError(
                 f"topic '{self.topic}' was claimed by epoch {epoch}; this committer (epoch {self.epoch}) is fenced"
             )
-        self._see(leaders)
+        self._see(leaders, holders or {})
 
     def reloaded(self, current: int) -> None:
         """The table was re-read and holds table-wide epoch ``current``.
@@ -157,9 +192,20 @@ class LeaderEpochs:
             partitions=fenced,
         )
 
-    def _see(self, epochs: Mapping[int, int]) -> None:
+    def _see(self, epochs: Mapping[int, int], holders: Mapping[int, tuple[int, int]]) -> None:
+        """Fold in ``epochs`` (partition → epoch) and ``holders`` (partition → (epoch, node)) the log holds."""
         for p, e in epochs.items():
-            self._table[p] = max(self._table.get(p, -1), e)
+            if e > self._table.get(p, -1):
+                self._table[p] = e
+                self._holder.pop(p, None)
+            held = holders.get(p)
+            if held is not None and held[0] == self._table[p]:
+                self._holder[p] = held[1]
+
+
+def holder_of(version: int) -> tuple[int, int]:
+    """(epoch, node id) of a ``logstore.holder.<p>`` app version (``epoch << 32 | node id``)."""
+    return version >> 32, version & 0xFFFFFFFF
 
 
 def is_leader_app(app: str) -> bool:

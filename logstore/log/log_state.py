@@ -37,7 +37,7 @@ from logstore.errors import (
 from logstore.log import _delta
 from logstore.log.append import CommitInDoubt, LogAppender, StaleVersion, VersionTaken
 from logstore.log.catalog import Catalog, high_watermark
-from logstore.log.epochs import LeaderEpochs, is_leader_app, rival_claim
+from logstore.log.epochs import LeaderEpochs, holder_of, is_leader_app, rival_claim
 from logstore.log.producer_state import ProducerStateManager
 from logstore.log.topic_id import id_in, read_id_file
 
@@ -178,7 +178,8 @@ class LogState:
 
         Raises:
             FencedLeaderEpochError: the log already holds a higher epoch for one of
-                them (``partitions`` names which); nothing was claimed.
+                them, or the same epoch claimed by another node (``partitions`` names
+                which); nothing was claimed.
             ConcurrentTransactionsError: the race was lost ``max_attempts`` times.
         """
         if not wanted:
@@ -190,10 +191,11 @@ class LogState:
             newer = self._epochs.held_by_newer(wanted)
             if newer:
                 raise FencedLeaderEpochError(
-                    f"topic '{self.topic}': partitions {list(newer)} are held by a newer leader epoch",
+                    f"topic '{self.topic}': partitions {list(newer)} are held by a newer leader epoch "
+                    f"or by another node at the same epoch (wanted: {dict(wanted)})",
                     partitions=newer,
                 )
-            claims = [(_delta.app_leader(p), e) for p, e in sorted(wanted.items())]
+            claims = self._epochs.claim_txns(wanted)
             try:
                 self.commit([], claims, {"operation": "CLAIM"}, (set(wanted), set()))
             except CommitInDoubt as e:
@@ -321,7 +323,12 @@ class LogState:
         ours = _delta.APP_EPOCH in txns or leaders or any(app.startswith(_HW_PREFIX) for app in txns)
         if not ours or any("metaData" in a or "protocol" in a for a in actions):
             return False
-        self._epochs.absorb(txns.get(_delta.APP_EPOCH), leaders)
+        holders = {
+            int(app.removeprefix(_delta.HOLDER_PREFIX)): holder_of(v)
+            for app, v in txns.items()
+            if app.startswith(_delta.HOLDER_PREFIX)
+        }
+        self._epochs.absorb(txns.get(_delta.APP_EPOCH), leaders, holders)
         for app, version in txns.items():
             if app.startswith(_HW_PREFIX):
                 p = int(app.removeprefix(_HW_PREFIX))

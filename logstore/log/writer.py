@@ -142,6 +142,8 @@ class TopicWriter:
         leader_epochs: cluster mode: the partitions this writer leads, with
             their ZooKeeper leader epochs, already claimed (usually empty at
             first; :meth:`claim` adds partitions). None = embedded mode.
+        node_id: cluster mode: the node this writer leads for (``node.id``); its claims
+            record it, and a claim of the log's epoch succeeds only for the node holding it.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic.
@@ -158,13 +160,14 @@ class TopicWriter:
         max_attempts: int = 20,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         leader_epochs: Mapping[int, int] | None = None,
+        node_id: int = -1,
     ) -> None:
         self.topic = topic
         table = catalog.table(topic)
         root = catalog.topic_path(topic)
         self._appender = LogAppender(root, catalog.config.checkpoint_interval, fsync=catalog.config.commit_fsync)
         self._lock = WriterLock(root)
-        self._epochs = LeaderEpochs(topic, join=join, leaders=leader_epochs)
+        self._epochs = LeaderEpochs(topic, join=join, leaders=leader_epochs, node_id=node_id)
         self._producers = ProducerStateManager(
             topic,
             table,
@@ -226,7 +229,8 @@ class TopicWriter:
 
         Raises:
             FencedLeaderEpochError: the log already holds a higher epoch for one of
-                them (``partitions`` names which); nothing was claimed.
+                them, or the same epoch claimed by another node (``partitions`` names
+                which); nothing was claimed.
         """
         assert self._epochs.cluster, "claim() is for cluster mode"
         self._log.claim_partitions({int(p): int(e) for p, e in epochs.items()}, self._max_attempts)

@@ -87,7 +87,12 @@ class TopicPipeline:
         self.topic = topic
         self._table_root = broker.store.catalog.topic_path(topic)
         cluster = broker.cluster is not None
-        self.writer = TopicWriter(broker.store.catalog, topic, leader_epochs={} if cluster else None)
+        self.writer = TopicWriter(
+            broker.store.catalog,
+            topic,
+            leader_epochs={} if cluster else None,
+            node_id=broker.cluster.node_id if broker.cluster is not None else -1,
+        )
         self.wal = WriteAheadLog(join(broker.wal_dir, topic))
         self._accumulator = Accumulator(
             topic,

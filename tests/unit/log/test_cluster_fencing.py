@@ -151,3 +151,58 @@ def test_a_race_lost_to_a_replay_on_other_partitions_still_learns_their_offsets(
     a.claim({1: 0})
     assert ok(a.append_held([batch([1])])[0]).offsets.to_pylist() == [2]
     assert_gap_free(store.catalog, t)
+
+
+def test_a_claim_of_the_logs_epoch_succeeds_only_for_the_node_that_holds_it(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    t = make_topic(partitions=2)
+    holder = TopicWriter(store.catalog, t, leader_epochs={}, node_id=1)
+    holder.claim({0: 3, 1: 3})
+    ok(holder.append_held([batch([0, 1])])[0])
+    rival = TopicWriter(store.catalog, t, leader_epochs={}, node_id=2)
+    with pytest.raises(FencedLeaderEpochError) as refused:
+        rival.claim({0: 3})
+    assert refused.value.partitions == (0,)
+    assert rival.leader_epochs == {}
+    # the holder goes on; the same node opening the topic again (a restart) claims its epoch again
+    ok(holder.append_held([batch([0])])[0])
+    again = TopicWriter(store.catalog, t, leader_epochs={}, node_id=1)
+    again.claim({0: 3})
+    assert again.leader_epochs == {0: 3}
+    # a higher epoch is another node's to take
+    rival.claim({0: 4})
+    assert rival.leader_epochs == {0: 4}
+    assert_gap_free(store.catalog, t)
+
+
+def test_a_claim_that_loses_the_race_to_another_nodes_claim_of_the_same_epoch_is_fenced(
+    store: LogStore, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_topic(partitions=1)
+    loser = TopicWriter(store.catalog, t, leader_epochs={}, node_id=2)
+    winner = TopicWriter(store.catalog, t, leader_epochs={}, node_id=1)
+    catch_up = loser._log.catch_up
+
+    def then_the_winner_claims() -> None:  # the loser has read the log; the winner commits first
+        catch_up()
+        if not winner.leader_epochs:
+            winner.claim({0: 5})
+
+    monkeypatch.setattr(loser._log, "catch_up", then_the_winner_claims)
+    with pytest.raises(FencedLeaderEpochError):
+        loser.claim({0: 5})
+    assert winner.leader_epochs == {0: 5} and loser.leader_epochs == {}
+
+
+def test_a_claim_that_names_no_node_leaves_its_epoch_claimable_again(
+    store: LogStore, make_topic: Callable[..., str]
+) -> None:
+    """Logs written before claims named their node: the epoch there is claimable again, as before."""
+    t = make_topic(partitions=1)
+    TopicWriter(store.catalog, t, leader_epochs={}).claim({0: 2})
+    later = TopicWriter(store.catalog, t, leader_epochs={}, node_id=7)
+    later.claim({0: 2})
+    assert later.leader_epochs == {0: 2}
+    with pytest.raises(FencedLeaderEpochError):
+        TopicWriter(store.catalog, t, leader_epochs={}, node_id=8).claim({0: 2})
