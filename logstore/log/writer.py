@@ -139,11 +139,9 @@ class TopicWriter:
         max_attempts: commit attempts per :meth:`append` before giving up with
             :class:`~logstore.errors.ConcurrentTransactionsError`.
         clock_ms: wall clock in ms, for CreateTime defaults and LogAppendTime.
-        leader_epochs: cluster mode: the partitions this writer leads, with
-            their ZooKeeper leader epochs, already claimed (usually empty at
-            first; :meth:`claim` adds partitions). None = embedded mode.
-        node_id: cluster mode: the node this writer leads for (``node.id``); its claims
-            record it, and a claim of the log's epoch succeeds only for the node holding it.
+        leader_epochs: cluster mode: the partitions this writer leads and their ZooKeeper leader
+            epochs, already claimed (usually none at first: :meth:`claim` adds). None = embedded mode.
+        node_id: cluster mode: this node's ``node.id``, which its claims record (-1 = none).
 
     Raises:
         UnknownTopicOrPartitionError: no such topic.
@@ -228,9 +226,8 @@ class TopicWriter:
         acks=1 records are replayed.
 
         Raises:
-            FencedLeaderEpochError: the log already holds a higher epoch for one of
-                them, or the same epoch claimed by another node (``partitions`` names
-                which); nothing was claimed.
+            FencedLeaderEpochError: the log holds a higher epoch for some (``partitions``),
+                or the same one claimed by another node; nothing was claimed.
         """
         assert self._epochs.cluster, "claim() is for cluster mode"
         self._log.claim_partitions({int(p): int(e) for p, e in epochs.items()}, self._max_attempts)
