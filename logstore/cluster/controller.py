@@ -60,7 +60,7 @@ from logstore.cluster.placement import (
     place_leaders,
     preferred_leaders,
 )
-from logstore.cluster.rebalance import ELECTIONS, LeaderRebalancer, report_drained, request_election
+from logstore.cluster.rebalance import ELECTIONS, LeaderRebalancer, report_drained, request_election, stage_state
 from logstore.common.logs import describe
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, StaleControllerEpochError
 
@@ -505,12 +505,8 @@ class ZooKeeperController:
             chunk = items[start : start + _TXN_OPS]
             txn = self._zk.transaction()
             txn.check(CONTROLLER_EPOCH, self._epoch_version)
-            for tp, state in chunk:
-                data = state.to_json()
-                if tp in self._states or self._zk.exists(_state_path(*tp)):
-                    txn.set_data(_state_path(*tp), data)
-                else:
-                    txn.create(_state_path(*tp), data)
+            for i, (tp, state) in enumerate(chunk):  # each raised above the epoch ZooKeeper holds, version-checked
+                chunk[i] = (tp, stage_state(self._zk, txn, _state_path(*tp), state))
             results = txn.commit()
             if isinstance(results[0], Exception):
                 raise StaleControllerEpochError(

@@ -19,6 +19,7 @@ Two placements (``leader.placement``):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -31,6 +32,7 @@ __all__ = [
     "Placement",
     "PartitionState",
     "TopicPartitionKey",
+    "above_current",
     "group_coordinator",
     "place_leaders",
     "preferred_leaders",
@@ -81,6 +83,23 @@ class PartitionState:
             None if handover is None else int(handover),
             bool(doc.get("drained", False)),
         )
+
+
+def above_current(state: PartitionState, current: PartitionState | None) -> PartitionState:
+    """``state`` as it may be written over ``current`` (what the znode holds now; None = no znode).
+
+    An epoch never goes down, and a leader other than ``current``'s gets an
+    epoch above ``current``'s: the state is given ``current``'s epoch + 1 if it
+    has less, whatever view of the partition it was planned from. So no two
+    nodes are ever given one epoch, and no leader one below what an earlier
+    leader may have claimed in the partition's Delta log.
+    """
+    if current is None:
+        return state
+    other = state.leader != current.leader
+    if state.leader_epoch < current.leader_epoch or (other and state.leader_epoch == current.leader_epoch):
+        return dataclasses.replace(state, leader_epoch=current.leader_epoch + 1)
+    return state
 
 
 def place_leaders(

@@ -51,10 +51,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, preferred_leaders
+from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, above_current, preferred_leaders
 
 __all__ = [
     "ELECTIONS",
@@ -64,6 +64,7 @@ __all__ = [
     "imbalanced",
     "report_drained",
     "request_election",
+    "stage_state",
 ]
 
 log = logging.getLogger("logstore.cluster")
@@ -276,3 +277,25 @@ def request_election(zk: KazooClient, partitions: Iterable[TopicPartitionKey] | 
         f"{ELECTIONS}/request-", json.dumps(doc, separators=(",", ":")).encode(), sequence=True, makepath=True
     )
     return path
+
+
+def stage_state(zk: KazooClient, txn: TransactionRequest, path: str, state: PartitionState) -> PartitionState:
+    """Add the controller's write of partition state ``state`` at ``path`` to ``txn``; the state it will write.
+
+    The znode is read first: the state is raised above what it holds
+    (:func:`~logstore.cluster.placement.above_current`), and written only if
+    the znode is still at that version (or, absent, still absent), so a
+    concurrent writer makes ``txn`` fail instead of being overwritten.
+    """
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        txn.create(path, state.to_json())
+        return state
+    try:
+        current: PartitionState | None = PartitionState.from_json(data)
+    except (ValueError, KeyError, TypeError):
+        current = None  # not a partition state: overwritten, as before
+    state = above_current(state, current)
+    txn.set_data(path, state.to_json(), version=stat.version)
+    return state

@@ -191,3 +191,29 @@ def test_controlled_shutdown_hands_partitions_over_within_a_second(
     print(f"controlled shutdown handed over in {took * 1000:.0f} ms")
     assert took < 1.0
     _until(lambda: staying.is_controller)
+
+
+def test_a_new_leader_gets_an_epoch_above_the_one_zookeeper_holds_not_the_controllers_view(
+    chroot: str, nodes: Callable[..., ZooKeeperController]
+) -> None:
+    """A state written behind the controller's back with a higher epoch (another controller's, say): the leader the
+    controller then moves the partition to gets an epoch above it, never the controller's cached epoch + 1 (a log
+    holding the higher epoch would fence the new leader, or two nodes would hold one epoch)."""
+    a = nodes(1)
+    _until(lambda: a.is_controller)
+    b = nodes(2)
+    _until(lambda: {n.node_id for n in a.metadata().nodes} == {1, 2})
+    a.register_topic("fence", 2)
+    _until(lambda: _all_led(a.metadata(), "fence", 2, {1, 2}))
+    p = next(p for p, s in enumerate(_leaders(a.metadata(), "fence", 2)) if s.leader == 2)
+    zk = KazooClient(hosts=chroot)
+    zk.start(timeout=10)
+    try:
+        state = f"/brokers/topics/fence/partitions/{p}/state"
+        zk.set(state, PartitionState(2, 7).to_json())
+        b.close()  # node 2 leaves: a moves its partition to node 1
+        _until(lambda: PartitionState.from_json(zk.get(state)[0]).leader == 1)
+        assert PartitionState.from_json(zk.get(state)[0]) == PartitionState(1, 8)
+    finally:
+        zk.stop()
+        zk.close()

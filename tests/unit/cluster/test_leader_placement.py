@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from logstore.cluster import PartitionState, Placement, place_leaders
+from logstore.cluster.placement import above_current
 
 SIX = [("orders", p) for p in range(6)]
 
@@ -51,3 +52,13 @@ def test_new_partitions_of_a_topic_get_leaders_and_nothing_changes_without_live_
 def test_a_returning_node_does_not_take_partitions_back() -> None:
     current = {tp: PartitionState(1, 4) for tp in SIX}
     assert place_leaders(SIX, current, [1, 2, 3]) == {}
+
+
+def test_a_state_written_over_zookeepers_never_lowers_its_epoch_nor_shares_it_with_another_leader() -> None:
+    held = PartitionState(2, 7)
+    assert above_current(PartitionState(1, 1), held) == PartitionState(1, 8)  # new leader: above what ZK holds
+    assert above_current(PartitionState(1, 7), held) == PartitionState(1, 8)  # new leader at the same epoch
+    assert above_current(PartitionState(2, 3), held) == PartitionState(2, 8)  # the same leader never goes down
+    assert above_current(PartitionState(2, 7, handover_to=1), held) == PartitionState(2, 7, handover_to=1)
+    assert above_current(PartitionState(1, 9), held) == PartitionState(1, 9)
+    assert above_current(PartitionState(1, 0), None) == PartitionState(1, 0)
