@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Connect
 from kazoo.recipe.cache import TreeCache
@@ -508,7 +508,7 @@ class ZooKeeperController:
             for i, (tp, state) in enumerate(chunk):  # each raised above the epoch ZooKeeper holds, version-checked
                 chunk[i] = (tp, stage_state(self._zk, txn, _state_path(*tp), state))
             results = txn.commit()
-            if isinstance(results[0], Exception):
+            if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):  # another op failed
                 raise StaleControllerEpochError(
                     f"controller epoch {self._epoch} is stale (another controller was elected); "
                     f"{len(chunk)} leader changes were not written"

@@ -19,6 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState, ZooKeeperController
+from logstore.cluster import controller as controller_module
 from logstore.errors import DuplicateBrokerRegistrationError
 
 pytestmark = pytest.mark.zookeeper
@@ -214,6 +215,42 @@ def test_a_new_leader_gets_an_epoch_above_the_one_zookeeper_holds_not_the_contro
         b.close()  # node 2 leaves: a moves its partition to node 1
         _until(lambda: PartitionState.from_json(zk.get(state)[0]).leader == 1)
         assert PartitionState.from_json(zk.get(state)[0]) == PartitionState(1, 8)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_state_changed_while_the_controller_writes_it_is_read_again_not_overwritten(
+    chroot: str, nodes: Callable[..., ZooKeeperController], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's write of a state checks the znode's version: a concurrent write (here: an epoch raised between
+    the controller's read and its commit) fails the write, which is retried over the new state; the controller is
+    not taken for deposed."""
+    a = nodes(1)
+    _until(lambda: a.is_controller)
+    b = nodes(2)
+    _until(lambda: {n.node_id for n in a.metadata().nodes} == {1, 2})
+    a.register_topic("race", 2)
+    _until(lambda: _all_led(a.metadata(), "race", 2, {1, 2}))
+    controller_epoch = a.metadata().controller_epoch
+    p = next(p for p, s in enumerate(_leaders(a.metadata(), "race", 2)) if s.leader == 2)
+    state = f"/brokers/topics/race/partitions/{p}/state"
+    zk = KazooClient(hosts=chroot)
+    zk.start(timeout=10)
+    stage = controller_module.stage_state
+
+    def then_another_writes(zk_: KazooClient, txn: object, path: str, new: PartitionState) -> PartitionState:
+        staged = stage(zk_, txn, path, new)  # type: ignore[arg-type]
+        if path == state and PartitionState.from_json(zk.get(state)[0]).leader_epoch < 9:
+            zk.set(state, PartitionState(2, 9).to_json())  # between the controller's read and its commit
+        return staged
+
+    monkeypatch.setattr(controller_module, "stage_state", then_another_writes)
+    try:
+        b.close()  # node 2 leaves: a moves its partition to node 1
+        _until(lambda: PartitionState.from_json(zk.get(state)[0]).leader == 1)
+        assert PartitionState.from_json(zk.get(state)[0]) == PartitionState(1, 10)
+        assert a.is_controller and a.metadata().controller_epoch == controller_epoch
     finally:
         zk.stop()
         zk.close()
