@@ -42,8 +42,8 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
-from logstore.errors import InvalidConfigError, KafkaStorageError
-from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable
+from logstore.errors import KafkaStorageError
+from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable, split_location
 
 __all__ = ["AzureStorage", "parse_az"]
 
@@ -61,16 +61,12 @@ _DENIED = {
 
 
 def parse_az(location: str) -> tuple[str, str]:
-    """(container, key) of ``az://container/key`` (the key without slashes at its ends).
+    """(container, key) of ``az://container/key``.
 
     Raises:
         InvalidConfigError: no container named.
     """
-    rest = location.removeprefix("az://")
-    container, _, key = rest.partition("/")
-    if not container:
-        raise InvalidConfigError(f"logstore.root '{location}': an az:// root names a container (az://container/prefix)")
-    return container, key.strip("/")
+    return split_location(location, "az", "container")
 
 
 def _account() -> tuple[str, str, str]:

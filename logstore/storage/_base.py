@@ -6,9 +6,9 @@ from typing import Protocol
 
 import pyarrow.fs as pafs
 
-from logstore.errors import KafkaStorageError
+from logstore.errors import InvalidConfigError, KafkaStorageError
 
-__all__ = ["ObjectExists", "PreconditionFailed", "Storage", "StorageUnreachable"]
+__all__ = ["ObjectExists", "PreconditionFailed", "Storage", "StorageUnreachable", "split_location"]
 
 
 class ObjectExists(Exception):
@@ -114,3 +114,18 @@ class Storage(Protocol):
     def arrow(self, location: str) -> tuple[pafs.FileSystem, str]:
         """pyarrow's file system for ``location`` and the path to give it (for Parquet files)."""
         ...
+
+
+def split_location(location: str, scheme: str, holder: str) -> tuple[str, str]:
+    """(holder, key) of ``<scheme>://holder/key``, the key without slashes at its ends; ``holder`` names what
+    the store calls its top level (an S3 bucket, an Azure container) in the error.
+
+    Raises:
+        InvalidConfigError: no holder named.
+    """
+    name, _, key = location.removeprefix(f"{scheme}://").partition("/")
+    if not name:
+        raise InvalidConfigError(
+            f"logstore.root '{location}': an {scheme}:// root names a {holder} ({scheme}://{holder}/prefix)"
+        )
+    return name, key.strip("/")

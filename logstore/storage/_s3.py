@@ -28,8 +28,8 @@ import botocore.config
 import botocore.exceptions
 import pyarrow.fs as pafs
 
-from logstore.errors import InvalidConfigError, KafkaStorageError
-from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable
+from logstore.errors import KafkaStorageError
+from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable, split_location
 
 __all__ = ["S3Storage", "parse_s3"]
 
@@ -38,16 +38,12 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 def parse_s3(location: str) -> tuple[str, str]:
-    """(bucket, key) of ``s3://bucket/key`` (the key without slashes at its ends).
+    """(bucket, key) of ``s3://bucket/key``.
 
     Raises:
         InvalidConfigError: no bucket named.
     """
-    rest = location.removeprefix("s3://")
-    bucket, _, key = rest.partition("/")
-    if not bucket:
-        raise InvalidConfigError(f"logstore.root '{location}': an s3:// root names a bucket (s3://bucket/prefix)")
-    return bucket, key.strip("/")
+    return split_location(location, "s3", "bucket")
 
 
 class S3Storage:
