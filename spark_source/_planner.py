@@ -95,12 +95,13 @@ class Planner:
                 if reader is None:
                     reader = self._readers[t] = TopicReader(self.catalog, t)
                 reader.refresh()
-            except UnknownTopicOrPartitionError:  # deleted since it was listed
+                parts = range(reader.num_partitions())
+                out[t] = {p: reader.partition_view(p) for p in parts if self.options.reads(t, p)}
+            except UnknownTopicOrPartitionError:  # deleted since it was listed, or while it was read
                 self._readers.pop(t, None)
                 if self.options.pattern is not None or missing_ok:
                     continue  # as if listed a moment later
                 raise
-            out[t] = {p: reader.partition_view(p) for p in range(reader.num_partitions()) if self.options.reads(t, p)}
         return out
 
     def starting_offsets(self, views: Views, spec: OffsetSpec | None = None) -> Offsets:

@@ -117,6 +117,14 @@ def parse_sequence_app(app_id: str) -> tuple[int, str] | None:
     return (int(partition), producer_id) if partition.isdigit() else None
 
 
+class TableDeletedError(DeltaError, FileNotFoundError):
+    """A table's log files are gone under a handle that had loaded them: the table was deleted.
+
+    Both a ``DeltaError`` (what delta-rs raised, and what callers already handle) and a
+    ``FileNotFoundError`` (what readers take for a deleted topic).
+    """
+
+
 def txn_version(dt: DeltaTable, app_id: str) -> int | None:
     """The version recorded for ``app_id`` in the loaded snapshot, or None.
 
@@ -124,6 +132,9 @@ def txn_version(dt: DeltaTable, app_id: str) -> int | None:
     5-12 ms for one that is absent, at a few hundred versions), and a reader asks for several
     per partition every time the table moves. So the answers are kept per table handle and
     brought forward by reading only the commits since (:class:`_AppVersions`).
+
+    Raises:
+        TableDeletedError: the table was deleted since ``dt`` loaded it.
     """
     with _APP_VERSIONS_LOCK:
         cache = _APP_VERSIONS.get(id(dt))
@@ -157,7 +168,13 @@ class _AppVersions:
             if version != self._version:
                 self._advance(version)
             if app_id not in self._known:
-                self._known[app_id] = self._dt.transaction_version(app_id)
+                try:
+                    self._known[app_id] = self._dt.transaction_version(app_id)
+                except DeltaError as e:
+                    # delta-rs replays the log lazily: a table deleted since the handle loaded fails here
+                    if "not found" in str(e).lower():
+                        raise TableDeletedError(f"{self._log}: {e}") from e
+                    raise
             return self._known[app_id]
 
     def _advance(self, version: int) -> None:

@@ -150,20 +150,15 @@ class TopicReader:
         """Files, log start offset and HW of ``partition`` at the loaded version.
 
         Raises:
-            UnknownTopicOrPartitionError: the partition does not exist.
+            UnknownTopicOrPartitionError: the partition does not exist, or the topic was
+                deleted since the loaded version (:meth:`refresh` then says which).
         """
         version = (self._tail.loads, self._tail.version)
         if version != self._view_version:
-            count = self.num_partitions()
-            by_partition: dict[int, list[_delta.DataFile]] = {p: [] for p in range(count)}
-            for f in self._tail.files.values():
-                by_partition.setdefault(f.partition, []).append(f)
-            views = {}
-            for p in range(count):
-                mine = sorted(by_partition[p], key=lambda f: f.min_offset)
-                hw = high_watermark(self._tail, p, mine)
-                views[p] = PartitionView(p, tuple(mine), log_start_offset(self._tail, p, hw), hw, self.topic_id)
-            self._views, self._view_version, self._num_partitions = views, version, count
+            try:
+                self._load_views(version)
+            except FileNotFoundError:
+                raise UnknownTopicOrPartitionError(f"topic '{self.topic}' was deleted while it was read") from None
         view = self._views.get(partition)
         if view is None:
             raise UnknownTopicOrPartitionError(
@@ -171,6 +166,18 @@ class TopicReader:
                 f"(partitions: 0..{self._num_partitions - 1})"
             )
         return view
+
+    def _load_views(self, version: tuple[int, int]) -> None:
+        count = self.num_partitions()
+        by_partition: dict[int, list[_delta.DataFile]] = {p: [] for p in range(count)}
+        for f in self._tail.files.values():
+            by_partition.setdefault(f.partition, []).append(f)
+        views = {}
+        for p in range(count):
+            mine = sorted(by_partition[p], key=lambda f: f.min_offset)
+            hw = high_watermark(self._tail, p, mine)
+            views[p] = PartitionView(p, tuple(mine), log_start_offset(self._tail, p, hw), hw, self.topic_id)
+        self._views, self._view_version, self._num_partitions = views, version, count
 
     def fetch(
         self,

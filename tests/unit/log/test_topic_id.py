@@ -18,7 +18,12 @@ import pytest
 from deltalake import DeltaTable
 
 from logstore.config import LogstoreConfig, load_config
-from logstore.errors import InconsistentTopicIdError, LogstoreError, OffsetOutOfRangeError
+from logstore.errors import (
+    InconsistentTopicIdError,
+    LogstoreError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.log.reader import TopicReader
 from logstore.log.schema import TOPIC_SCHEMA, input_table
 from logstore.log.topic_id import ID_FILE, TOPIC_ID_PROPERTY, new_topic_id
@@ -192,3 +197,16 @@ def test_a_delete_under_a_committing_writer_leaves_the_name_whole(tmp_path: Path
         _append(store, "t", [b"new"])
         assert TopicReader(store.catalog, "t").fetch(0, 0).records["value"].to_pylist() == [b"new"]
         store.delete_topic("t")
+
+
+def test_a_reader_whose_topic_is_deleted_between_loading_and_viewing_says_unknown_topic(store: LogStore) -> None:
+    """delta-rs replays the log lazily: a partition view made after the table's files were removed
+    must say the topic is gone (what a Spark query with failOnDataLoss=false skips), not fail on a file."""
+    store.create_topic("gone", 2)
+    for i in range(3):
+        _append(store, "gone", [f"v{i}".encode()])
+    reader = TopicReader(store.catalog, "gone")
+    reader.refresh()
+    store.delete_topic("gone")
+    with pytest.raises(UnknownTopicOrPartitionError, match="deleted"):
+        reader.partition_view(0)
