@@ -44,11 +44,14 @@ def _serve(args: argparse.Namespace, config: LogstoreConfig) -> None:
     if args.listeners is not None:
         overrides["listeners"] = args.listeners
     config = config.with_overrides(overrides)
-    from kafka_api.server import bind_listener, kafka_door
+    doors = []
+    if config.listeners.strip():  # the Kafka protocol's modules (~0.3 s to import) only for a node that serves it
+        from kafka_api.server import bind_listener, kafka_door
 
-    # Bound before the node starts: a configured listener that cannot bind stops the start here.
-    sock = bind_listener(config, insecure=args.insecure)
-    if sock is None:  # off, or the default port was taken: in cluster mode the node registers no Kafka listener
+        # Bound before the node starts: a configured listener that cannot bind stops the start here.
+        sock = bind_listener(config, insecure=args.insecure)
+        if sock is not None:
+            doors.append(lambda broker, guard, txns: kafka_door(broker, config, sock, guard, txns))
+    if not doors:  # off, or the default port was taken: in cluster mode the node registers no Kafka listener
         config = config.with_overrides({"listeners": ""})
-    doors = [] if sock is None else [lambda broker, guard, txns: kafka_door(broker, config, sock, guard, txns)]
     serve(config, insecure=args.insecure, doors=doors)
