@@ -311,22 +311,32 @@ _LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 class LogstoreServer:
     """``logstore serve`` (the console script) on 127.0.0.1 in a child process; ``url`` is its base URL.
 
+    ``root``: a directory, or an object-store URI (``s3://bucket/prefix``).
     ``config`` keys are the server's dotted config keys (``buffer.memory``),
-    passed as ``LOGSTORE_*`` environment variables. ``prefix`` runs before the
-    command and ``exec``s it (``bench/_cgroups.py``: into a CPU-capped cgroup),
-    so the server's pid is still ``proc.pid``.
+    passed as ``LOGSTORE_*`` environment variables; ``env``: other variables
+    for the server (``AWS_ENDPOINT_URL``), over this process's. ``prefix`` runs
+    before the command and ``exec``s it (``bench/_cgroups.py``: into a
+    CPU-capped cgroup), so the server's pid is still ``proc.pid``.
     """
 
-    def __init__(self, root: Path, *, prefix: Sequence[str] = (), **config: object) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        prefix: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        **config: object,
+    ) -> None:
         self.root = root
         self.prefix = list(prefix)
+        self.env = dict(env or {})
         self.config = config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LogstoreServer:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")} | self.env
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
         serve = ["serve", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(
