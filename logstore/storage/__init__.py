@@ -35,18 +35,14 @@ import os
 import posixpath
 import threading
 
-from logstore.storage._azure import AzureStorage, parse_az
-from logstore.storage._base import ObjectExists, PreconditionFailed, Storage, StorageUnreachable
+from logstore.storage._base import ObjectExists, PreconditionFailed, Storage, StorageUnreachable, split_location
 from logstore.storage._local import LocalStorage
-from logstore.storage._s3 import S3Storage, parse_s3
 
 __all__ = [
     "OBJECT_SCHEMES",
-    "AzureStorage",
     "LocalStorage",
     "ObjectExists",
     "PreconditionFailed",
-    "S3Storage",
     "Storage",
     "StorageUnreachable",
     "absolute",
@@ -90,14 +86,26 @@ def storage_for(location: str) -> Storage:
         KafkaStorageError: an ``az://`` location with no Azure credentials in the environment.
     """
     if location.startswith("s3://"):
-        scheme, (name, _) = "s3", parse_s3(location)
+        scheme, (name, _) = "s3", split_location(location, "s3", "bucket")
     elif location.startswith("az://"):
-        scheme, (name, _) = "az", parse_az(location)
+        scheme, (name, _) = "az", split_location(location, "az", "container")
     else:
         return _LOCAL
     key = (os.getpid(), scheme, name)  # a forked child builds its own client
     with _STORES_LOCK:
         storage = _STORES.get(key)
         if storage is None:
-            storage = _STORES[key] = S3Storage(name) if scheme == "s3" else AzureStorage(name)
+            storage = _STORES[key] = _object_store(scheme, name)
         return storage
+
+
+def _object_store(scheme: str, name: str) -> Storage:
+    """A new client of bucket (container) ``name``; the forms' SDKs (boto3, azure-storage-blob: ~0.2 s to
+    import) are loaded only by a process that uses an object store."""
+    if scheme == "s3":
+        from logstore.storage._s3 import S3Storage
+
+        return S3Storage(name)
+    from logstore.storage._azure import AzureStorage
+
+    return AzureStorage(name)

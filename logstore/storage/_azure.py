@@ -13,12 +13,12 @@ Configured as Azure's tools and delta-rs are, from the environment, the first of
 Put-if-absent is a PUT with ``If-None-Match: *`` (Blob answers 409 ``BlobAlreadyExists``) and a conditional
 replace a PUT with ``If-Match: <etag>`` (412 when the condition fails): the mutual exclusion delta-rs uses for
 its Azure commits, so logstore's own commits and delta-rs writers share a table without a lock. The client
-retries a PUT whose reply was lost; when the first attempt was stored, the retry's condition fails on that very
-object, so a conditional PUT that fails its condition after a retry reads the object back and succeeds if it
-holds the bytes sent (the rule of the S3 form). A PUT whose retries all fail to reach the store raises
-:class:`~logstore.storage.StorageUnreachable`: its outcome is unknown. Parquet data files go through pyarrow's
-Azure file system (the Blob endpoint; no hierarchical namespace needed). Every write is durable when Azure
-acknowledges it.
+retries a PUT whose reply was lost (it counts the attempts here); a failed condition after a retry may be the PUT
+meeting its own first attempt, which :class:`~logstore.storage._object.ObjectStore` (what this form shares with
+the S3 one) resolves by reading the object back. A PUT whose retries all fail to reach the store raises
+:class:`~logstore.storage.StorageUnreachable`: its outcome is unknown. Blobs are deleted one by one (a tree's
+too). Parquet data files go through pyarrow's Azure file system (the Blob endpoint; no hierarchical namespace
+needed). Every write is durable when Azure acknowledges it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
 from logstore.errors import KafkaStorageError
 from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable, split_location
+from logstore.storage._object import ConditionFailed, ObjectStore
 
 __all__ = ["AzureStorage", "parse_az"]
 
@@ -101,10 +102,14 @@ def _account() -> tuple[str, str, str]:
     return name, key, env.get("AZURE_STORAGE_ENDPOINT") or f"https://{name}.blob.core.windows.net"
 
 
-class AzureStorage:
+class AzureStorage(ObjectStore):
     """One container (see the module docstring); thread-safe (the Azure clients are)."""
 
+    scheme = "az"
+    holder = "container"
+
     def __init__(self, container: str) -> None:
+        super().__init__(container)
         self.container = container
         self.account, key, self.endpoint = _account()
         try:
@@ -146,65 +151,12 @@ class AzureStorage:
         reply = self._call(self._blob(location).download_blob, location)
         return bytes(reply.readall()), str(reply.properties.etag)
 
-    def exists(self, location: str) -> bool:
-        if self._call(self._blob(location).exists, location):
-            return True
-        return bool(self._list(self._key(location).rstrip("/") + "/", delimiter=True, limit=1))
-
     def put(self, location: str, data: bytes) -> None:
         self._call(self._blob(location).upload_blob, location, data=data, overwrite=True)
-
-    def put_if_absent(self, location: str, data: bytes) -> str:
-        attempts = _Attempts()
-        try:
-            reply = self._call(
-                self._blob(location).upload_blob, location, data=data, overwrite=False, retry_hook=attempts
-            )
-        except (ObjectExists, PreconditionFailed):
-            if (tag := self._own_retry(attempts, location, data)) is not None:
-                return tag
-            raise ObjectExists(location) from None
-        return str(reply["etag"])
-
-    def replace(self, location: str, data: bytes, etag: str) -> str:
-        attempts = _Attempts()
-        try:
-            reply = self._call(
-                self._blob(location).upload_blob,
-                location,
-                data=data,
-                overwrite=True,
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-                retry_hook=attempts,
-            )
-        except FileNotFoundError:
-            raise PreconditionFailed(location) from None
-        except PreconditionFailed:
-            if (tag := self._own_retry(attempts, location, data)) is not None:
-                return tag
-            raise PreconditionFailed(location) from None
-        return str(reply["etag"])
-
-    def list_names(self, prefix: str) -> list[str]:
-        key = self._key(prefix)
-        key = f"{key}/" if key else ""
-        return sorted({name.removeprefix(key).rstrip("/") for name in self._list(key, delimiter=True)})
 
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._call(self._blob(location).delete_blob, location)
-
-    def delete_tree(self, prefix: str) -> None:
-        key = self._key(prefix).rstrip("/") + "/"
-        keys = self._list(key, delimiter=False)
-        # The topic ID first (a writer about to commit sees its topic gone), then the log from its newest commit
-        # (a straggler finds the commit before its next one missing and stops), then the data.
-        first = [k for k in keys if k == f"{key}_topic_id"]
-        log = sorted((k for k in keys if k.startswith(f"{key}_delta_log/")), reverse=True)
-        rest = [k for k in keys if k not in set(first) | set(log)]
-        for k in first + log + rest:
-            self.delete(f"az://{self.container}/{k}")
 
     def arrow(self, location: str) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:
@@ -225,13 +177,30 @@ class AzureStorage:
             )
         return self._fs, f"{self.container}/{self._key(location)}"
 
-    # -- internals --------------------------------------------------------------
+    # -- the primitives of ObjectStore ------------------------------------------
 
-    def _key(self, location: str) -> str:
-        container, key = parse_az(location)
-        if container != self.container:
-            raise ValueError(f"{location} is not in container {self.container}")
-        return key
+    def _is_object(self, location: str) -> bool:
+        return bool(self._call(self._blob(location).exists, location))
+
+    def _put_if(self, location: str, data: bytes, *, etag: str | None) -> str:
+        attempts = _Attempts()
+        condition: dict[str, Any] = (
+            {"overwrite": False}
+            if etag is None
+            else {"overwrite": True, "etag": etag, "match_condition": MatchConditions.IfNotModified}
+        )
+        # Creating, Blob answers 409 BlobAlreadyExists (or 412); replacing, 412.
+        failed = (ObjectExists, PreconditionFailed) if etag is None else PreconditionFailed
+        try:
+            reply = self._call(self._blob(location).upload_blob, location, data=data, retry_hook=attempts, **condition)
+        except failed:
+            raise ConditionFailed(location, retried=attempts.count >= 2) from None
+        return str(reply["etag"])
+
+    def _delete_key(self, prefix: str, key: str) -> None:
+        self.delete(f"az://{self.container}/{key}")
+
+    # -- internals --------------------------------------------------------------
 
     def _blob(self, location: str) -> Any:
         return self._client.get_blob_client(self._key(location))
@@ -253,22 +222,6 @@ class AzureStorage:
 
         self._call(page, where)
         return names
-
-    def _own_retry(self, attempts: _Attempts, location: str, data: bytes) -> str | None:
-        """After a conditional PUT failed its condition: the object's tag if a retry found its own first attempt.
-
-        Only a retried PUT can meet itself, so a condition that failed at the first attempt costs no read.
-
-        Raises:
-            OSError, KafkaStorageError: the object could not be read back (the outcome is unknown).
-        """
-        if attempts.count < 2:
-            return None
-        try:
-            stored, tag = self.read_versioned(location)
-        except FileNotFoundError:
-            return None
-        return tag if stored == data else None
 
     def _call(self, op: Callable[..., Any], location: str, **kwargs: Any) -> Any:
         try:

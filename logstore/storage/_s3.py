@@ -9,13 +9,14 @@ Put-if-absent is a PUT with ``If-None-Match: *`` and a conditional replace a
 PUT with ``If-Match: <etag>`` (S3 answers 412 when the condition fails): the
 same mutual exclusion delta-rs uses for its commits, so logstore's own commits
 and delta-rs writers share a table without a lock. boto3 retries a PUT whose
-reply was lost (up to 4 attempts); when the first attempt was stored, the
-retry's condition fails on that very object, so a conditional PUT that fails
-its condition after a retry reads the object back and succeeds if it holds the
-bytes sent. A PUT whose retries all fail to reach S3 raises
+reply was lost (up to 4 attempts); a 412 answered to a retry may be the PUT
+meeting its own first attempt, which :class:`~logstore.storage._object.ObjectStore`
+(what this form shares with the Azure one) resolves by reading the object back.
+A PUT whose retries all fail to reach S3 raises
 :class:`~logstore.storage.StorageUnreachable`: its outcome is unknown. Reads, ranged reads,
-listings and deletes are plain S3 calls (boto3); Parquet data files go through
-pyarrow's S3 file system. Every write is durable when S3 acknowledges it.
+listings and deletes are plain S3 calls (boto3), a tree's data deleted 1000 keys
+a request; Parquet data files go through pyarrow's S3 file system. Every write
+is durable when S3 acknowledges it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import botocore.exceptions
 import pyarrow.fs as pafs
 
 from logstore.errors import KafkaStorageError
-from logstore.storage._base import ObjectExists, PreconditionFailed, StorageUnreachable, split_location
+from logstore.storage._base import StorageUnreachable, split_location
+from logstore.storage._object import ConditionFailed, ObjectStore
 
 __all__ = ["S3Storage", "parse_s3"]
 
@@ -46,10 +48,14 @@ def parse_s3(location: str) -> tuple[str, str]:
     return split_location(location, "s3", "bucket")
 
 
-class S3Storage:
+class S3Storage(ObjectStore):
     """One bucket (see the module docstring); thread-safe (boto3 clients are)."""
 
+    scheme = "s3"
+    holder = "bucket"
+
     def __init__(self, bucket: str) -> None:
+        super().__init__(bucket)
         self.bucket = bucket
         self.endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
         self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -89,58 +95,11 @@ class S3Storage:
         reply = self._call("get_object", location, Key=self._key(location))
         return reply["Body"].read(), reply["ETag"]
 
-    def exists(self, location: str) -> bool:
-        try:
-            self._call("head_object", location, Key=self._key(location))
-        except FileNotFoundError:
-            return bool(self._list(self._key(location).rstrip("/") + "/", delimiter=True, limit=1))
-        return True
-
     def put(self, location: str, data: bytes) -> None:
         self._call("put_object", location, Key=self._key(location), Body=data)
 
-    def put_if_absent(self, location: str, data: bytes) -> str:
-        try:
-            reply = self._call("put_object", location, Key=self._key(location), Body=data, IfNoneMatch="*")
-        except PreconditionFailed as e:
-            if (tag := self._own_retry(e, location, data)) is not None:
-                return tag
-            raise ObjectExists(location) from None
-        return str(reply["ETag"])
-
-    def replace(self, location: str, data: bytes, etag: str) -> str:
-        try:
-            reply = self._call("put_object", location, Key=self._key(location), Body=data, IfMatch=etag)
-        except FileNotFoundError:
-            raise PreconditionFailed(location) from None
-        except PreconditionFailed as e:
-            if (tag := self._own_retry(e, location, data)) is not None:
-                return tag
-            raise PreconditionFailed(location) from None
-        return str(reply["ETag"])
-
-    def list_names(self, prefix: str) -> list[str]:
-        key = self._key(prefix)
-        key = f"{key}/" if key else ""
-        return sorted({name.removeprefix(key).rstrip("/") for name in self._list(key, delimiter=True)})
-
     def delete(self, location: str) -> None:
-        self._call("delete_object", location, Key=self._key(location))
-
-    def delete_tree(self, prefix: str) -> None:
-        key = self._key(prefix).rstrip("/") + "/"
-        keys = self._list(key, delimiter=False)
-        # The topic ID first (a writer about to commit sees its topic gone), then the log from its newest commit
-        # (a straggler finds the commit before its next one missing and stops), then the data.
-        first = [k for k in keys if k == f"{key}_topic_id"]
-        log = sorted((k for k in keys if k.startswith(f"{key}_delta_log/")), reverse=True)
-        rest = [k for k in keys if k not in set(first) | set(log)]
-        for k in first + log:
-            self._call("delete_object", prefix, Key=k)
-        for i in range(0, len(rest), 1000):
-            self._call(
-                "delete_objects", prefix, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]], "Quiet": True}
-            )
+        self._delete_key(location, self._key(location))
 
     def arrow(self, location: str) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:
@@ -153,13 +112,30 @@ class S3Storage:
             )
         return self._fs, f"{self.bucket}/{self._key(location)}"
 
-    # -- internals --------------------------------------------------------------
+    # -- the primitives of ObjectStore ------------------------------------------
 
-    def _key(self, location: str) -> str:
-        bucket, key = parse_s3(location)
-        if bucket != self.bucket:
-            raise ValueError(f"{location} is not in bucket {self.bucket}")
-        return key
+    def _is_object(self, location: str) -> bool:
+        try:
+            self._call("head_object", location, Key=self._key(location))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _put_if(self, location: str, data: bytes, *, etag: str | None) -> str:
+        condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+        reply = self._call("put_object", location, Key=self._key(location), Body=data, **condition)
+        return str(reply["ETag"])
+
+    def _delete_key(self, prefix: str, key: str) -> None:
+        self._call("delete_object", prefix, Key=key)
+
+    def _delete_keys(self, prefix: str, keys: list[str]) -> None:
+        for i in range(0, len(keys), 1000):
+            self._call(
+                "delete_objects", prefix, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+            )
+
+    # -- internals --------------------------------------------------------------
 
     def _get(self, location: str, **kwargs: Any) -> bytes:
         reply = self._call("get_object", location, Key=self._key(location), **kwargs)
@@ -182,22 +158,6 @@ class S3Storage:
                 return names
             args["ContinuationToken"] = token
 
-    def _own_retry(self, failed: PreconditionFailed, location: str, data: bytes) -> str | None:
-        """After a conditional PUT failed its condition: the object's tag if a retry found its own first attempt.
-
-        Only a retried PUT can meet itself, so a condition that failed at the first attempt costs no read.
-
-        Raises:
-            FileNotFoundError, OSError, KafkaStorageError: the object could not be read back (the outcome is unknown).
-        """
-        if not isinstance(failed, _FailedAfterRetry):
-            return None
-        try:
-            stored, tag = self.read_versioned(location)
-        except FileNotFoundError:
-            return None
-        return tag if stored == data else None
-
     def _call(self, op: str, location: str, **kwargs: Any) -> Any:
         try:
             return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
@@ -205,7 +165,7 @@ class S3Storage:
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 retried = e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
-                raise (_FailedAfterRetry if retried else PreconditionFailed)(location) from None
+                raise ConditionFailed(location, retried=bool(retried)) from None
             if code in _MISSING:
                 raise FileNotFoundError(location) from None
             raise self._error(e, location, op) from e
@@ -236,7 +196,3 @@ class S3Storage:
             f"logstore.root: cannot reach S3 for {location} ({e}); check AWS_ENDPOINT_URL "
             f"(now {self.endpoint or 'unset: AWS itself'}) and the network"
         )
-
-
-class _FailedAfterRetry(PreconditionFailed):
-    """A 412 answered to a retry: the condition may have failed on the request's own first attempt."""

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from azure.storage.blob import BlobServiceClient
 
 from logstore.storage._azure import EMULATOR_ACCOUNT, EMULATOR_KEY
+from tests.support.emulators import behind_lossy_proxy, in_empty_cwd, serving, start_emulator
 from tests.support.lossy_proxy import LossyProxy
-from tests.support.s3 import stop
 from tests.support.server import free_port
 
 AZURITE = Path(__file__).resolve().parents[2] / "node_modules" / ".bin" / "azurite-blob"
@@ -45,43 +43,16 @@ def start_azurite(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
         raise RuntimeError(f"{AZURITE} is missing: `make setup` installs Azurite (package.json's devDependencies)")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log_path = data_dir / f"azurite-{port}.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data_dir), *_FLAGS],
-            stdout=log,
-            stderr=log,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
-        if proc.poll() is not None:
-            raise RuntimeError(f"azurite exited: {log_path.read_text()}")
-        try:
-            httpx.get(f"{url}/{EMULATOR_ACCOUNT}?comp=list", timeout=1)
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("azurite did not start")
+    argv = [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data_dir), *_FLAGS]
+    return start_emulator("azurite", argv, data_dir / f"azurite-{port}.log", f"{url}/{EMULATOR_ACCOUNT}?comp=list"), url
 
 
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Azurite for the whole run; its Blob URL, also in ``AZURITE_BLOB_STORAGE_URL`` while it runs."""
     proc, url = start_azurite(tmp_path_factory.mktemp("azurite"))
-    before = {k: os.environ.get(k) for k in _VARS}
-    for k in _VARS:
-        os.environ.pop(k, None)
-    os.environ.update(AZURE_STORAGE_USE_EMULATOR="true", AZURITE_BLOB_STORAGE_URL=url)
-    try:
+    with serving(proc, {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": url}, unset=_VARS):
         yield url
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        stop(proc)
 
 
 def service(url: str) -> BlobServiceClient:
@@ -119,16 +90,9 @@ def az_root(az_container: str) -> str:
 
 @pytest.fixture
 def az_object_root(az_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """``az_root`` for a test that runs in an empty working directory (so do the nodes it starts).
-
-    The test fails if a folder named after the URI appeared there: a URI taken for a local path would pass
-    every other check while writing nothing to Azure.
-    """
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    yield az_root
-    assert not (cwd / "az:").exists(), "the store wrote to a local folder named after the az:// URI"
+    """``az_root`` for a test that runs in an empty working directory (so do the nodes it starts); the test fails
+    if a local folder named after the URI appears there (:func:`~tests.support.emulators.in_empty_cwd`)."""
+    yield from in_empty_cwd(az_root, tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -140,9 +104,4 @@ def lossy_az_root(
     ``AZURITE_BLOB_STORAGE_URL`` points at the proxy for the test (the container is new, so the storage built for
     it talks to the proxy); add :class:`~tests.support.lossy_proxy.Rule` s to ``proxy.rules`` to lose replies.
     """
-    proxy = LossyProxy(azurite_server)
-    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", proxy.url)
-    try:
-        yield f"az://{az_container}/data", proxy
-    finally:
-        proxy.close()
+    yield from behind_lossy_proxy(f"az://{az_container}/data", azurite_server, "AZURITE_BLOB_STORAGE_URL", monkeypatch)

@@ -12,15 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 
+from tests.support.emulators import behind_lossy_proxy, in_empty_cwd, serving, start_emulator
 from tests.support.lossy_proxy import LossyProxy
 from tests.support.server import Server, free_port, started_servers
 
@@ -37,47 +36,16 @@ def start_moto(log_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], str]
     exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or "moto_server"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with (log_dir / f"moto-{port}.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, env={**os.environ, **env}
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto_server exited: {(log_dir / f'moto-{port}.log').read_text()}")
-        try:
-            httpx.get(url + "/moto-api/", timeout=1)
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("moto_server did not start")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    argv = [exe, "-H", "127.0.0.1", "-p", str(port)]
+    return start_emulator("moto_server", argv, log_dir / f"moto-{port}.log", f"{url}/moto-api/", env), url
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto's S3 server for the whole run; its endpoint URL, also in ``AWS_ENDPOINT_URL`` while it runs."""
     proc, url = start_moto(tmp_path_factory.mktemp("moto"))
-    before = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=url)
-    try:
+    with serving(proc, {**S3_ENV, "AWS_ENDPOINT_URL": url}):
         yield url
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        stop(proc)
 
 
 @pytest.fixture
@@ -96,16 +64,9 @@ def s3_root(s3_bucket: str) -> str:
 
 @pytest.fixture
 def object_root(s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """``s3_root`` for a test that runs in an empty working directory (so do the nodes it starts).
-
-    The test fails if a folder named after the URI appeared there: a URI taken for a local path would pass
-    every other check while writing nothing to S3.
-    """
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    yield s3_root
-    assert not (cwd / "s3:").exists(), "the store wrote to a local folder named after the s3:// URI"
+    """``s3_root`` for a test that runs in an empty working directory (so do the nodes it starts); the test fails
+    if a local folder named after the URI appears there (:func:`~tests.support.emulators.in_empty_cwd`)."""
+    yield from in_empty_cwd(s3_root, tmp_path, monkeypatch)
 
 
 @pytest.fixture(name="server")
@@ -125,9 +86,4 @@ def lossy_s3_root(s3_bucket: str, s3_server: str, monkeypatch: pytest.MonkeyPatc
     ``AWS_ENDPOINT_URL`` points at the proxy for the test (the bucket is new, so the storage built for it
     talks to the proxy); add :class:`~tests.support.lossy_proxy.Rule` s to ``proxy.rules`` to lose replies.
     """
-    proxy = LossyProxy(s3_server)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    try:
-        yield f"s3://{s3_bucket}/data", proxy
-    finally:
-        proxy.close()
+    yield from behind_lossy_proxy(f"s3://{s3_bucket}/data", s3_server, "AWS_ENDPOINT_URL", monkeypatch)

@@ -13,7 +13,8 @@ from logstore.config import load_config
 from logstore.errors import InvalidConfigError, KafkaStorageError
 from logstore.storage import storage_for
 from logstore.store import LogStore
-from tests.support.s3 import S3_ENV, start_moto, stop
+from tests.support.emulators import stop
+from tests.support.s3 import S3_ENV, start_moto
 from tests.support.server import LOGSTORE, Server
 
 
