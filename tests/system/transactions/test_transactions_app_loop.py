@@ -4,8 +4,8 @@ The application (tests/support/txn_app.py, a child process using only the public
 topic in a group with a read_committed ``Consumer`` and writes each batch to two topics in one transaction
 of a transactional ``Producer``, with the group's positions sent by ``send_offsets_to_transaction``. The test
 kills it with SIGKILL at seeded points (records staged, offsets sent, just committed, at random times), kills
-the node once while a transaction is open, and lets a last instance finish the input. While a transaction
-is held open, delta-rs finds none of its records in the topic tables.
+the node twice (while a transaction is held open, and at a random time), and lets a last instance finish the
+input. While a transaction is held open, delta-rs finds none of its records in the topic tables.
 
 Then every input record is in each output exactly once, by a read_committed ``Consumer`` and by
 ``spark.read.format("delta")`` on the topic tables; each output partition's offsets are 0..n-1; each
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.crash]
 
 StartServer = Callable[..., Server]
 
-RECORDS = 3_000
+RECORDS = 4_000
 INPUT, OUT_A, OUT_B = "in", "out-a", "out-b"
 PARTITIONS = {INPUT: 4, OUT_A: 3, OUT_B: 2}
 DEADLINE_S = 150
@@ -209,23 +209,31 @@ def test_consume_transform_produce_is_exactly_once_under_kill_9_of_app_and_node(
 
     # Each step starts an instance and kills it, or the node under it, at a seeded point. Held points (the
     # instance stops there until killed; its k-th transaction): "F" its records are staged, no offsets sent;
-    # "P" the offsets sent, commit_transaction not called; "C" committed, nothing open. "timer": at a random
-    # time, anywhere (inside commit_transaction too). "node": kill -9 of the node while the instance is held
-    # at "F", which then goes on against the restarted node and must be refused, as its transaction was aborted.
+    # "P" the offsets sent, commit_transaction not called; "C" committed, nothing open. "node": kill -9 of the
+    # node while the instance is held at "F", which then goes on against the restarted node and must be
+    # refused, as its transaction was aborted. "timer" and "node-timer": the instance, or the node, at a random
+    # time (inside commit_transaction too). A step ends in an instance's first four transactions or so: the input
+    # (40 of them) outlasts the steps.
     rng = random.Random(33)
-    steps = ["F", "P", "C", "timer", "timer", "node"]
+    steps = ["F", "P", "C", "timer", "timer", "node", "node-timer"]
     rng.shuffle(steps)
     aborted: set[tuple[int, int]] = set()
     for step in steps:
-        if step == "timer":
+        if step in ("timer", "node-timer"):  # a random point within its first three transactions
             app = start()
-            app.wait_for("B", 1, deadline)
-            app.run_for(rng.uniform(0.1, 1.5))
+            app.wait_for("B", rng.randint(1, 3), deadline)
+            app.run_for(rng.uniform(0, 0.05))
+            if step == "node-timer":
+                node.kill()
+                node.restart()
+                app.wait_for("C", app.count("C") + 1, deadline)  # it goes on, or fails on its aborted transaction
             app.kill()
             continue
         phase, txn = ("F" if step == "node" else step), rng.randint(0, 2)
         app = start(f"{phase}:{txn}")
-        assert app.wait_for(phase, txn + 1, deadline), app.tail()
+        assert app.wait_for(phase, txn + 1, deadline), (
+            f"instance {app.instance} ended before {step}:{txn}: {app.tail()}"
+        )
         if phase != "C":  # open: its records staged on the node, in no table (read with delta-rs)
             aborted.add((app.instance, txn))
             assert (app.instance, txn) not in tagged(node.root), "a record of an open transaction is in a table"
