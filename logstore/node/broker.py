@@ -298,7 +298,8 @@ class Broker:
         """The topic's pipeline, opened on first use (claiming the topic's next epoch).
 
         Raises:
-            UnknownTopicOrPartitionError: no such topic and auto-creation is off.
+            UnknownTopicOrPartitionError: no such topic and auto-creation is off, or it was deleted meanwhile.
+            KafkaStorageError: its table cannot be read, or (cluster mode) ZooKeeper did not answer.
         """
         p = self._pipelines.get(topic)
         if p is not None:
@@ -311,7 +312,10 @@ class Broker:
                     if not self.config.auto_create_topics_enable:
                         raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
                     self.store.create_topic(topic, self.config.num_partitions)
-                p = TopicPipeline(self, topic)
+                try:
+                    p = TopicPipeline(self, topic)
+                except FileNotFoundError:  # its table went while it was opened (a delete, perhaps a re-create)
+                    raise UnknownTopicOrPartitionError(f"topic '{topic}' was deleted while it was opened") from None
                 self._pipelines[topic] = p
         if self.cluster is not None:
             self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
 from logstore.config import LogstoreConfig
+from logstore.errors import UnknownTopicOrPartitionError
+from logstore.log.epochs import LeaderEpochs
+from logstore.log.schema import input_table
 from logstore.node.broker import Broker
 from logstore.store import LogStore
+from logstore.structs import ProducerBatch
 from logstore.wire.json_produce import parse_produce
 
 
@@ -41,3 +49,27 @@ def test_a_topic_whose_table_cannot_be_read_is_skipped_at_start(config: Logstore
         assert sub.committed.result(timeout=30).offsets.to_pylist() == [1]
     finally:
         again.close()
+
+
+def test_a_topic_deleted_while_its_pipeline_opens_is_an_unknown_topic(
+    config: LogstoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs replays a table's log lazily: a delete between the writer's open and its first look at the
+    log's app versions failed the produce with an unknown server error (500) in a cluster under faults."""
+    store = LogStore(config)
+    store.create_topic("going", 1)
+    for i in range(3):
+        store.append("going", [ProducerBatch(input_table(pa.array([0], pa.int32()), [f"v{i}".encode()]))])
+    load = LeaderEpochs.load
+
+    def deleted_first(self: LeaderEpochs, table: DeltaTable, num_partitions: int) -> None:
+        LogStore(config).delete_topic("going")  # another node's DELETE, at the worst moment
+        load(self, table, num_partitions)
+
+    monkeypatch.setattr(LeaderEpochs, "load", deleted_first)
+    broker = Broker(config)
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError, match="deleted while it was opened"):
+            broker.pipeline("going")
+    finally:
+        broker.close()
