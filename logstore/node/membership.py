@@ -103,6 +103,16 @@ def advertised_kafka(config: LogstoreConfig) -> str | None:
 
 
 @contextlib.contextmanager
+def _asked_for_a_request(what: str) -> Iterator[None]:
+    """A ZooKeeper call made for a client's request: its failure answers the request with a retriable
+    ``KAFKA_STORAGE_ERROR``, not an unknown server error."""
+    try:
+        yield
+    except KazooException as e:
+        raise KafkaStorageError(f"ZooKeeper did not answer {what} ({e!r}); retry") from e
+
+
+@contextlib.contextmanager
 def failover_lock(table_root: str) -> Iterator[None]:
     """Hold ``<table>/_logstore_failover.lock`` exclusively: one new leader of the topic replays and claims at a time.
 
@@ -237,11 +247,21 @@ class ClusterMembership:
         """Make a topic (or its added partitions) known to the controller, which gives them leaders.
 
         ``topic_id``: the topic's ID, kept in its znode as Kafka keeps it in ``/brokers/topics/<t>``.
+
+        Raises:
+            KafkaStorageError: ZooKeeper did not answer (connection lost, session expired): retriable.
         """
-        self.coordinator.register_topic(topic, partitions, topic_id)
+        with _asked_for_a_request(f"registering topic '{topic}'"):
+            self.coordinator.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
-        self.coordinator.unregister_topic(topic)
+        """Make a deleted topic unknown to the controller (before its table goes).
+
+        Raises:
+            KafkaStorageError: ZooKeeper did not answer (connection lost, session expired): retriable.
+        """
+        with _asked_for_a_request(f"removing topic '{topic}'"):
+            self.coordinator.unregister_topic(topic)
 
     def report_drained(self, topic: str, partition: int, leader_epoch: int) -> bool:
         """This node committed everything it accepted for a partition it hands over (preferred-leader election)."""
