@@ -28,9 +28,9 @@ from the shared Delta table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -62,7 +62,7 @@ from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
-from logstore.storage import join
+from logstore.storage import join, parent
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -86,7 +86,8 @@ class TopicPipeline:
         """
         self.topic = topic
         self._table_root = broker.store.catalog.topic_path(topic)
-        cluster = broker.cluster is not None
+        membership = broker.cluster
+        cluster = membership is not None
         self.writer = TopicWriter(
             broker.store.catalog,
             topic,
@@ -121,6 +122,9 @@ class TopicPipeline:
             pool=broker.committers,
             cluster=cluster,
             replay_departed=lambda: self._replay_departed(broker),
+            failover_lock=(lambda: membership.failover_lock(topic))
+            if membership is not None
+            else contextlib.nullcontext,
             on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
@@ -141,7 +145,7 @@ class TopicPipeline:
     def _replay_departed(self, broker: Broker) -> None:
         assert broker.cluster is not None
         live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
-        wal_root = os.path.dirname(broker.wal_dir)
+        wal_root = parent(broker.wal_dir)  # <root>/_wal, holding every node's <node.id>
         replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
         if self.wal.recovered():
             self.wal.discard_recovered()

@@ -73,7 +73,6 @@ from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
-from logstore.node.membership import failover_lock
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult
 
@@ -109,6 +108,7 @@ class Committer:
         pool: WorkerPool,
         cluster: bool = False,
         replay_departed: Callable[[], None] = lambda: None,
+        failover_lock: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
         on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
@@ -116,6 +116,8 @@ class Committer:
         """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
         self._replay_departed = replay_departed
+        self._failover_lock = failover_lock
+        """Cluster mode: the topic's failover lock, held while departed nodes' frames are replayed and claims made."""
         self._want_lock = threading.Lock()
         self._wanted: dict[int, int] | None = None
         self._acc = accumulator
@@ -178,7 +180,7 @@ class Committer:
                             self._wanted = wanted
                     return False
                 started = time.perf_counter()
-                with failover_lock(self._table_root):
+                with self._failover_lock():
                     self._replay_departed()
                     while gained:
                         try:
