@@ -33,7 +33,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -89,8 +89,7 @@ class TopicPipeline:
         """
         self.topic = topic
         self._table_root = broker.store.catalog.topic_path(topic)
-        membership = broker.cluster
-        cluster = membership is not None
+        cluster = broker.cluster is not None
         self.writer = TopicWriter(
             broker.store.catalog,
             topic,
@@ -124,10 +123,7 @@ class TopicPipeline:
             on_commit=lambda: broker.notify_commit(topic),
             pool=broker.committers,
             cluster=cluster,
-            replay_departed=lambda: self._replay_departed(broker),
-            failover_lock=(lambda: membership.failover_lock(topic))
-            if membership is not None
-            else contextlib.nullcontext,
+            failover=lambda: self._failover(broker),
             on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
@@ -144,6 +140,14 @@ class TopicPipeline:
             raise
         self._accumulator.open()
         self._committer.start()
+
+    @contextlib.contextmanager
+    def _failover(self, broker: Broker) -> Iterator[None]:
+        """Cluster mode: hold the topic's failover lock (in ZooKeeper) and replay departed nodes' write-ahead logs."""
+        assert broker.cluster is not None
+        with broker.cluster.failover_lock(self.topic):
+            self._replay_departed(broker)
+            yield
 
     def _replay_departed(self, broker: Broker) -> None:
         assert broker.cluster is not None
