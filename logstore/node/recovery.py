@@ -133,13 +133,16 @@ def replay_departed(
         directory = join(wal_root, name)
         if name in live or absolute(directory) == own:
             continue
-        frames = read_frames(  # a name that is no node's log (a file, say) holds no frames of the topic
-            join(directory, writer.topic),
-            skip=lambda h: (
-                promises.of_other_incarnation(h, writer.topic_id)
-                or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
-            ),
-        )
+        try:
+            frames = read_frames(
+                join(directory, writer.topic),
+                skip=lambda h: (
+                    promises.of_other_incarnation(h, writer.topic_id)
+                    or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
+                ),
+            )
+        except NotADirectoryError:
+            continue  # a file beside the nodes' directories, on a local root: no node's log
         sources.append((f"node {name}", frames))
     for who, frames in sources:
         logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)

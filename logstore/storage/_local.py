@@ -89,7 +89,7 @@ class LocalStorage:
     def list_names(self, prefix: str) -> list[str]:
         try:
             return sorted(os.listdir(prefix))
-        except (FileNotFoundError, NotADirectoryError):  # a file has no names under it, as an object has none
+        except FileNotFoundError:
             return []
 
     def delete(self, location: str) -> None:
