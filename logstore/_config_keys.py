@@ -83,7 +83,7 @@ def _coerce(key: str, raw: Any, f: dataclasses.Field[Any]) -> Any:
     return text
 
 
-def check_root(root: str, *, zookeeper_connect: str, security_enabled: bool) -> None:
+def check_root(root: str, *, security_enabled: bool) -> None:
     """``logstore.root`` is a path or an ``s3://bucket/prefix`` / ``az://container/prefix`` URI served with the rest.
 
     A URI taken for a local path would make a folder named after it (``./s3:/bucket/…``) and look like success.
@@ -102,12 +102,6 @@ def check_root(root: str, *, zookeeper_connect: str, security_enabled: bool) -> 
     if not rest.partition("/")[0]:
         what = "a bucket (s3://bucket/prefix)" if scheme == "s3" else "a container (az://container/prefix)"
         raise InvalidConfigError(f"logstore.root '{root}': an {scheme}:// root names {what}")
-    if zookeeper_connect:
-        raise InvalidConfigError(
-            f"logstore.root '{root}' with zookeeper.connect: cluster mode needs a shared file system "
-            "for now (the failover lock and the shared write-ahead log have no object-store form yet; "
-            "docs/object-storage.md)"
-        )
     if security_enabled:
         raise InvalidConfigError(
             f"logstore.root '{root}' with security.enabled: keys, ACLs and quotas have no "

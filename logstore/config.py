@@ -434,7 +434,7 @@ class LogstoreConfig:
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
 
     def __post_init__(self) -> None:
-        check_root(self.root, zookeeper_connect=self.zookeeper_connect, security_enabled=self.security_enabled)
+        check_root(self.root, security_enabled=self.security_enabled)
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

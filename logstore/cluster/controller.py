@@ -410,6 +410,10 @@ class ZooKeeperController:
         """
         self._zk.exists(IDS)
 
+    def lock(self, path: str) -> Any:
+        """A ``kazoo.recipe.lock.Lock`` at ``path`` taken in this node's session (its znode goes with the session)."""
+        return self._zk.Lock(path, str(self.node.node_id))
+
     @property
     def is_controller(self) -> bool:
         return self._epoch is not None

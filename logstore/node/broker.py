@@ -28,15 +28,16 @@ from the shared Delta table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
@@ -51,6 +52,8 @@ from logstore.errors import (
 )
 from logstore.log.partitioner import Partitioner
 from logstore.log.reader import TopicReader
+from logstore.log.tables import refresh
+from logstore.log.topic_id import id_in
 from logstore.log.wal import DirectoryLock, WriteAheadLog, node_id_in, topics_with_frames, wal_dir_of
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
@@ -62,7 +65,7 @@ from logstore.node.recovery import replay, replay_departed
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, is_current, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
-from logstore.storage import join
+from logstore.storage import join, parent
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -120,7 +123,7 @@ class TopicPipeline:
             on_commit=lambda: broker.notify_commit(topic),
             pool=broker.committers,
             cluster=cluster,
-            replay_departed=lambda: self._replay_departed(broker),
+            failover=lambda: self._failover(broker),
             on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
@@ -138,10 +141,18 @@ class TopicPipeline:
         self._accumulator.open()
         self._committer.start()
 
+    @contextlib.contextmanager
+    def _failover(self, broker: Broker) -> Iterator[None]:
+        """Cluster mode: hold the topic's failover lock (in ZooKeeper) and replay departed nodes' write-ahead logs."""
+        assert broker.cluster is not None
+        with broker.cluster.failover_lock(self.topic):
+            self._replay_departed(broker)
+            yield
+
     def _replay_departed(self, broker: Broker) -> None:
         assert broker.cluster is not None
         live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
-        wal_root = os.path.dirname(broker.wal_dir)
+        wal_root = parent(broker.wal_dir)  # <root>/_wal, holding every node's <node.id>
         replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
         if self.wal.recovered():
             self.wal.discard_recovered()
@@ -236,9 +247,9 @@ class Broker:
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
-        self._counts: dict[str, tuple[int | None, float, int]] = {}
-        """topic → (mtime_ns of its ``_delta_log`` directory, monotonic time read, partition count);
-        see :meth:`partition_count`."""
+        self._counts: dict[str, tuple[int | None, float, int, DeltaTable]] = {}
+        """topic → (mtime_ns of its ``_delta_log`` directory, monotonic time read, partition count, the handle it was
+        read from); see :meth:`partition_count`."""
         self._partitioner = Partitioner()
         self._round_robin = itertools.count()
         self._retirements = Retirements()
@@ -431,8 +442,10 @@ class Broker:
         """The topic's partition count, re-read at most every ``PARTITION_COUNT_MAX_AGE_S`` or when ``fresh``.
 
         Every commit (by any process) bumps the mtime of the topic's ``_delta_log`` (``Catalog.log_mark``; on an
-        object store age alone counts): one ``stat`` per call, and the table is opened again (ms per topic, more as
-        its log grows) only when the log moved *and* the count read is older than ``PARTITION_COUNT_MAX_AGE_S``.
+        object store age alone counts): one ``stat`` per call, and the table is read again only when the log moved
+        *and* the count read is older than ``PARTITION_COUNT_MAX_AGE_S``: the handle of the last read takes the
+        commits since (opening the table afresh reads every commit since its last checkpoint, one GET each on an
+        object store: with three nodes writing one topic that saturated the store), unless the topic's ID changed.
         A busy topic's log moves on every commit, in a cluster by every node writing it; re-reading it for each
         request cost those nodes most of their CPU. Like a Kafka producer's metadata, the count may therefore lag a
         change made by another process by that long; this node's own changes (:meth:`reconfigure`), a request naming
@@ -451,8 +464,20 @@ class Broker:
         unmoved = cached is not None and mtime is not None and cached[0] == mtime
         if cached is not None and (unmoved or now - cached[1] < PARTITION_COUNT_MAX_AGE_S):
             return cached[2]
-        count, _ = self.store.catalog.topic_config(topic)
-        self._counts[topic] = (mtime, now, count)
+        catalog = self.store.catalog
+        held = self._counts.get(topic)
+        table = held[3] if held is not None else None
+        try:
+            if table is not None and id_in(table.metadata().configuration) == catalog.topic_id(topic):
+                refresh(table)
+            else:
+                table = None  # first read, or the topic was created again
+        except DeltaError:
+            table = None  # deleted meanwhile, say: a fresh handle says so
+        if table is None:
+            table = catalog.table(topic)
+        count, _ = catalog.topic_config(topic, table)
+        self._counts[topic] = (mtime, now, count, table)
         return count
 
     def route(self, topic: str, parsed: ParsedRecords) -> list[Share]:

@@ -73,7 +73,6 @@ from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
 from logstore.log.writer import TopicWriter
 from logstore.node.accumulator import IDLE_TICK_S, Accumulator, BufferPool, Pending
-from logstore.node.membership import failover_lock
 from logstore.node.metrics import Metrics
 from logstore.structs import AppendResult
 
@@ -108,14 +107,14 @@ class Committer:
         on_commit: Callable[[], None],
         pool: WorkerPool,
         cluster: bool = False,
-        replay_departed: Callable[[], None] = lambda: None,
+        failover: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
         on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = accumulator.topic
         self._on_stale = on_stale
         """Called (on a turn: it must not wait for the committer) when the topic was deleted or created again."""
         self._cluster = cluster
-        self._replay_departed = replay_departed
+        self._failover = failover
         self._want_lock = threading.Lock()
         self._wanted: dict[int, int] | None = None
         self._acc = accumulator
@@ -178,8 +177,7 @@ class Committer:
                             self._wanted = wanted
                     return False
                 started = time.perf_counter()
-                with failover_lock(self._table_root):
-                    self._replay_departed()
+                with self._failover():  # the topic's failover lock, and departed nodes' frames replayed
                     while gained:
                         try:
                             self._writer.claim(gained)

@@ -34,6 +34,10 @@ otherwise the request waits for its commit, which the Delta fence refuses
 after a takeover (the producer retries at the new leader). Frames logged
 while the lease held are on disk before any new leader reads the log.
 
+A new leader replays departed nodes' write-ahead logs and claims its partitions under the topic's
+failover lock (:meth:`ClusterMembership.failover_lock`), a lock in ZooKeeper held in this node's session, so
+it serves a shared directory and an object-store root alike.
+
 Session events: ``suspended`` or ``lost`` stop this node accepting produce
 and promising at once (``on_session(False)``); it keeps committing what it
 accepted — the per-partition fence in the Delta log refuses whatever a new
@@ -44,16 +48,14 @@ partitions ZooKeeper still says it leads.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.common.logs import describe
@@ -61,18 +63,21 @@ from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
 
 __all__ = [
+    "FAILOVER_LOCKS",
     "LEASE_FRACTION",
     "ClusterMembership",
     "advertised_kafka",
     "advertised_url",
     "check_node_id_free",
-    "failover_lock",
 ]
 
 log = logging.getLogger("logstore.cluster")
 
 LEASE_FRACTION = 2 / 3
 """Share of the negotiated session timeout an acks=1 lease lasts after the round trip that renewed it was sent."""
+FAILOVER_LOCKS = "/failover"
+"""ZooKeeper path (under the chroot) of the topics' failover locks: ``/failover/<topic>``, whose children are the
+contenders' ephemeral sequential znodes (kazoo's lock recipe); the lowest holds the lock."""
 _WATCH_S = 1.0
 """Longest wait between two looks at the cached view (changes wake the watch at once)."""
 _HANDOVER_POLL_S = 0.02
@@ -110,23 +115,6 @@ def _asked_for_a_request(what: str) -> Iterator[None]:
         yield
     except KazooException as e:
         raise KafkaStorageError(f"ZooKeeper did not answer {what} ({e!r}); retry") from e
-
-
-@contextlib.contextmanager
-def failover_lock(table_root: str) -> Iterator[None]:
-    """Hold ``<table>/_logstore_failover.lock`` exclusively: one new leader of the topic replays and claims at a time.
-
-    Whichever new leader of a departed node's partitions comes first replays
-    all of that node's frames of the topic; the others find them committed.
-    Only replays and claims take it, never a leader's ordinary commits, so a
-    paused (SIGSTOPped) leader does not block it.
-    """
-    fd = os.open(os.path.join(table_root, "_logstore_failover.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # drops the flock
 
 
 def check_node_id_free(config: LogstoreConfig) -> None:
@@ -242,6 +230,49 @@ class ClusterMembership:
     def metadata(self) -> ClusterMetadata:
         """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
         return self.coordinator.metadata()
+
+    @contextlib.contextmanager
+    def failover_lock(self, topic: str) -> Iterator[None]:
+        """Hold the topic's failover lock in ZooKeeper: one new leader of the topic replays and claims at a time.
+
+        Whichever new leader of a departed node's partitions comes first replays
+        all of that node's frames of the topic; the others find them committed.
+        Only replays and claims take it, never a leader's ordinary commits, so a
+        paused (SIGSTOPped) leader does not block it. It is a znode of this node's
+        ZooKeeper session (:data:`FAILOVER_LOCKS`), the same whether the root is a
+        shared directory or an object store, and it goes with the session: a holder
+        that dies, or is paused past its session timeout, lets the next contender
+        in within that timeout. A holder whose session expired may still finish its
+        replay and claim when it resumes; that is safe, because the lock only saves
+        work: a frame lands once however many replay it (the idempotent writer
+        re-plans after every lost commit race), and a claim at a stale epoch is
+        refused by the newer one in the Delta log (:class:`~logstore.errors.FencedLeaderEpochError`).
+
+        Waits up to the negotiated session timeout for the lock (by then a holder
+        that stopped has lost it). Releasing it retries until ZooKeeper answers
+        (or the session has expired, taking the znode with it).
+
+        Raises:
+            KafkaStorageError: not taken within the session timeout (another node is still replaying the topic, or
+                ZooKeeper cannot be reached): the caller tries again later.
+        """
+        timeout_s = self.session_timeout_s
+        lock = self.coordinator.lock(f"{FAILOVER_LOCKS}/{topic}")
+        try:
+            taken = lock.acquire(timeout=timeout_s)
+        except LockTimeout:
+            taken = False
+        except KazooException as e:  # a lost connection or session
+            raise KafkaStorageError(f"topic {topic}: cannot take the failover lock in ZooKeeper: {describe(e)}") from e
+        if not taken:
+            raise KafkaStorageError(
+                f"topic {topic}: the failover lock in ZooKeeper ({FAILOVER_LOCKS}/{topic}) was not free within "
+                f"{timeout_s:.1f} s (another node is replaying or claiming); trying again later"
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def register_topic(self, topic: str, partitions: int, topic_id: str | None = None) -> None:
         """Make a topic (or its added partitions) known to the controller, which gives them leaders.

@@ -11,7 +11,6 @@ hosts, which do not share the lock, are outside the promise.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Collection, Sequence
 
 from logstore.common.logs import describe
@@ -20,6 +19,7 @@ from logstore.log import promises
 from logstore.log.wal import Frame, WriteAheadLog, read_frames
 from logstore.log.writer import TopicWriter
 from logstore.node.metrics import Metrics
+from logstore.storage import absolute, join, storage_for
 from logstore.structs import AppendResult, ProducerBatch
 
 __all__ = ["replay", "replay_departed"]
@@ -104,7 +104,8 @@ def replay_departed(
 
     Reads ``<wal_root>/<node.id>/<topic>/`` of every other node not in ``live`` read-only
     (:func:`~logstore.log.wal.read_frames`: the node may be a paused zombie still
-    holding its directory; its segments are never deleted here), plus
+    holding its directory; its segments are never deleted here) — a shared directory, or a prefix in the
+    bucket of an object-store root, listed and read through :mod:`logstore.storage` — plus
     ``own_frames`` (this node's own frames from before a restart), and commits
     them whole — all their partitions, whoever leads them now — in frame order
     through the idempotent writer (:meth:`TopicWriter.append_foreign`), so
@@ -116,7 +117,8 @@ def replay_departed(
     partition moves only away from a node that is not live (dead, paused past
     its session, or shut down after committing everything), so the frames of
     the partitions being taken over are all in directories read here.
-    Caller holds :func:`~logstore.node.membership.failover_lock` and the writer lock.
+    Caller holds the topic's failover lock (:meth:`~logstore.node.membership.ClusterMembership.failover_lock`)
+    and the writer lock.
     Returns the records committed.
 
     Raises:
@@ -126,22 +128,21 @@ def replay_departed(
     sources: list[tuple[str, list[Frame]]] = [
         ("this node's previous run", _of_this_topic(writer, own_frames, "this node's previous run"))
     ]
-    try:
-        names = sorted(os.listdir(wal_root))
-    except FileNotFoundError:
-        names = []
-    for name in names:
-        directory = os.path.join(wal_root, name)
-        own = os.path.abspath(directory) == os.path.abspath(own_dir)
-        if own or name in live or not os.path.isdir(directory):
+    own = absolute(own_dir)
+    for name in storage_for(wal_root).list_names(wal_root):
+        directory = join(wal_root, name)
+        if name in live or absolute(directory) == own:
             continue
-        frames = read_frames(
-            os.path.join(directory, writer.topic),
-            skip=lambda h: (
-                promises.of_other_incarnation(h, writer.topic_id)
-                or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
-            ),
-        )
+        try:
+            frames = read_frames(
+                join(directory, writer.topic),
+                skip=lambda h: (
+                    promises.of_other_incarnation(h, writer.topic_id)
+                    or writer.landed_everywhere(h.get("producer_id"), h.get("sequence"))
+                ),
+            )
+        except NotADirectoryError:
+            continue  # a file beside the nodes' directories, on a local root: no node's log
         sources.append((f"node {name}", frames))
     for who, frames in sources:
         logged = (ProducerBatch(f.records, f.header["producer_id"], f.header["sequence"]) for f in frames)

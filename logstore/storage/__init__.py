@@ -26,7 +26,7 @@ Durability: an object-store write is durable when it returns; the local form
 fsyncs what it creates (and its directory entry) before it returns.
 
 Locations are strings: absolute local paths, or ``s3://bucket/key`` / ``az://container/key`` URIs;
-:func:`join` and :func:`absolute` handle both.
+:func:`join`, :func:`parent` and :func:`absolute` handle both.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ __all__ = [
     "absolute",
     "is_object_store",
     "join",
+    "parent",
     "storage_for",
 ]
 
@@ -76,6 +77,13 @@ def join(location: str, *parts: str) -> str:
     if is_object_store(location):
         return posixpath.join(location.rstrip("/"), *parts)
     return os.path.join(location, *parts)
+
+
+def parent(location: str) -> str:
+    """The location ``location`` is directly under (``join``'s inverse): a directory, or a URI's prefix."""
+    if is_object_store(location):
+        return posixpath.dirname(location.rstrip("/"))
+    return os.path.dirname(location.rstrip(os.sep))
 
 
 def storage_for(location: str) -> Storage:

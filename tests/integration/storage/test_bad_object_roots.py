@@ -68,12 +68,11 @@ def test_a_root_with_no_bucket_or_an_unserved_scheme_is_refused() -> None:
         load_config(environ={}, path=None, overrides={"logstore.root": "gs://bucket/data"})
     with pytest.raises(InvalidConfigError, match=r"security\.enabled: keys, ACLs and quotas have no object-store form"):
         load_config(environ={}, path=None, overrides={"logstore.root": "s3://b/data", "security.enabled": "true"})
-    with pytest.raises(InvalidConfigError, match="cluster mode needs a shared file system"):
-        load_config(
-            environ={},
-            path=None,
-            overrides={"logstore.root": "s3://b/data", "zookeeper.connect": "127.0.0.1:2181"},
-        )
+    # Cluster mode is served on an object-store root (tests/system/cluster/test_cluster_nodes.py); security is not.
+    cluster = {"logstore.root": "s3://b/data", "zookeeper.connect": "127.0.0.1:2181"}
+    assert load_config(environ={}, path=None, overrides=cluster).zookeeper_connect == "127.0.0.1:2181"
+    with pytest.raises(InvalidConfigError, match=r"security\.enabled: keys, ACLs and quotas have no object-store form"):
+        load_config(environ={}, path=None, overrides={**cluster, "security.enabled": "true"})
 
 
 def test_a_write_ahead_log_held_from_another_host_is_refused_naming_its_lock(s3_root: str, tmp_path: Path) -> None:

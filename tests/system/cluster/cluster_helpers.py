@@ -8,7 +8,6 @@ The fixtures that start nodes (``chroot``, ``zk``, ``cluster``) are in
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import httpx
 from kazoo.client import KazooClient
 
+from logstore.storage import join, storage_for
 from tests.support.server import Server
 
 SESSION_MS = 4000
@@ -61,12 +61,16 @@ def create_topic(node: Server, topic: str, zk: KazooClient, live: set[int]) -> d
     return state
 
 
-def leader_epochs_in_log(root: Path, topic: str) -> dict[int, list[int]]:
-    """Per partition, the ``logstore.leader.<p>`` txn versions (leader epochs) of the topic's commits, in log order."""
-    log_dir = root / "topics" / topic / "_delta_log"
+def leader_epochs_in_log(root: Path | str, topic: str) -> dict[int, list[int]]:
+    """Per partition, the ``logstore.leader.<p>`` txn versions (leader epochs) of the topic's commits, in log order.
+
+    ``root``: a directory or an object-store URI (read through :mod:`logstore.storage`).
+    """
+    log_dir = join(str(root), "topics", topic, "_delta_log")
+    storage = storage_for(log_dir)
     out: dict[int, list[int]] = {}
-    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
-        for line in (log_dir / name).read_text().splitlines():
+    for name in (n for n in storage.list_names(log_dir) if n.endswith(".json")):
+        for line in storage.read(join(log_dir, name)).decode().splitlines():
             action = json.loads(line) if line.strip() else {}
             app = action.get("txn", {}).get("appId", "")
             if app.startswith("logstore.leader."):

@@ -1,5 +1,9 @@
 """Fixtures of the cluster tests: a real ZooKeeper server for the run, a chroot (one cluster) per test, nodes of
-that cluster over one shared root, and a ZooKeeper client to read partition states."""
+that cluster over one shared root, and a ZooKeeper client to read partition states.
+
+The shared root is a directory (``tmp_path / "data"``); a test parametrised indirectly with
+``cluster_root=["local", "s3"]`` runs again on a bucket of moto's S3 server (tests/support/s3.py), with no shared
+file system between the nodes."""
 
 from __future__ import annotations
 
@@ -11,6 +15,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer
+from tests.support.s3 import object_root as object_root
+from tests.support.s3 import s3_bucket as s3_bucket
+from tests.support.s3 import s3_root as s3_root
+from tests.support.s3 import s3_server as s3_server
 from tests.support.server import Server, free_port, started_servers
 from tests.system.cluster.cluster_helpers import SESSION_MS
 
@@ -35,12 +43,22 @@ def chroot(zookeeper: str) -> str:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
-    """``cluster(node_id)`` starts a node of one cluster over one shared root (``tmp_path / "data"``)."""
+def cluster_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The root the cluster's nodes share: ``tmp_path / "data"``, or with the indirect parameter ``"s3"`` a new
+    bucket's ``s3://<bucket>/data`` (``object_root``: the test runs in an empty working directory)."""
+    if getattr(request, "param", "local") == "s3":
+        return str(request.getfixturevalue("object_root"))
+    return str(tmp_path / "data")
+
+
+@pytest.fixture
+def cluster(cluster_root: str, tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
+    """``cluster(node_id)`` starts a node of one cluster over one shared root (``cluster_root``)."""
 
     def node(node_id: int, **config: object) -> Server:
         return Server(
-            tmp_path / "data",
+            cluster_root,
+            log_dir=tmp_path,
             **{
                 "zookeeper.connect": chroot,
                 "node.id": node_id,

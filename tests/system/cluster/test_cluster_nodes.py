@@ -4,7 +4,10 @@ Every partition has one leader; a node that does not lead a partition answers
 421 with ``?forward=false`` and forwards otherwise; any node serves fetch. A
 leader killed with SIGKILL loses nothing acknowledged (acks=all and acks=1),
 writes no duplicate or gap, and its partitions move within the session
-timeout + 2 s; a SIGTERM'd leader hands its partitions over within 1 s; a
+timeout + 2 s; the same on an S3 bucket (moto's server), with no shared file
+system: the failover lock is in ZooKeeper, the dead leader's write-ahead log is
+read from the bucket, and a moved partition may wait up to 30 s more (moto's
+throughput on a shared machine); a SIGTERM'd leader hands its partitions over within 1 s; a
 node id that is taken refuses to start.
 """
 
@@ -23,6 +26,7 @@ from kazoo.client import KazooClient
 
 from logstore.config import load_config
 from logstore.log.catalog import Catalog
+from logstore.storage import is_object_store
 from tests.support.helpers import assert_gap_free, read_topic
 from tests.support.parsers import server_metric
 from tests.support.server import Server
@@ -128,12 +132,17 @@ class _Producer:
                 time.sleep(0.02)
 
 
-def _check_log(root: Path, producers: list[_Producer]) -> None:
+_S3_FAILOVER_SLACK_S = 30
+"""Seconds a moved partition may wait past the session timeout on S3 (moto): it took 9 to 22 s after the kill (session
+4 s) over three runs on a loaded two-core machine, where a shared directory took 4.7 s."""
+
+
+def _check_log(root: Path | str, producers: list[_Producer]) -> None:
     catalog = Catalog(load_config(environ={}, path=None, overrides={"logstore.root": str(root)}))
 
-    def holds_every_offset_acknowledged() -> bool:
-        log = assert_gap_free(catalog, "orders")
-        return all(len(log.get(prod.partition, [])) > max(prod.acked.values(), default=-1) for prod in producers)
+    def holds_every_offset_acknowledged() -> bool:  # from the log and file statistics: no data file is read
+        hw = {p.partition: p.high_watermark for p in catalog.describe_topic("orders").partitions}
+        return all(hw.get(prod.partition, 0) > max(prod.acked.values(), default=-1) for prod in producers)
 
     # acks=1 records are committed after their acknowledgement: wait until the log reaches every one of them
     until(holds_every_offset_acknowledged, timeout_s=30)
@@ -171,8 +180,9 @@ def _unavailability(producers: list[_Producer], partitions: set[int], since: flo
     return out
 
 
+@pytest.mark.parametrize("cluster_root", ["local", "s3"], indirect=True)
 def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
-    cluster: Callable[..., Server], zk: KazooClient, tmp_path: Path
+    cluster: Callable[..., Server], zk: KazooClient, cluster_root: str
 ) -> None:
     nodes = {i: cluster(i) for i in (1, 2, 3)}
     state = create_topic(nodes[1], "orders", zk, {1, 2, 3})
@@ -186,7 +196,11 @@ def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
     live = {i for i in nodes if i != victim}
     until(lambda: led_by(zk, "orders", live), timeout_s=30)
     print(f"\nleaders moved {time.monotonic() - killed_at:.2f}s after the kill")
-    until(lambda: all(any(t > killed_at for t in prod.successes) for prod in producers), timeout_s=30)
+    # On S3 the new leaders replay and claim through moto's server, one Python process answering every request of
+    # three busy nodes: on two shared cores that, not the failover, sets how long a moved partition waits.
+    slack_s = _S3_FAILOVER_SLACK_S if is_object_store(cluster_root) else 2
+    bound_s = SESSION_MS / 1000 + slack_s
+    until(lambda: all(any(t > killed_at for t in prod.successes) for prod in producers), timeout_s=max(30, bound_s))
     until(lambda: all(len(prod.acked) >= 40 for prod in producers), timeout_s=60)
     stop.set()
     for t in threads:
@@ -196,8 +210,8 @@ def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
         f"\nunavailability after kill -9 of node {victim} (session {SESSION_MS} ms): "
         + ", ".join(f"p{p}={s:.2f}s" for p, s in sorted(gaps.items()))
     )
-    assert max(gaps.values()) <= SESSION_MS / 1000 + 2
-    _check_log(tmp_path / "data", producers)
+    assert max(gaps.values()) <= bound_s
+    _check_log(cluster_root, producers)
 
 
 def test_a_sigterm_leader_hands_its_partitions_over_within_a_second(
