@@ -36,8 +36,10 @@ def configure_logging(level: int = logging.INFO) -> None:
     handler.setFormatter(IsoFormatter(LINE_FORMAT))
     root.handlers = [handler]
     root.setLevel(level)
-    # kazoo logs every connection attempt at INFO; its warnings (a dropped connection) are kept.
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo logs every connection attempt at INFO, httpx every request a node forwards to another (a line per
+    # produce in a cluster, enough to fill a log or a pipe); their warnings (a dropped connection) are kept.
+    for chatty in ("kazoo", "httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def describe(error: BaseException) -> str:

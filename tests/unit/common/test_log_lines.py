@@ -11,7 +11,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from logstore.cluster import NodeInfo, ZooKeeperController
-from logstore.common.logs import LINE_FORMAT, IsoFormatter, describe
+from logstore.common.logs import LINE_FORMAT, IsoFormatter, configure_logging, describe
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
 
@@ -59,3 +59,20 @@ def test_the_coordinators_retry_line_names_an_exception_without_a_message(caplog
         controller._run()  # on this thread: one failing step, then one that ends the loop
     lines = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert lines == ["node 1: coordination step failed, retrying: ConnectionLoss()"]
+
+
+def test_a_request_a_node_forwards_logs_no_line_but_a_dropped_connection_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx logs every request at INFO: a node forwarding each produce of a cluster wrote a line per request,
+    which filled the pipe of a node run with its stderr unread and stopped its event loop."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    for name in ("httpx", "httpcore", "kazoo"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
+    configure_logging()
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpcore").isEnabledFor(logging.INFO)
+    assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("logstore.ingest").isEnabledFor(logging.INFO)
