@@ -334,22 +334,26 @@ class LogstoreServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        # A file, not a pipe: a pipe nobody reads fills up, and the node's event loop then blocks on a log line.
+        fd, name = tempfile.mkstemp(prefix=f"logstore-serve-{self.port}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
 
     def start(self) -> LogstoreServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTORE_")} | self.env
         env |= {"LOGSTORE_" + k.upper().replace(".", "_"): str(v) for k, v in self.config.items()}
         serve = ["serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            [*self.prefix, *_LOGSTORE, "--root", str(self.root), *serve],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.prefix, *_LOGSTORE, "--root", str(self.root), *serve],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait for the socket, not for a fixed time
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"logstore serve exited: {err}")
+                raise RuntimeError(f"logstore serve exited: {self.log_path.read_text(errors='replace')}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return self
@@ -383,5 +387,6 @@ class LogstoreServer:
         }
 
     def stop(self) -> None:
-        """SIGTERM (drain, then exit); SIGKILL if it has not exited after 60 s."""
+        """SIGTERM (drain, then exit); SIGKILL if it has not exited after 60 s. Its log file goes with it."""
         stop_child(self.proc)
+        self.log_path.unlink(missing_ok=True)
