@@ -341,25 +341,30 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _varint_column(values: np.ndarray) -> pa.Array:
-    """Zigzag varints of ``values`` as a binary array, one element each (encoded with numpy)."""
+    """Zigzag varints of ``values`` as a binary array, one element each (encoded with numpy).
+
+    Only as many byte positions as the widest varint needs are computed
+    (deltas and lengths mostly take one to three), and when every varint
+    has the same width their bytes are the rows as they stand.
+    """
     v = values.astype(np.int64)
     z = ((v << 1) ^ (v >> 63)).astype(np.uint64)
-    rows = np.empty((len(z), 10), np.uint8)
     width = np.ones(len(z), np.int64)
-    for k in range(10):
-        rest = z >> np.uint64(7 * (k + 1))
-        more = rest != 0
-        rows[:, k] = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8) | np.where(more, 0x80, 0).astype(
-            np.uint8
-        )
-        width += more
-    width = np.minimum(width, 10)
-    keep = np.arange(10)[None, :] < width[:, None]
+    for k in range(1, 10):
+        longer = z >= np.uint64(1 << (7 * k))
+        if not longer.any():
+            break
+        width += longer
+    top = int(width.max()) if len(z) else 1
+    rows = np.empty((len(z), top), np.uint8)
+    for k in range(top):
+        byte = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        rows[:, k] = np.where(width > k + 1, byte | np.uint8(0x80), byte) if k + 1 < top else byte
+    same = not len(z) or int(width.min()) == top
+    data = rows.tobytes() if same else rows[np.arange(top)[None, :] < width[:, None]].tobytes()
     offsets = np.zeros(len(z) + 1, np.int32)
     np.cumsum(width, out=offsets[1:])
-    return pa.BinaryArray.from_buffers(
-        pa.binary(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(rows[keep].tobytes())]
-    )
+    return pa.BinaryArray.from_buffers(pa.binary(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _headers_column(headers: pa.Array) -> pa.Array:
@@ -418,7 +423,7 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         -1,
     )
     empty = pa.scalar(b"", pa.binary())
-    body = pc.binary_join_element_wise(
+    fields = [
         pa.repeat(pa.scalar(b"\x00", pa.binary()), n),  # record attributes
         _varint_column(ts_ms - base_ts),
         _varint_column(offsets - base_offset),
@@ -427,13 +432,15 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         _varint_column(value_len),
         pc.fill_null(values.cast(pa.binary()), empty),
         _headers_column(headers),
-        empty,
-    )
-    lengths = pc.binary_length(body).to_numpy(zero_copy_only=False)
-    framed = pc.binary_join_element_wise(_varint_column(lengths), body, empty)
+    ]
+    # Each record's length is its fields' lengths summed, so records are joined with their length prefix in one pass.
+    lengths = np.zeros(n, np.int64)
+    for f in fields:
+        lengths += pc.binary_length(f).to_numpy(zero_copy_only=False)
+    framed = pc.binary_join_element_wise(_varint_column(lengths), *fields, empty)
     _, ends, data = framed.buffers()
     bounds = np.frombuffer(ends, np.int32)
-    payload = memoryview(data)[int(bounds[framed.offset]) : int(bounds[framed.offset + n])].tobytes()
+    payload = memoryview(data)[int(bounds[framed.offset]) : int(bounds[framed.offset + n])]
     log_append = int(records["timestamp_type"][0].as_py()) == 1
     attributes = 0x08 if log_append else 0
     tail = struct.pack(
@@ -447,9 +454,9 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         -1,
         n,
     )
-    crc = crc32c.crc32c(tail + payload)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(tail))
     length = 4 + 1 + 4 + len(tail) + len(payload)
-    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + tail + payload
+    return b"".join((struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc), tail, payload))
 
 
 def encode_batches(records: pa.Table) -> bytes:
