@@ -135,7 +135,7 @@ def _decode_records(
     if count < 0:
         raise CorruptMessageError(f"a record batch declares {count} records")
     starts = _record_starts(body, buf, count)
-    padded = np.concatenate([buf, np.zeros(10, np.uint8)])  # varint gathers may read past the end
+    padded = np.concatenate([buf, np.zeros(_PAD, np.uint8)])  # varint gathers may read past the end
     p = starts
     sizes, p = _varints(padded, p)
     ends = p + sizes
@@ -169,6 +169,8 @@ def _decode_records(
     )
 
 
+_PAD = 10
+"""Zero bytes after a batch's records for the varint reads: the longest varint's bytes."""
 _RUN_PROBE = 16
 """Records checked at once for a run of equal-size records before the rest of the batch is."""
 
@@ -254,19 +256,23 @@ def _varints(padded: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """Zigzag varints starting at ``at`` (all at once): their values and the positions after them.
 
     Each further byte is read only for the varints that still go on, so a
-    field of one-byte varints costs one gather. Positions are clamped into
-    ``padded`` (a corrupt length may point past it; the caller's bounds
-    check refuses the batch).
+    field of one-byte varints costs one gather. ``padded`` is the records'
+    bytes and :data:`_PAD` zeros, so a varint that starts inside them can
+    be read without a bounds check per byte.
+
+    Raises:
+        CorruptMessageError: a varint starts outside the records (a length before it pointed past them).
     """
-    last = len(padded) - 1
-    byte = padded[np.clip(at, 0, last)]
+    if len(at) and (int(at.min()) < 0 or int(at.max()) >= len(padded) - _PAD):
+        raise CorruptMessageError("a record's fields run past its declared length")
+    byte = padded[at]
     value = (byte & 0x7F).astype(np.uint64)
     width = np.ones(len(at), np.int64)
     going = np.flatnonzero(byte >= 0x80)
-    for k in range(1, 10):
+    for k in range(1, _PAD):
         if not len(going):
             break
-        byte = padded[np.clip(at[going] + k, 0, last)]
+        byte = padded[at[going] + k]
         value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         width[going] += 1
         going = going[byte >= 0x80]

@@ -197,3 +197,14 @@ def test_a_run_of_one_size_checks_the_declared_count() -> None:
         decode_batches(_recount(data, 501))
     with pytest.raises(CorruptMessageError, match="bytes after its 499 records"):
         decode_batches(_recount(data, 499))
+
+
+def test_a_key_length_past_the_batch_is_corrupt_message() -> None:
+    """A length that points past the records (the batch's CRC made right: a producer's own bytes) is refused."""
+    table = _values_of([3]).set_column(4, "key", pa.array([b"k"], pa.binary()))
+    data = bytearray(encode_batch(table))
+    at = data.index(b"\x02k", BATCH_HEADER_SIZE)  # the key's length (1, zigzag 2), then the key
+    data[at] = 0x7E  # 63 bytes of key in a record of a dozen
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    with pytest.raises(CorruptMessageError, match="run past its declared length"):
+        decode_batches(bytes(data))
