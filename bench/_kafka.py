@@ -149,12 +149,9 @@ def producer_performance(
     (idempotent, ``linger.ms=0``, ``batch.size=16384``). Latencies are per
     record, ``send()`` to its acknowledgement, in ms.
     """
-    extra = [f"{k}={v}" for k, v in (props or {}).items()]
     out = kafka_tool(
         "org.apache.kafka.tools.ProducerPerformance",
-        *("--topic", topic, "--num-records", str(records), "--record-size", str(VALUE_BYTES)),
-        *("--throughput", str(round(rate)), "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}"),
-        *extra,
+        *_producer_args(bootstrap, topic, records, rate, acks, props),
         timeout_s=timeout_s,
     )
     m = _PP_SUMMARY.search(out.strip().splitlines()[-1])
@@ -170,6 +167,27 @@ def producer_performance(
         "p99_ms": float(m[7]),
         "p999_ms": float(m[8]),
     }
+
+
+def _producer_args(
+    bootstrap: str, topic: str, records: int, rate: float, acks: str, props: Mapping[str, str] | None
+) -> list[str]:
+    extra = [f"{k}={v}" for k, v in (props or {}).items()]
+    return [
+        *("--topic", topic, "--num-records", str(records), "--record-size", str(VALUE_BYTES)),
+        *("--throughput", str(round(rate)), "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}"),
+        *extra,
+    ]
+
+
+def start_producer_performance(
+    bootstrap: str, topic: str, acks: str, props: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """ProducerPerformance as :func:`producer_performance` runs it, with no rate limit and no end: it sends until
+    stopped (:func:`~harness.stop_child`), for load of a given length rather than a given count."""
+    cmd = ["java", *_TOOL_JVM, *_LOGGING, "-cp", _classpath(), "org.apache.kafka.tools.ProducerPerformance"]
+    cmd += _producer_args(bootstrap, topic, 10**12, -1, acks, props)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def consumer_performance(bootstrap: str, topic: str, records: int, *, timeout_s: float = 1800) -> dict[str, float]:

@@ -34,8 +34,17 @@ the wait); ``--stacks gil`` only the samples holding the lock: what the event
 loop and the committers compete for (native work that releases it, such as
 Parquet encoding, is then left out).
 
+With ``--door kafka`` the node serves its Kafka listener too and the load is
+Kafka's own ``ProducerPerformance`` (acks=all, ``batch.size=262144``,
+``linger.ms=5``, 100-byte values, null keys: the same-client figure of
+``bench/vs_kafka.py``), sending without a limit until the window ends;
+``records_per_s`` is then the topic's high watermarks' growth over the window.
+``event_loop`` holds the listener: framing, decoding record batches, handing
+them to the accumulator.
+
     .venv/bin/python bench/profile_ingest.py                         # JSON bodies, 5 s window
     .venv/bin/python bench/profile_ingest.py --body-format arrow --stacks gil
+    .venv/bin/python bench/profile_ingest.py --door kafka --stacks all
 """
 
 from __future__ import annotations
@@ -54,8 +63,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from _http_load import RECORDS, closed_loop
-from harness import TICKS_PER_S, LogstoreServer, children, cpu_ticks, emit, load_average, machine
+from _kafka import TUNED_PRODUCER, producer_performance, start_producer_performance
+from harness import TICKS_PER_S, LogstoreServer, children, cpu_ticks, emit, free_port, load_average, machine, stop_child
 
 TOPIC = "profile"
 PARTITIONS = 8
@@ -166,14 +177,49 @@ def _short(frame: str) -> str:
     return f"{m[1]} ({os.path.basename(m[2])})" if m else frame
 
 
+def high_watermarks(server: LogstoreServer) -> int:
+    """The sum of the profiled topic's high watermarks: records committed so far."""
+    info = httpx.get(f"{server.url}/v1/topics/{TOPIC}", timeout=30).raise_for_status().json()
+    return sum(p["high_watermark"] for p in info["partitions"])
+
+
+class KafkaLoad:
+    """``ProducerPerformance`` against the node's listener from :meth:`start` until :meth:`stop`; records/s from
+    the topic's high watermarks between :meth:`mark` and :meth:`stop` (acks=all: committed records)."""
+
+    def __init__(self, server: LogstoreServer, listener: str) -> None:
+        self.server = server
+        self.listener = listener
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.marked = (0.0, 0)
+
+    def start(self) -> None:
+        self.proc = start_producer_performance(self.listener, TOPIC, "all", TUNED_PRODUCER)
+
+    def mark(self) -> None:
+        self.marked = (time.perf_counter(), high_watermarks(self.server))
+
+    def stop(self) -> dict[str, Any]:
+        t1, hw1 = time.perf_counter(), high_watermarks(self.server)
+        stop_child(self.proc)
+        t0, hw0 = self.marked
+        return {"records_per_s": round((hw1 - hw0) / (t1 - t0)), "requests": None, "failed": None}
+
+
 def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     info = machine()
-    server = LogstoreServer(scratch / "root").start()
+    kafka = args.door == "kafka"
+    listener = f"127.0.0.1:{free_port()}"
+    server = LogstoreServer(scratch / "root", **({"listeners": f"PLAINTEXT://{listener}"} if kafka else {})).start()
+    kafka_load = KafkaLoad(server, listener)
     try:
         server.create_topic(TOPIC, PARTITIONS)
-        closed_loop(
-            server.url, TOPIC, "all", args.concurrency, requests=args.warmup_requests, body_format=args.body_format
-        )
+        if kafka:
+            producer_performance(listener, TOPIC, args.warmup_requests * RECORDS, -1, "all", TUNED_PRODUCER)
+        else:
+            closed_loop(
+                server.url, TOPIC, "all", args.concurrency, requests=args.warmup_requests, body_format=args.body_format
+            )
         assert server.proc is not None
         pid = server.proc.pid
         load: dict[str, Any] = {}
@@ -191,8 +237,12 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             )
 
         driver = threading.Thread(target=drive)
-        driver.start()
+        if kafka:
+            kafka_load.start()
+        else:
+            driver.start()
         time.sleep(args.settle)  # the load generator's start, not a synchronisation: the window is measured as is
+        kafka_load.mark()
         names = python_thread_names(pid)
         parsers = children(pid)
         t0, proc0 = time.perf_counter(), process_ticks(pid)
@@ -208,8 +258,12 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         window = time.perf_counter() - t0
         names |= python_thread_names(pid)
         stacks = sampler.top_frames(pid, names, args.top) if sampler is not None else None
-        driver.join()
+        if kafka:
+            load |= kafka_load.stop()
+        else:
+            driver.join()
     finally:
+        stop_child(kafka_load.proc)
         server.stop()
     groups: collections.Counter[str] = collections.Counter()
     for tid, ticks in threads1.items():
@@ -222,10 +276,14 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "machine": info,
         "config": {
-            "body_format": args.body_format,
-            "concurrency": args.concurrency,
+            "door": args.door,
+            "load": "ProducerPerformance, acks=all, " + ", ".join(f"{k}={v}" for k, v in TUNED_PRODUCER.items())
+            if kafka
+            else f"{args.concurrency} requests of {RECORDS} records in flight, acks=all",
+            "body_format": None if kafka else args.body_format,
+            "concurrency": None if kafka else args.concurrency,
             "window_seconds": round(window, 2),
-            "records_per_request": RECORDS,
+            "records_per_request": None if kafka else RECORDS,
             "partitions": PARTITIONS,
             "python_thread_names": bool(names),
         },
@@ -237,6 +295,7 @@ def profile(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "cpu_ms_per_request": round(
             1000 * total / TICKS_PER_S / max(1, window * load.get("records_per_s", 0) / RECORDS), 3
         ),
+        "cpu_us_per_record": round(1e6 * total / TICKS_PER_S / max(1, window * load.get("records_per_s", 0)), 3),
         "load_average_end": load_average(),
     }
     if stacks is not None:
@@ -249,8 +308,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5, help="the measured window")
     ap.add_argument("--settle", type=float, default=2, help="seconds of load before the window opens")
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    ap.add_argument(
+        "--door",
+        choices=("http", "kafka"),
+        default="http",
+        help="the load: HTTP produce requests, or ProducerPerformance against the Kafka listener",
+    )
     ap.add_argument("--body-format", choices=("json", "arrow"), default="json")
-    ap.add_argument("--warmup-requests", type=int, default=200, help="requests before the load (first commits)")
+    ap.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=200,
+        help=f"requests before the load (first commits); --door kafka: {RECORDS} records each",
+    )
     ap.add_argument(
         "--stacks",
         choices=("all", "gil"),

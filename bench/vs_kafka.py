@@ -45,7 +45,8 @@ records back; it subscribes, so it needs the group protocol) against the Kafka
 broker and against logstore's Kafka protocol listener (``listeners``, on a free
 port of the same ``logstore serve``) → records/s of each and logstore / Kafka.
 A tool that fails against a side (a protocol the listener does not serve yet)
-shows its ``error`` there, and the ratio is null.
+shows its ``error`` there, and the ratio is null. ``--only-kafka-clients``
+measures this alone: no HTTP load, no Spark, on a node of its own.
 
 Consume (unless ``--skip-consume``), one Spark session (``local[2]``), each a
 ``trigger(availableNow=True)`` query into the ``noop`` sink from the earliest
@@ -84,6 +85,7 @@ which a commit's cost follows.
 
     make kafka && .venv/bin/python bench/vs_kafka.py      # 5M records, medians of 3: on an idle machine
     .venv/bin/python bench/vs_kafka.py --records 200000 --runs 1 --latency-seconds 2 --skip-consume   # a smoke run
+    .venv/bin/python bench/vs_kafka.py --only-kafka-clients --records 1000000 --runs 1   # the listener alone
 """
 
 from __future__ import annotations
@@ -376,13 +378,17 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     topics = [TOPIC, *(f"{TOPIC}-{i}" for i in range(1, args.runs)), "warmup"]
     topics += [*(f"{p}-{i}" for p in ("tuned", "arrow", "kc") for i in range(args.runs))]
     topics += [f"lat-{how}-{acks}" for how in ("defaults", "tuned", *BODY_FORMATS) for acks in ("all", "1")]
+    if args.only_kafka_clients:
+        topics = ["warmup", *(f"kc-{i}" for i in range(args.runs))]
     for name in topics:
         broker.create_topic(name, PARTITIONS)
-    for i in range(args.runs if args.e2e_seconds > 0 and not args.skip_consume else 0):
+    for i in range(args.runs if args.e2e_seconds > 0 and not (args.skip_consume or args.only_kafka_clients) else 0):
         broker.create_topic(f"e2e-{i}", 2)
     warmup = args.warmup_records - args.warmup_records % RECORDS
     if warmup:  # the broker's JIT, not the measured run, pays for the first records
         producer_performance(broker.bootstrap, "warmup", warmup, -1, "all", TUNED_PRODUCER)
+    if args.only_kafka_clients:
+        return _kafka_clients_only(args, info, broker, scratch, stack, topics, records, warmup)
     kafka |= kafka_produce(broker.bootstrap, records, args.runs, args.latency_seconds)
     half = kafka["latency_at_half_tuned_max"]["rate_records_per_s"]
 
@@ -437,6 +443,37 @@ def run(args: argparse.Namespace, scratch: Path, stack: contextlib.ExitStack) ->
     }
 
 
+def _kafka_clients_only(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    broker: KafkaBroker,
+    scratch: Path,
+    stack: contextlib.ExitStack,
+    topics: list[str],
+    records: int,
+    warmup: int,
+) -> dict[str, Any]:
+    """``--only-kafka-clients``: the same-client section alone (no HTTP load, no Spark)."""
+    listener = f"127.0.0.1:{free_port()}"
+    root = tempfile.mkdtemp(prefix="logstore-", dir=scratch)
+    server = LogstoreServer(
+        Path(root), listeners=f"PLAINTEXT://{listener}", **{"group.initial.rebalance.delay.ms": 0}
+    ).start()
+    stack.callback(server.stop)
+    for name in topics:
+        server.create_topic(name, PARTITIONS)
+    if warmup:  # the listener's first batches and commits, on the warm-up topic
+        producer_performance(listener, "warmup", warmup, -1, "all", TUNED_PRODUCER)
+    kafka_clients = same_client(broker.bootstrap, listener, records, args.runs, args.consumer_timeout_seconds)
+    info["load_average_end"] = load_average()
+    return {
+        "machine": info,
+        "config": {"records": records, "value_bytes": VALUE_BYTES, "keys": None, "partitions": PARTITIONS}
+        | {"runs": args.runs, "warmup_records": warmup},
+        "kafka_clients_against_both": kafka_clients,
+    }
+
+
 @contextlib.contextmanager
 def _terminate_cleanly() -> Iterator[None]:
     """SIGTERM raises SystemExit, so the ``finally`` blocks stop the children and remove the directories."""
@@ -467,6 +504,11 @@ def main() -> None:
         "--skip-kafka-clients",
         action="store_true",
         help="no ProducerPerformance/ConsumerPerformance against logstore's Kafka listener",
+    )
+    ap.add_argument(
+        "--only-kafka-clients",
+        action="store_true",
+        help="only ProducerPerformance/ConsumerPerformance against both (no HTTP load, no Spark)",
     )
     ap.add_argument(
         "--consumer-timeout-seconds",

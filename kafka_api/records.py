@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstore.errors import CorruptMessageError, InvalidRequestError
+from logstore.errors import CorruptMessageError, InvalidRequestError, RecordListTooLargeError
 from logstore.log.schema import HEADERS_TYPE
 from logstore.wire.json_produce import ParsedRecords
 
@@ -134,33 +134,11 @@ def _decode_records(
     buf = np.frombuffer(body, np.uint8)
     if count < 0:
         raise CorruptMessageError(f"a record batch declares {count} records")
-    # Where each record starts: the one sequential walk (each length says where the next record is).
-    starts = np.empty(count, np.int64)
-    pos = 0
-    n = len(body)
-    for i in range(count):
-        if pos >= n:
-            raise CorruptMessageError(f"a record batch declares {count} records and holds {i}")
-        starts[i] = pos
-        shift = value = 0
-        while True:
-            if pos >= n:
-                raise CorruptMessageError("a record's length is truncated")
-            b = body[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                break
-            shift += 7
-        length = (value >> 1) ^ -(value & 1)
-        if length < 0 or pos + length > n:
-            raise CorruptMessageError(f"a record declares {length} bytes past the batch's end")
-        pos += length
-    if pos != n:
-        raise CorruptMessageError(f"a record batch holds {n - pos} bytes after its {count} records")
-    padded = np.concatenate([buf, np.zeros(10, np.uint8)])  # varint gathers may read past the end
+    starts = _record_starts(body, buf, count)
+    padded = np.concatenate([buf, np.zeros(_PAD, np.uint8)])  # varint gathers may read past the end
     p = starts
     sizes, p = _varints(padded, p)
+    ends = p + sizes
     p = p + 1  # record attributes (unused)
     ts_delta, p = _varints(padded, p)
     _, p = _varints(padded, p)  # offset delta: records are kept in batch order
@@ -171,11 +149,10 @@ def _decode_records(
     value_at = p
     p = p + np.maximum(value_len, 0)
     header_count, p = _varints(padded, p)
-    ends = starts + _varint_sizes(padded, starts) + sizes
     if np.any(p > ends) or np.any(key_len < -1) or np.any(value_len < -1) or np.any(header_count < 0):
         raise CorruptMessageError("a record's fields run past its declared length")
-    keys = _binary(buf, key_at, key_len)
-    values = _binary(buf, value_at, value_len)
+    keys = _binary(body, key_at, key_len)
+    values = _binary(body, value_at, value_len)
     headers = _headers(body, p, header_count)
     timestamps = pa.array((base_ts + ts_delta) * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     return DecodedBatch(
@@ -192,49 +169,147 @@ def _decode_records(
     )
 
 
+_PAD = 10
+"""Zero bytes after a batch's records for the varint reads: the longest varint's bytes."""
+_RUN_PROBE = 16
+"""Records checked at once for a run of equal-size records before the rest of the batch is."""
+
+
+def _record_starts(body: bytes, buf: np.ndarray, count: int) -> np.ndarray:
+    """Where each of ``count`` records starts in ``body`` (``buf``: its bytes), which they must fill exactly.
+
+    Each record starts where the previous one's length prefix says, so
+    finding them is a walk; it goes a run at a time. After one record's
+    length is read, the records that follow at the same stride (the same
+    length prefix, byte for byte, at each multiple of it) are found in one
+    vector step: records of one size — a producer's fixed-size values —
+    cost one step for the whole batch. Where no run follows, the next
+    records are walked one by one, over twice as many after each miss, so a
+    batch of varied sizes tries a run a few times only.
+
+    Raises:
+        CorruptMessageError: fewer records than ``count``, a length past the end, or bytes left over.
+    """
+    starts = np.empty(count, np.int64)
+    n = len(body)
+    pos = i = 0
+    single = 0
+    """Records left to walk one by one before trying a run again."""
+    misses = 0
+    while i < count:
+        if pos >= n:
+            raise CorruptMessageError(f"a record batch declares {count} records and holds {i}")
+        length, after = _length_at(body, pos)
+        if length < 0 or after + length > n:
+            raise CorruptMessageError(f"a record declares {length} bytes past the batch's end")
+        stride = after + length - pos
+        if single:
+            starts[i] = pos
+            i += 1
+            pos += stride
+            single -= 1
+            continue
+        run = _run(buf, pos, after - pos, stride, min(count - i, (n - pos) // stride))
+        starts[i : i + run] = np.arange(pos, pos + run * stride, stride)
+        i += run
+        pos += run * stride
+        if run < _RUN_PROBE:  # too short to pay for the step: walk on one by one for a while
+            misses += 1
+            single = min(_RUN_PROBE << misses, count)
+        else:
+            misses = 0
+    if pos != n:
+        raise CorruptMessageError(f"a record batch holds {n - pos} bytes after its {count} records")
+    return starts
+
+
+def _length_at(body: bytes, pos: int) -> tuple[int, int]:
+    """A record's length prefix at ``pos``: its value and where the record's body starts."""
+    shift = value = 0
+    n = len(body)
+    while True:
+        if pos >= n:
+            raise CorruptMessageError("a record's length is truncated")
+        b = body[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+
+
+def _run(buf: np.ndarray, pos: int, width: int, stride: int, most: int) -> int:
+    """How many records from ``pos`` on (at most ``most``, each inside the batch) start with the same
+    ``width``-byte length prefix at multiples of ``stride``: a run of records of one size, the first included."""
+    prefix = buf[pos : pos + width]
+    checked = 0
+    for limit in (min(most, _RUN_PROBE), most):
+        rows = buf[pos + checked * stride : pos + limit * stride].reshape(limit - checked, stride)[:, :width]
+        differ = np.flatnonzero((rows != prefix).any(axis=1))
+        if len(differ):
+            return checked + int(differ[0])
+        checked = limit
+    return checked
+
+
 def _varints(padded: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints starting at ``at`` (all at once): their values and the positions after them."""
-    value = np.zeros(len(at), np.uint64)
-    done = np.zeros(len(at), bool)
-    width = np.zeros(len(at), np.int64)
-    for k in range(10):
-        byte = padded[np.minimum(at + k, len(padded) - 1)].astype(np.uint64)
-        live = ~done
-        value |= np.where(live, (byte & np.uint64(0x7F)) << np.uint64(7 * k), np.uint64(0))
-        width += live
-        done |= byte < 0x80
-        if done.all():
+    """Zigzag varints starting at ``at`` (all at once): their values and the positions after them.
+
+    Each further byte is read only for the varints that still go on, so a
+    field of one-byte varints costs one gather. ``padded`` is the records'
+    bytes and :data:`_PAD` zeros, so a varint that starts inside them can
+    be read without a bounds check per byte.
+
+    Raises:
+        CorruptMessageError: a varint starts outside the records (a length before it pointed past them).
+    """
+    if len(at) and (int(at.min()) < 0 or int(at.max()) >= len(padded) - _PAD):
+        raise CorruptMessageError("a record's fields run past its declared length")
+    byte = padded[at]
+    value = (byte & 0x7F).astype(np.uint64)
+    width = np.ones(len(at), np.int64)
+    going = np.flatnonzero(byte >= 0x80)
+    for k in range(1, _PAD):
+        if not len(going):
             break
+        byte = padded[at[going] + k]
+        value[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        width[going] += 1
+        going = going[byte >= 0x80]
     signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
     return signed, at + width
 
 
-def _varint_sizes(padded: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return _varints(padded, at)[1] - at
+def _binary(body: bytes, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """Binary array of ``body[at[i] : at[i] + lengths[i]]``; a length of -1 is null.
 
-
-def _binary(buf: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """Binary array of ``buf[at[i] : at[i] + lengths[i]]``; a length of -1 is null."""
+    The slices lie apart in ``body`` (other fields between them), so they
+    and the gaps between them are one binary array over ``body`` without a
+    copy — slice, gap, slice, gap… — and Arrow's ``take`` of every other
+    element copies the slices out in one C++ pass.
+    """
+    n = len(at)
     valid = lengths >= 0
-    sizes = np.where(valid, lengths, 0)
-    offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    if total:
-        index = np.repeat(at - offsets[:-1], sizes) + np.arange(total)
-        data = buf[index]
-    else:
-        data = np.zeros(0, np.uint8)
-    mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(sizes), [mask, pa.py_buffer(offsets), pa.py_buffer(data)]
-    ).cast(pa.binary())
+    ends = at + np.where(valid, lengths, 0)
+    if n and int(ends[-1]) >= 2**31:
+        raise RecordListTooLargeError(f"a record batch of {len(body)} bytes: more than 2 GiB")
+    bounds = np.empty(2 * n + 1, np.int32)
+    bounds[0 : 2 * n : 2] = at
+    bounds[1 : 2 * n : 2] = ends
+    bounds[2 * n] = ends[-1] if n else 0
+    spans = pa.BinaryArray.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(body)])
+    taken = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    if valid.all():
+        return taken
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [mask, *taken.buffers()[1:]])
 
 
 def _headers(body: bytes, at: np.ndarray, counts: np.ndarray) -> pa.Array:
     """The records' headers; Python runs only for records that have any."""
-    if not counts.any():
-        return pa.array([[]] * len(counts), HEADERS_TYPE)
+    if not counts.any():  # every record's headers an empty list, built without a Python list per record
+        offsets = pa.array(np.zeros(len(counts) + 1, np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array([], HEADERS_TYPE.value_type), type=HEADERS_TYPE)
     out: list[list[dict[str, str | bytes | None]]] = []
     for pos, count in zip(at.tolist(), counts.tolist(), strict=True):
         items: list[dict[str, str | bytes | None]] = []
@@ -272,25 +347,30 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _varint_column(values: np.ndarray) -> pa.Array:
-    """Zigzag varints of ``values`` as a binary array, one element each (encoded with numpy)."""
+    """Zigzag varints of ``values`` as a binary array, one element each (encoded with numpy).
+
+    Only as many byte positions as the widest varint needs are computed
+    (deltas and lengths mostly take one to three), and when every varint
+    has the same width their bytes are the rows as they stand.
+    """
     v = values.astype(np.int64)
     z = ((v << 1) ^ (v >> 63)).astype(np.uint64)
-    rows = np.empty((len(z), 10), np.uint8)
     width = np.ones(len(z), np.int64)
-    for k in range(10):
-        rest = z >> np.uint64(7 * (k + 1))
-        more = rest != 0
-        rows[:, k] = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8) | np.where(more, 0x80, 0).astype(
-            np.uint8
-        )
-        width += more
-    width = np.minimum(width, 10)
-    keep = np.arange(10)[None, :] < width[:, None]
+    for k in range(1, 10):
+        longer = z >= np.uint64(1 << (7 * k))
+        if not longer.any():
+            break
+        width += longer
+    top = int(width.max()) if len(z) else 1
+    rows = np.empty((len(z), top), np.uint8)
+    for k in range(top):
+        byte = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        rows[:, k] = np.where(width > k + 1, byte | np.uint8(0x80), byte) if k + 1 < top else byte
+    same = not len(z) or int(width.min()) == top
+    data = rows.tobytes() if same else rows[np.arange(top)[None, :] < width[:, None]].tobytes()
     offsets = np.zeros(len(z) + 1, np.int32)
     np.cumsum(width, out=offsets[1:])
-    return pa.BinaryArray.from_buffers(
-        pa.binary(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(rows[keep].tobytes())]
-    )
+    return pa.BinaryArray.from_buffers(pa.binary(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _headers_column(headers: pa.Array) -> pa.Array:
@@ -349,7 +429,7 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         -1,
     )
     empty = pa.scalar(b"", pa.binary())
-    body = pc.binary_join_element_wise(
+    fields = [
         pa.repeat(pa.scalar(b"\x00", pa.binary()), n),  # record attributes
         _varint_column(ts_ms - base_ts),
         _varint_column(offsets - base_offset),
@@ -358,13 +438,15 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         _varint_column(value_len),
         pc.fill_null(values.cast(pa.binary()), empty),
         _headers_column(headers),
-        empty,
-    )
-    lengths = pc.binary_length(body).to_numpy(zero_copy_only=False)
-    framed = pc.binary_join_element_wise(_varint_column(lengths), body, empty)
+    ]
+    # Each record's length is its fields' lengths summed, so records are joined with their length prefix in one pass.
+    lengths = np.zeros(n, np.int64)
+    for f in fields:
+        lengths += pc.binary_length(f).to_numpy(zero_copy_only=False)
+    framed = pc.binary_join_element_wise(_varint_column(lengths), *fields, empty)
     _, ends, data = framed.buffers()
     bounds = np.frombuffer(ends, np.int32)
-    payload = memoryview(data)[int(bounds[framed.offset]) : int(bounds[framed.offset + n])].tobytes()
+    payload = memoryview(data)[int(bounds[framed.offset]) : int(bounds[framed.offset + n])]
     log_append = int(records["timestamp_type"][0].as_py()) == 1
     attributes = 0x08 if log_append else 0
     tail = struct.pack(
@@ -378,9 +460,9 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
         -1,
         n,
     )
-    crc = crc32c.crc32c(tail + payload)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(tail))
     length = 4 + 1 + 4 + len(tail) + len(payload)
-    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + tail + payload
+    return b"".join((struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc), tail, payload))
 
 
 def encode_batches(records: pa.Table) -> bytes:

@@ -132,35 +132,39 @@ class Partitioner:
         self,
         topic: str,
         keys: Sequence[bytes | None] | pa.Array,
-        explicit: Sequence[int | None],
+        explicit: Sequence[int | None] | pa.Array,
         num_partitions: int,
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
     ) -> pa.Array:
-        """Partitions (int32) for records with these keys and explicit partitions.
+        """Partitions (int32) for records with these keys and explicit partitions (null: none named).
+
+        Vectorised: the explicit partitions are one Arrow array (a list is
+        converted once, in C), keys are hashed with :func:`murmur2_array`, so
+        no Python runs per record.
 
         Raises:
-            UnknownTopicOrPartitionError: an explicit partition outside 0..num_partitions-1.
+            UnknownTopicOrPartitionError: an explicit partition outside 0..num_partitions-1 (the first, in order).
         """
         sticky = self.sticky(num_partitions, producer_id=producer_id, sequence=sequence)
-        if all(p is None for p in explicit):
-            key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
-            hashed = (murmur2_array(key_arr).view(np.uint32) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
-            parts = np.where(np.asarray(key_arr.is_valid()), hashed, sticky).astype(np.int32)
-            return pa.array(parts, pa.int32())
-        if isinstance(keys, pa.Array):
-            keys = keys.to_pylist()
-        out: list[int] = []
-        for key, part in zip(keys, explicit, strict=True):
-            if part is not None:
-                if not 0 <= part < num_partitions:
-                    raise UnknownTopicOrPartitionError(
-                        f"partition {part} of topic '{topic}' does not exist (partitions: 0..{num_partitions - 1})"
-                    )
-                out.append(part)
-            elif key is not None:
-                out.append(to_positive(murmur2(key)) % num_partitions)
-            else:
-                out.append(sticky)
-        return pa.array(out, pa.int32())
+        key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
+        named = explicit if isinstance(explicit, pa.Array) else pa.array(explicit, pa.int64())
+        n = len(named)
+        parts = np.full(n, sticky, np.int32)
+        chosen = np.zeros(n, bool)
+        if named.null_count < n:
+            chosen = np.asarray(named.is_valid()) if named.null_count else np.ones(n, bool)
+            given = named.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            bad = np.flatnonzero(chosen & ((given < 0) | (given >= num_partitions)))
+            if len(bad):
+                raise UnknownTopicOrPartitionError(
+                    f"partition {given[bad[0]]} of topic '{topic}' does not exist (partitions: 0..{num_partitions - 1})"
+                )
+            parts[chosen] = given[chosen]
+        if key_arr.null_count < n:
+            hashing = ~chosen & (np.asarray(key_arr.is_valid()) if key_arr.null_count else True)
+            if hashing.any():
+                hashed = murmur2_array(key_arr.filter(pa.array(hashing))).view(np.uint32)
+                parts[hashing] = (hashed & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
+        return pa.array(parts, pa.int32())

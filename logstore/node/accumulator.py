@@ -51,6 +51,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstore.common.lru import LruDict
 from logstore.common.workers import SerialTask
@@ -259,10 +260,10 @@ class Accumulator:
             raise NotLeaderOrFollowerError(
                 f"this node lost touch with ZooKeeper; retry topic '{self.topic}' shortly or at another node"
             )
-        explicit = parsed.partitions
         n = len(parsed)
-        named = explicit.count(None) != n  # any record names its partition (list.count: C speed per record)
-        if named and any(p is not None and p >= self._num_partitions for p in explicit):
+        explicit = pa.array(parsed.partitions, pa.int64())  # converted in C: no Python runs per record below
+        named = explicit.null_count != n  # any record names its partition
+        if named and pc.max(explicit).as_py() >= self._num_partitions:
             self.refresh_partitions()
         num_partitions = self._num_partitions
         if parsed.keys.null_count == n and not named:

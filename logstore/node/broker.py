@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
@@ -502,12 +503,13 @@ class Broker:
         assert self.cluster is not None
         meta = self.cluster.metadata()
         me = self.cluster.node_id
-        explicit = parsed.partitions
-        count = self.partition_count(topic)
-        if any(p is not None and p >= count for p in explicit) or meta.leader(topic, count) is not None:
-            count = self.partition_count(topic, fresh=True)
         n = len(parsed)
-        keyless = parsed.keys.null_count == n and all(p is None for p in explicit)
+        explicit = pa.array(parsed.partitions, pa.int64())  # converted in C: no Python runs per record below
+        count = self.partition_count(topic)
+        named = explicit.null_count != n
+        if (named and pc.max(explicit).as_py() >= count) or meta.leader(topic, count) is not None:
+            count = self.partition_count(topic, fresh=True)
+        keyless = parsed.keys.null_count == n and not named
         mine = sorted(p for (t, p), s in meta.partitions.items() if t == topic and s.leader == me and p < count)
         if keyless and parsed.producer_id is None and mine:
             parts = np.full(n, mine[next(self._round_robin) % len(mine)], np.int32)

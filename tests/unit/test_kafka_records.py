@@ -128,3 +128,83 @@ def test_log_append_time_records_get_a_batch_per_commit_time() -> None:
     assert batches == [(10, 2, False, 6), (14, 2, True, 7), (18, 1, True, 8), (20, 1, False, 9)]
     decoded = decode_batches(data)
     assert [t for b in decoded for t in b.timestamps.to_pylist()] == stamps.to_pylist()
+
+
+def _values_of(sizes: list[int]) -> pa.Table:
+    """Records with values of these sizes, null keys and no headers, at consecutive offsets a few ms apart
+    (as ProducerPerformance sends them)."""
+    n = len(sizes)
+    stamps = pa.array([(1_700_000_000_000 + i // 500) * 1000 for i in range(n)], pa.int64())
+    return (
+        _table(n)
+        .set_column(1, "offset", pa.array(range(n), pa.int64()))
+        .set_column(2, "timestamp", stamps.cast(pa.timestamp("us", tz="UTC")))
+        .set_column(5, "value", pa.array([bytes([i % 251]) * size for i, size in enumerate(sizes)], pa.binary()))
+        .set_column(4, "key", pa.nulls(n, pa.binary()))
+        .set_column(6, "headers", pa.array([[]] * n, HEADERS_TYPE))
+    )
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [100] * 3000,
+        [100] * 40 + [7] + [100] * 2000 + [300],
+        [i % 3 for i in range(500)],
+        [5] * 3 + [300] * 17 + [5] * 100 + [i % 200 for i in range(300)] + [64] * 50,
+        [100],
+    ],
+    ids=["one-size", "a-run-broken", "no-runs", "runs-and-not", "one-record"],
+)
+def test_records_of_one_size_and_of_varied_sizes_decode_alike(sizes: list[int]) -> None:
+    """Runs of equal-size records are found in bulk, other records one by one: both read the same records."""
+    table = _values_of(sizes)
+    [decoded] = decode_batches(encode_batch(table))
+    assert decoded.values.to_pylist() == table["value"].to_pylist()
+    assert decoded.keys.null_count == len(sizes)
+    assert decoded.sizes.tolist() == [len(r) for r in _record_bodies(encode_batch(table))]
+
+
+def _record_bodies(data: bytes) -> list[bytes]:
+    """Each record's bytes after its length prefix, walked one by one (the reference)."""
+    out, pos = [], BATCH_HEADER_SIZE
+    while pos < len(data):
+        shift = value = 0
+        while True:
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        length = (value >> 1) ^ -(value & 1)
+        out.append(data[pos : pos + length])
+        pos += length
+    return out
+
+
+def _recount(data: bytes, count: int) -> bytes:
+    """The batch declaring ``count`` records, its CRC made right again (so only the count is wrong)."""
+    out = bytearray(data)
+    struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def test_a_run_of_one_size_checks_the_declared_count() -> None:
+    data = encode_batch(_values_of([100] * 500))
+    with pytest.raises(CorruptMessageError, match="declares 501 records and holds 500"):
+        decode_batches(_recount(data, 501))
+    with pytest.raises(CorruptMessageError, match="bytes after its 499 records"):
+        decode_batches(_recount(data, 499))
+
+
+def test_a_key_length_past_the_batch_is_corrupt_message() -> None:
+    """A length that points past the records (the batch's CRC made right: a producer's own bytes) is refused."""
+    table = _values_of([3]).set_column(4, "key", pa.array([b"k"], pa.binary()))
+    data = bytearray(encode_batch(table))
+    at = data.index(b"\x02k", BATCH_HEADER_SIZE)  # the key's length (1, zigzag 2), then the key
+    data[at] = 0x7E  # 63 bytes of key in a record of a dozen
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    with pytest.raises(CorruptMessageError, match="run past its declared length"):
+        decode_batches(bytes(data))

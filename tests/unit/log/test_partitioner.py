@@ -58,6 +58,20 @@ def test_explicit_partition_wins_and_is_range_checked() -> None:
         p.assign("t", [b"k"], [3], 3)
 
 
+def test_explicit_keyed_and_keyless_records_of_one_request_each_go_their_way() -> None:
+    """Per record: its explicit partition, else its key's, else the request's sticky one; the first bad
+    explicit partition in order is named, negative ones too."""
+    keys = [b"foobar", None, b"foobar", None, b"21"]
+    explicit = [None, 1, 0, None, None]
+    parts = Partitioner().assign("t", keys, explicit, 8, producer_id="p", sequence=7).to_pylist()
+    sticky = to_positive(murmur2(b"p/7")) % 8
+    assert parts == [6, 1, 0, sticky, to_positive(murmur2(b"21")) % 8]
+    with pytest.raises(UnknownTopicOrPartitionError, match="partition -1 of topic 't'"):
+        Partitioner().assign("t", [None] * 3, [0, -1, 9], 8)
+    with pytest.raises(UnknownTopicOrPartitionError, match="partition 9 of topic 't'"):
+        Partitioner().assign("t", [None] * 3, [0, 9, -1], 8)
+
+
 def test_vectorised_murmur2_matches_the_scalar_one() -> None:
     import random
 
