@@ -203,8 +203,8 @@ _APP_VERSIONS_MAX_STEP = 1_000
 """Beyond this many new commits, asking delta-rs again is cheaper than reading them."""
 
 
-def open_table(path: str) -> DeltaTable:
-    """Open a Delta table, translating delta-rs errors.
+def open_table(path: str, version: int | None = None) -> DeltaTable:
+    """Open a Delta table (at ``version``; None: its newest), translating delta-rs errors.
 
     A torn newest checkpoint (left by a power loss) is set aside first, so the
     table opens from the previous checkpoint or the JSON log.
@@ -215,11 +215,11 @@ def open_table(path: str) -> DeltaTable:
     options = storage_for(path).delta_options
     try:
         try:
-            return _listing_retry(lambda: DeltaTable(path, storage_options=options))
+            return _listing_retry(lambda: DeltaTable(path, version=version, storage_options=options))
         except DeltaError:
             if not set_aside_torn_checkpoints(path):
                 raise
-            return _listing_retry(lambda: DeltaTable(path, storage_options=options))
+            return _listing_retry(lambda: DeltaTable(path, version=version, storage_options=options))
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:

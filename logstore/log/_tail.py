@@ -86,7 +86,16 @@ class LogTail:
         """The version the newest ``txn`` action of ``app_id`` recorded, or None if there is none."""
         if app_id in self._txn:
             return self._txn[app_id]
-        return _delta.txn_version(self._dt, app_id)  # as of the handle's version; none since, or _txn had it
+        try:
+            return _delta.txn_version(self._dt, app_id)  # as of the handle's version; none since, or _txn had it
+        except _delta.TableDeletedError:
+            # The handle's commit files are gone: the table was deleted (re-created), or log cleanup removed
+            # commits a newer checkpoint covers. A live table is read again at the version this tail is at.
+            identity = self._identity_now()  # FileNotFoundError: deleted
+            if identity != self._identity:
+                raise
+            self._load(_delta.open_table(self._root, version=self.version), identity)
+            return _delta.txn_version(self._dt, app_id)
 
     def advance(self) -> int:
         """Apply the commits after :attr:`version`; returns the new version.
