@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
 from logstore.common.logs import describe
@@ -249,8 +250,9 @@ class ClusterMembership:
         refused by the newer one in the Delta log (:class:`~logstore.errors.FencedLeaderEpochError`).
 
         Waits up to the negotiated session timeout for the lock (by then a holder
-        that stopped has lost it). Releasing it retries until ZooKeeper answers
-        (or the session has expired, taking the znode with it).
+        that stopped has lost it). Releasing it retries for at most that long, a
+        second apart: a ZooKeeper away longer has expired the session, and the
+        znode with it.
 
         Raises:
             KafkaStorageError: not taken within the session timeout (another node is still replaying the topic, or
@@ -272,7 +274,14 @@ class ClusterMembership:
         try:
             yield
         finally:
-            lock.release()
+            # Not lock.release(): kazoo's retries wait up to an hour between attempts while ZooKeeper is away, and
+            # this thread holds the topic's writer. After a session timeout without an answer the session has
+            # expired, and the lock's znode went with it.
+            retry = KazooRetry(max_tries=-1, max_delay=1.0, deadline=timeout_s, ignore_expire=False)
+            try:
+                retry(lock._inner_release)
+            except (RetryFailedError, KazooException) as e:
+                log.warning("topic %s: failover lock not released (%s); it goes with the session", topic, describe(e))
 
     def register_topic(self, topic: str, partitions: int, topic_id: str | None = None) -> None:
         """Make a topic (or its added partitions) known to the controller, which gives them leaders.
