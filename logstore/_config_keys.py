@@ -107,3 +107,22 @@ def check_root(root: str, *, security_enabled: bool) -> None:
             f"logstore.root '{root}' with security.enabled: keys, ACLs and quotas have no "
             "object-store form yet (docs/object-storage.md)"
         )
+
+
+def check_cluster_wal_dir(root: str, wal_dir: str, *, cluster: bool) -> None:
+    """In cluster mode a ``wal.dir`` set on an object-store root must be in an object store too.
+
+    A new leader replays a departed node's acks=1 records from the node's write-ahead log, which it finds
+    beside its own (``<wal.dir>/..``): a local directory is on one host only, so a dead node's records
+    there would never be replayed, and acknowledged records would be lost.
+
+    Raises:
+        InvalidConfigError: naming ``wal.dir``.
+    """
+    on_object_store = root.startswith(("s3://", "az://"))
+    if cluster and wal_dir and on_object_store and not wal_dir.startswith(("s3://", "az://")):
+        raise InvalidConfigError(
+            f"wal.dir '{wal_dir}' is a local directory, with logstore.root '{root}' on an object store and "
+            "zookeeper.connect set: other nodes could not replay this node's acks=1 records after it dies; "
+            "leave wal.dir unset (<root>/_wal/<node.id>) or give it an s3:// or az:// URI"
+        )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logstore._config_keys import apply_overrides, check_root, flatten
+from logstore._config_keys import apply_overrides, check_cluster_wal_dir, check_root, flatten
 from logstore._config_keys import key as _key
 from logstore._cpus import usable_cores
 from logstore.errors import InvalidConfigError
@@ -435,6 +435,7 @@ class LogstoreConfig:
 
     def __post_init__(self) -> None:
         check_root(self.root, security_enabled=self.security_enabled)
+        check_cluster_wal_dir(self.root, self.wal_dir, cluster=bool(self.zookeeper_connect))
 
     @classmethod
     def known_keys(cls) -> tuple[str, ...]:

@@ -73,6 +73,11 @@ def test_a_root_with_no_bucket_or_an_unserved_scheme_is_refused() -> None:
     assert load_config(environ={}, path=None, overrides=cluster).zookeeper_connect == "127.0.0.1:2181"
     with pytest.raises(InvalidConfigError, match=r"security\.enabled: keys, ACLs and quotas have no object-store form"):
         load_config(environ={}, path=None, overrides={**cluster, "security.enabled": "true"})
+    # A local write-ahead log would hide a dead node's acks=1 records from the node that takes its partitions.
+    with pytest.raises(InvalidConfigError, match=r"wal\.dir '/var/lib/logstore/wal' is a local directory"):
+        load_config(environ={}, path=None, overrides={**cluster, "wal.dir": "/var/lib/logstore/wal"})
+    shared = {**cluster, "wal.dir": "s3://b/wal/1"}
+    assert load_config(environ={}, path=None, overrides=shared).wal_dir == "s3://b/wal/1"
 
 
 def test_a_write_ahead_log_held_from_another_host_is_refused_naming_its_lock(s3_root: str, tmp_path: Path) -> None:
