@@ -12,14 +12,12 @@ parts, one module each:
 * :mod:`logstore.node.recovery` — the write-ahead log's replay when the topic is
   opened, before the committer commits anything else.
 
-Threads do not grow with topics: every topic's committer runs in turns on the
-node's pool of ``num.io.threads`` threads, and write-ahead log writes, Delta
-checkpoints and fsyncs on the process's pools (:mod:`logstore.common.workers`).
+Threads do not grow with topics: every topic's committer runs in turns on the node's ``num.io.threads`` pool,
+and write-ahead log writes, Delta checkpoints and fsyncs on the process's pools (:mod:`logstore.common.workers`).
 
 Cluster mode (``zookeeper.connect`` set): the node is a :class:`~logstore.node.membership.ClusterMembership`
-too. It opens a pipeline for every topic it leads partitions of and hands
-each pipeline its partitions with their ZooKeeper epochs; a pipeline accepts
-produce only for partitions it leads and has claimed. The routes ask
+too. It opens a pipeline for every topic it leads partitions of and hands each pipeline its partitions with
+their ZooKeeper epochs; a pipeline accepts produce only for partitions it leads and has claimed. The routes ask
 :meth:`Broker.route` which node leads each record's partition and forward the
 others (:mod:`ingest_api.forwarding`). Fetch is served by any node straight
 from the shared Delta table.
@@ -109,9 +107,10 @@ class TopicPipeline:
             broker.node_id,
         )
         self.drained = self._accumulator.drained
+        """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
         self._on_stale = broker.retire_in_background
         self.retired = False  # set by Broker.retire before it closes this pipeline: its topic changed
-        """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
+        self.registered = False  # known to the controller (cluster mode), set by Broker.pipeline
         self._committer = Committer(
             self._accumulator,
             self.writer,
@@ -314,7 +313,7 @@ class Broker:
             KafkaStorageError: its table cannot be read, or (cluster mode) ZooKeeper did not answer.
         """
         p = self._pipelines.get(topic)
-        if p is not None:
+        if p is not None and p.registered:
             return p
         self._retirements.wait(topic)
         with self._lock:
@@ -329,8 +328,9 @@ class Broker:
                 except FileNotFoundError:  # its table went while it was opened (a delete, perhaps a re-create)
                     raise UnknownTopicOrPartitionError(f"topic '{topic}' was deleted while it was opened") from None
                 self._pipelines[topic] = p
-        if self.cluster is not None:
+        if self.cluster is not None and not p.registered:  # retried by the next request if ZooKeeper failed it
             self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)
+        p.registered = True
         return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
