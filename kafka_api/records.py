@@ -199,7 +199,7 @@ def _record_starts(body: bytes, buf: np.ndarray, count: int) -> np.ndarray:
     while i < count:
         if pos >= n:
             raise CorruptMessageError(f"a record batch declares {count} records and holds {i}")
-        length, after = _length_at(body, pos)
+        length, after = _varint(body, pos, "a record's length")
         if length < 0 or after + length > n:
             raise CorruptMessageError(f"a record declares {length} bytes past the batch's end")
         stride = after + length - pos
@@ -221,21 +221,6 @@ def _record_starts(body: bytes, buf: np.ndarray, count: int) -> np.ndarray:
     if pos != n:
         raise CorruptMessageError(f"a record batch holds {n - pos} bytes after its {count} records")
     return starts
-
-
-def _length_at(body: bytes, pos: int) -> tuple[int, int]:
-    """A record's length prefix at ``pos``: its value and where the record's body starts."""
-    shift = value = 0
-    n = len(body)
-    while True:
-        if pos >= n:
-            raise CorruptMessageError("a record's length is truncated")
-        b = body[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
 
 
 def _run(buf: np.ndarray, pos: int, width: int, stride: int, most: int) -> int:
@@ -330,11 +315,13 @@ def _headers(body: bytes, at: np.ndarray, counts: np.ndarray) -> pa.Array:
     return pa.array(out, HEADERS_TYPE)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def _varint(data: bytes, pos: int, what: str = "a varint") -> tuple[int, int]:
+    """The zigzag varint at ``pos`` (``what`` it is, for the error) and where the next field starts."""
     shift = value = 0
+    n = len(data)
     while True:
-        if pos >= len(data):
-            raise CorruptMessageError("a varint runs past the end of its record batch")
+        if pos >= n:
+            raise CorruptMessageError(f"{what} runs past the end of its record batch")
         b = data[pos]
         pos += 1
         value |= (b & 0x7F) << shift
