@@ -43,16 +43,17 @@ def chroot(zookeeper: str) -> str:
 
 
 @pytest.fixture
-def cluster_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def cluster_root(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     """The root the cluster's nodes share: ``tmp_path / "data"``, or with the indirect parameter ``"s3"`` a new
-    bucket's ``s3://<bucket>/data`` (``object_root``: the test runs in an empty working directory)."""
+    bucket's ``s3://<bucket>/data`` (``object_root``: the test runs in an empty working directory). A path stays
+    a ``Path``: tests of a local root reach into it (``node.root / "topics"``)."""
     if getattr(request, "param", "local") == "s3":
         return str(request.getfixturevalue("object_root"))
-    return str(tmp_path / "data")
+    return tmp_path / "data"
 
 
 @pytest.fixture
-def cluster(cluster_root: str, tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
+def cluster(cluster_root: Path | str, tmp_path: Path, chroot: str) -> Iterator[Callable[..., Server]]:
     """``cluster(node_id)`` starts a node of one cluster over one shared root (``cluster_root``)."""
 
     def node(node_id: int, **config: object) -> Server:

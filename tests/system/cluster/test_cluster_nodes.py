@@ -182,7 +182,7 @@ def _unavailability(producers: list[_Producer], partitions: set[int], since: flo
 
 @pytest.mark.parametrize("cluster_root", ["local", "s3"], indirect=True)
 def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
-    cluster: Callable[..., Server], zk: KazooClient, cluster_root: str
+    cluster: Callable[..., Server], zk: KazooClient, cluster_root: Path | str
 ) -> None:
     nodes = {i: cluster(i) for i in (1, 2, 3)}
     state = create_topic(nodes[1], "orders", zk, {1, 2, 3})
