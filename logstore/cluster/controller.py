@@ -3,9 +3,8 @@
 Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
 (default ``/logstore``):
 
-* ``/brokers/ids/<node.id>`` — ephemeral ``{"node_id", "url"}`` (and
-  ``"kafka"``: its advertised Kafka listener, ``host:port``, when it serves one):
-  the node is alive while its ZooKeeper session is.
+* ``/brokers/ids/<node.id>`` — ephemeral ``{"node_id", "url"}`` (and ``"kafka"``: its advertised Kafka
+  listener, ``host:port``, when it serves one): the node is alive while its ZooKeeper session is.
 * ``/controller`` — ephemeral ``{"node_id", "epoch"}``: the one controller.
 * ``/controller_epoch`` — the controller epoch, bumped by every election in
   the same transaction that creates ``/controller``, so exactly one node wins
@@ -246,7 +245,8 @@ class ZooKeeperController:
         self._placement = placement
         self._on_session = on_session
         self._on_change = on_change
-        self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s)
+        retry = {"max_tries": -1, "max_delay": 0.5}  # kazoo's reconnect backoff grew to 60 s after an outage
+        self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s, connection_retry=retry)
         # kazoo 2.x builds its connection in KazooClient.__init__ and keeps no negotiated timeout: swap in one that does
         plain = self._zk._connection
         self._connection = _NegotiatingConnection(
