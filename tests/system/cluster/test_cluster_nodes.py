@@ -198,7 +198,7 @@ def test_a_killed_leader_loses_nothing_acknowledged_and_its_partitions_move(
     print(f"\nleaders moved {time.monotonic() - killed_at:.2f}s after the kill")
     # On S3 the new leaders replay and claim through moto's server, one Python process answering every request of
     # three busy nodes: on two shared cores that, not the failover, sets how long a moved partition waits.
-    slack_s = _S3_FAILOVER_SLACK_S if is_object_store(cluster_root) else 2
+    slack_s = _S3_FAILOVER_SLACK_S if is_object_store(str(cluster_root)) else 2
     bound_s = SESSION_MS / 1000 + slack_s
     until(lambda: all(any(t > killed_at for t in prod.successes) for prod in producers), timeout_s=max(30, bound_s))
     until(lambda: all(len(prod.acked) >= 40 for prod in producers), timeout_s=60)
