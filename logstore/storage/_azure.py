@@ -198,7 +198,9 @@ class AzureStorage(ObjectStore):
         return str(reply["etag"])
 
     def _delete_key(self, prefix: str, key: str) -> None:
-        self.delete(f"az://{self.container}/{key}")
+        # The key as listed, not through a location: a name ending in "/" (a folder marker) keeps its slash.
+        with contextlib.suppress(FileNotFoundError):
+            self._call(self._client.get_blob_client(key).delete_blob, f"az://{self.container}/{key}")
 
     # -- internals --------------------------------------------------------------
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+import boto3
 import pytest
 
 from logstore.storage import ObjectExists, PreconditionFailed, join, storage_for
+from tests.support.azurite import service
 
 
 def test_put_if_absent_creates_once_and_never_overwrites(root: str) -> None:
@@ -45,3 +49,30 @@ def test_reads_lists_and_deletes(root: str) -> None:
         storage.read(join(table, "_topic_id"))
     storage.delete_tree(table)
     assert storage.list_names(join(root, "topics")) == []
+
+
+def _put_folder_marker(root: str, key: str) -> None:
+    """An empty object named ``key`` (ending in ``/``), as Hadoop's and pyarrow's ``mkdir`` leave on object stores,
+    written with the store's own SDK (logstore's locations drop a trailing slash)."""
+    scheme, _, rest = root.partition("://")
+    holder = rest.partition("/")[0]
+    if scheme == "s3":
+        boto3.client(
+            "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ["AWS_REGION"]
+        ).put_object(Bucket=holder, Key=key, Body=b"")
+    else:
+        service(os.environ["AZURITE_BLOB_STORAGE_URL"]).get_container_client(holder).upload_blob(key, b"")
+
+
+@pytest.mark.parametrize("root", ["s3", "az"], indirect=True)
+def test_deleting_a_tree_deletes_its_folder_markers(root: str) -> None:
+    storage = storage_for(root)
+    table = join(root, "topics", "t")
+    storage.put(join(table, "partition=0/part-1.parquet"), b"rows")
+    prefix = root.partition("://")[2].partition("/")[2]
+    _put_folder_marker(root, f"{prefix}/topics/t/partition=0/")
+    _put_folder_marker(root, f"{prefix}/topics/t/")
+
+    storage.delete_tree(table)
+
+    assert storage.list_names(join(root, "topics")) == [], "a folder marker outlived its deleted tree"
