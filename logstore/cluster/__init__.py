@@ -12,12 +12,19 @@ ZooKeeper in cluster mode). Embedded mode (empty ``zookeeper.connect``) needs
 none of the rest.
 """
 
-from logstore.cluster.controller import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
+from logstore.cluster.connect import ensure_chroot, split_connect
+from logstore.cluster.controller import (
+    FAILOVER_LOCKS,
+    ClusterMetadata,
+    NodeInfo,
+    ZooKeeperController,
+)
 from logstore.cluster.placement import PartitionState, Placement, group_coordinator, place_leaders, preferred_leaders
 from logstore.cluster.security_store import ZooKeeperSecurityStore, open_security_store
 from logstore.cluster.zookeeper_server import ZooKeeperServer
 
 __all__ = [
+    "FAILOVER_LOCKS",
     "ClusterMetadata",
     "NodeInfo",
     "PartitionState",

@@ -22,6 +22,8 @@ Znodes, after Kafka's own layout, under the chroot of ``zookeeper.connect``
 * ``/admin/preferred_replica_election/request-<n>`` — a preferred-leader
   election asked for (``logstore cluster elect-leaders``); the controller acts
   on it and deletes it.
+* ``/failover/<t>`` — the topic's failover lock (kazoo's lock recipe; its contenders' znodes are ephemeral),
+  removed with the topic when nobody holds it.
 
 Every node runs a :class:`ZooKeeperController`. Its worker thread takes part
 in elections and, while it is the controller, places a leader on every
@@ -47,40 +49,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Connect
 from kazoo.recipe.cache import TreeCache
 
-from logstore.cluster.placement import (
-    PartitionState,
-    Placement,
-    TopicPartitionKey,
-    place_leaders,
-    preferred_leaders,
-)
+from logstore.cluster.connect import RECONNECT, ensure_chroot, split_connect
+from logstore.cluster.placement import PartitionState, Placement, TopicPartitionKey, place_leaders, preferred_leaders
 from logstore.cluster.rebalance import ELECTIONS, LeaderRebalancer, report_drained, request_election, stage_state
 from logstore.common.logs import describe
-from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, StaleControllerEpochError
+from logstore.errors import DuplicateBrokerRegistrationError, StaleControllerEpochError
 
 __all__ = [
-    "DEFAULT_CHROOT",
+    "FAILOVER_LOCKS",
     "ClusterMetadata",
     "NodeInfo",
     "SessionEvent",
     "ZooKeeperController",
-    "ensure_chroot",
-    "split_connect",
 ]
 
 log = logging.getLogger("logstore.cluster")
 
-DEFAULT_CHROOT = "/logstore"
 BROKERS = "/brokers"
 IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+FAILOVER_LOCKS = "/failover"
 _TXN_OPS = 200  # operations per ZooKeeper multi (its requests are bounded by jute.maxbuffer)
 
 SessionEvent = str
@@ -126,43 +128,6 @@ def _registration(node: NodeInfo) -> dict[str, Any]:
     if node.kafka is not None:
         doc["kafka"] = node.kafka
     return doc
-
-
-def split_connect(connect: str) -> tuple[str, str]:
-    """``host:port[,host:port…][/chroot]`` → (hosts, chroot), the chroot defaulting to ``/logstore``.
-
-    Raises:
-        InvalidConfigError: no host.
-    """
-    hosts, slash, chroot = connect.partition("/")
-    if not hosts.strip():
-        raise InvalidConfigError(f"zookeeper.connect needs host:port[,host:port][/chroot], got '{connect}'")
-    chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else DEFAULT_CHROOT
-    return hosts.strip(), chroot
-
-
-def ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
-    """Create the chroot znode (and its parents) if missing, so a client of ``hosts`` + ``chroot`` can start.
-
-    A kazoo client of a chroot cannot create the chroot itself: this one, of the bare ``hosts``, does.
-    Every client of the cluster (coordinator, security store) calls it before it connects.
-
-    Args:
-        hosts: ``host:port[,host:port…]``, without the chroot (see :func:`split_connect`).
-        chroot: an absolute znode path such as ``/logstore``.
-        timeout_s: how long to wait for ZooKeeper.
-
-    Raises:
-        KazooTimeoutError: ZooKeeper could not be reached within ``timeout_s``.
-        KazooException: ZooKeeper refused the create (e.g. its ACLs).
-    """
-    plain = KazooClient(hosts=hosts, timeout=timeout_s)
-    plain.start(timeout=timeout_s)
-    try:
-        plain.ensure_path(chroot)
-    finally:
-        plain.stop()
-        plain.close()
 
 
 class _NegotiatingConnection(ConnectionHandler):
@@ -245,8 +210,9 @@ class ZooKeeperController:
         self._placement = placement
         self._on_session = on_session
         self._on_change = on_change
-        retry = {"max_tries": -1, "max_delay": 0.5}  # kazoo's reconnect backoff grew to 60 s after an outage
-        self._zk = KazooClient(hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s, connection_retry=retry)
+        self._zk = KazooClient(
+            hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s, connection_retry=RECONNECT
+        )
         # kazoo 2.x builds its connection in KazooClient.__init__ and keeps no negotiated timeout: swap in one that does
         plain = self._zk._connection
         self._connection = _NegotiatingConnection(
@@ -306,8 +272,9 @@ class ZooKeeperController:
         """
         with self._lock:
             self._resigning = True
-        with contextlib.suppress(NoNodeError, KazooException):
-            self._zk.delete(f"{IDS}/{self.node.node_id}")
+        # Bounded: kazoo holds a request while it reconnects, so a node stopped during an outage would wait forever.
+        with contextlib.suppress(NoNodeError, KazooException, self._zk.handler.timeout_exception):
+            self._zk.delete_async(f"{IDS}/{self.node.node_id}").get(timeout=timeout_s)
         self._wake.set()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self._leads_any():
@@ -380,9 +347,17 @@ class ZooKeeperController:
                     self.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
-        """Forget a deleted topic and its partition states."""
-        with contextlib.suppress(NoNodeError):
-            self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+        """Forget a deleted topic, its partition states and its failover lock (unless a node is holding it)."""
+        for _attempt in range(20):  # the controller may be creating its partitions' states meanwhile
+            try:
+                self._zk.delete(f"{TOPICS}/{topic}", recursive=True)
+                break
+            except NoNodeError:
+                break
+            except NotEmptyError:
+                continue
+        with contextlib.suppress(NoNodeError, NotEmptyError):  # a held lock's znodes go with their sessions
+            self._zk.delete(f"{FAILOVER_LOCKS}/{topic}")
 
     def report_drained(self, topic: str, partition: int, leader_epoch: int) -> bool:
         """This node, handing ``partition`` over, committed all it accepted for it (a hand-over's step 2)."""

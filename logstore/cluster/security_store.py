@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from logstore.cluster.controller import ensure_chroot, split_connect
+from logstore.cluster.connect import RECONNECT, ensure_chroot, split_connect
 from logstore.config import LogstoreConfig
 from logstore.errors import KafkaStorageError
 from logstore.security.store import DOCUMENTS, Change, DocumentStore, FileSecurityStore, SecurityState
@@ -56,7 +56,7 @@ class ZooKeeperSecurityStore(DocumentStore):
 
     def __init__(self, connect: str, *, timeout_s: float = 15.0) -> None:
         hosts, chroot = split_connect(connect)
-        self._zk = KazooClient(hosts=f"{hosts}{chroot}", timeout=timeout_s)
+        self._zk = KazooClient(hosts=f"{hosts}{chroot}", timeout=timeout_s, connection_retry=RECONNECT)
         self._lock = threading.Lock()
         self._docs: dict[str, list[dict[str, Any]]] = {name: [] for name in DOCUMENTS}
         self._versions = {name: -1 for name in DOCUMENTS}

@@ -58,7 +58,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from logstore.cluster import ClusterMetadata, NodeInfo, ZooKeeperController, ensure_chroot, split_connect
+from logstore.cluster import (
+    FAILOVER_LOCKS,
+    ClusterMetadata,
+    NodeInfo,
+    ZooKeeperController,
+    ensure_chroot,
+    split_connect,
+)
 from logstore.common.logs import describe
 from logstore.config import LogstoreConfig
 from logstore.errors import DuplicateBrokerRegistrationError, InvalidConfigError, KafkaStorageError
@@ -76,9 +83,6 @@ log = logging.getLogger("logstore.cluster")
 
 LEASE_FRACTION = 2 / 3
 """Share of the negotiated session timeout an acks=1 lease lasts after the round trip that renewed it was sent."""
-FAILOVER_LOCKS = "/failover"
-"""ZooKeeper path (under the chroot) of the topics' failover locks: ``/failover/<topic>``, whose children are the
-contenders' ephemeral sequential znodes (kazoo's lock recipe); the lowest holds the lock."""
 _WATCH_S = 1.0
 """Longest wait between two looks at the cached view (changes wake the watch at once)."""
 _HANDOVER_POLL_S = 0.02
@@ -109,9 +113,12 @@ def advertised_kafka(config: LogstoreConfig) -> str | None:
 
 
 @contextlib.contextmanager
-def _asked_for_a_request(what: str) -> Iterator[None]:
+def _asked_for_a_request(what: str, connected: bool) -> Iterator[None]:
     """A ZooKeeper call made for a client's request: its failure answers the request with a retriable
-    ``KAFKA_STORAGE_ERROR``, not an unknown server error."""
+    ``KAFKA_STORAGE_ERROR``, not an unknown server error. While the session is not ``connected`` it is not made:
+    kazoo would hold it until ZooKeeper answers again, and the request with it."""
+    if not connected:
+        raise KafkaStorageError(f"ZooKeeper did not answer {what} (not connected); retry")
     try:
         yield
     except KazooException as e:
@@ -291,7 +298,7 @@ class ClusterMembership:
         Raises:
             KafkaStorageError: ZooKeeper did not answer (connection lost, session expired): retriable.
         """
-        with _asked_for_a_request(f"registering topic '{topic}'"):
+        with _asked_for_a_request(f"registering topic '{topic}'", self._connected):
             self.coordinator.register_topic(topic, partitions, topic_id)
 
     def unregister_topic(self, topic: str) -> None:
@@ -300,7 +307,7 @@ class ClusterMembership:
         Raises:
             KafkaStorageError: ZooKeeper did not answer (connection lost, session expired): retriable.
         """
-        with _asked_for_a_request(f"removing topic '{topic}'"):
+        with _asked_for_a_request(f"removing topic '{topic}'", self._connected):
             self.coordinator.unregister_topic(topic)
 
     def report_drained(self, topic: str, partition: int, leader_epoch: int) -> bool:

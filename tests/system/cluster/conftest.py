@@ -37,6 +37,12 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_zookeeper(tmp_path: Path) -> ZooKeeperServer:
+    """A ZooKeeper server of the test's own, not started: the test stops and starts it (``spawn``, ``kill``)."""
+    return ZooKeeperServer(str(tmp_path / "zk"), port=free_port())
+
+
+@pytest.fixture
 def chroot(zookeeper: str) -> str:
     """A fresh ZooKeeper chroot of the session's server: one cluster per test."""
     return f"{zookeeper}/test-{uuid.uuid4().hex[:8]}"

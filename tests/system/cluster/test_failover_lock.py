@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from logstore.cluster import FAILOVER_LOCKS
 from logstore.config import load_config
 from logstore.errors import KafkaStorageError
 from logstore.node.membership import ClusterMembership
@@ -97,3 +99,38 @@ def test_a_paused_holder_of_the_failover_lock_lets_go_with_its_session(
             assert time.monotonic() < deadline, "the paused holder kept the failover lock past its session"
     print(f"\nfailover lock taken {taken_after:.2f}s after its holder was stopped (session {SESSION_MS} ms)")
     assert holder.poll() is None, "the holder is still there, stopped"
+
+
+def _exists(chroot: str, path: str) -> bool:
+    zk = KazooClient(hosts=chroot)
+    zk.start(timeout=10)
+    try:
+        return zk.exists(path) is not None
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_deleted_topic_takes_its_free_failover_lock_with_it(node: ClusterMembership, chroot: str) -> None:
+    node.register_topic("orders", 2)
+    with node.failover_lock("orders"):
+        pass
+    assert _exists(chroot, f"{FAILOVER_LOCKS}/orders")  # the lock's parent outlives its holders
+
+    node.unregister_topic("orders")
+
+    assert not _exists(chroot, f"{FAILOVER_LOCKS}/orders"), "a deleted topic left its failover lock in ZooKeeper"
+    with node.failover_lock("orders"):  # a topic created again under the name takes it afresh
+        pass
+
+
+def test_deleting_a_topic_leaves_a_held_failover_lock_to_its_holder(
+    holder: subprocess.Popen[str], node: ClusterMembership, chroot: str
+) -> None:
+    node.register_topic("orders", 2)
+
+    node.unregister_topic("orders")  # node 1 is replaying the topic: its lock stays, and deleting does not fail
+
+    assert _exists(chroot, f"{FAILOVER_LOCKS}/orders")
+    with pytest.raises(KafkaStorageError, match="was not free within"), node.failover_lock("orders"):
+        pass

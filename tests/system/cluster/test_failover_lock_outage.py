@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,12 @@ import pytest
 from logstore.cluster.zookeeper_server import ZooKeeperServer
 from logstore.config import load_config
 from logstore.node.membership import ClusterMembership
-from tests.support.server import free_port
 
 pytestmark = pytest.mark.zookeeper
 
 SESSION_MS = 4000
 OUTAGE_S = 15.0
 """How long ZooKeeper is away: the outage itself (not a synchronisation), longer than a few retry delays."""
-
-
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    zk = ZooKeeperServer(str(tmp_path / "zk"), port=free_port())
-    yield zk
 
 
 def test_the_failover_lock_is_let_go_soon_after_zookeeper_returns(
