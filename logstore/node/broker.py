@@ -1,6 +1,6 @@
 """The ingest node: a pipeline per topic, fetch with a warm reader per topic, long-poll signals, lifecycle.
 
-A produce request goes to its topic's :class:`TopicPipeline`, which is three
+A produce request goes to its topic's :class:`~logstore.node.pipeline.TopicPipeline`, which is three
 parts, one module each:
 
 * :mod:`logstore.node.accumulator` — acceptance: the node's buffer pool
@@ -26,12 +26,11 @@ from the shared Delta table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -43,9 +42,7 @@ from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.workers import WorkerPool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
-    InconsistentTopicIdError,
     LogstoreError,
-    NotLeaderOrFollowerError,
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -53,18 +50,15 @@ from logstore.log.partitioner import Partitioner
 from logstore.log.reader import TopicReader
 from logstore.log.tables import refresh
 from logstore.log.topic_id import id_in
-from logstore.log.wal import DirectoryLock, WriteAheadLog, node_id_in, topics_with_frames, wal_dir_of
-from logstore.log.writer import TopicWriter
-from logstore.node.accumulator import Accumulator, Acks, BufferPool, Submitted
-from logstore.node.committer import Committer
+from logstore.log.wal import DirectoryLock, node_id_in, topics_with_frames, wal_dir_of
+from logstore.node.accumulator import Acks, BufferPool, Submitted
 from logstore.node.leader_election import report_drained
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
-from logstore.node.recovery import replay, replay_departed
+from logstore.node.pipeline import TopicPipeline
 from logstore.node.retention import RetentionThread
-from logstore.node.retirement import Retirements, is_current, retire_on_thread
+from logstore.node.retirement import Retirements, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
-from logstore.storage import join, parent
 from logstore.store import LogStore
 from logstore.structs import FetchResult
 from logstore.wire.json_produce import ParsedRecords
@@ -75,149 +69,6 @@ log = logging.getLogger("logstore.ingest")
 
 PARTITION_COUNT_MAX_AGE_S = 1.0
 """Longest a topic's partition count read from its Delta table is used once the table has moved (seconds)."""
-
-
-class TopicPipeline:
-    """Accumulator, write-ahead log and committer of one topic on this node."""
-
-    def __init__(self, broker: Broker, topic: str) -> None:
-        """Open the topic on this node: take its writer lock, replay its WAL, start its committer.
-
-        Raises:
-            LogstoreError: the table cannot be written now (the WAL's frames are kept).
-        """
-        self.topic = topic
-        self._table_root = broker.store.catalog.topic_path(topic)
-        cluster = broker.cluster is not None
-        self.writer = TopicWriter(
-            broker.store.catalog,
-            topic,
-            leader_epochs={} if cluster else None,
-            node_id=broker.cluster.node_id if broker.cluster is not None else -1,
-        )
-        self.wal = WriteAheadLog(join(broker.wal_dir, topic))
-        self._accumulator = Accumulator(
-            topic,
-            self.writer,
-            self.wal,
-            broker.config,
-            broker.store.catalog,
-            broker.buffer,
-            broker.metrics,
-            broker.node_id,
-        )
-        self.drained = self._accumulator.drained
-        """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
-        self._on_stale = broker.retire_in_background
-        self.retired = False  # set by Broker.retire before it closes this pipeline: its topic changed
-        self.registered = False  # known to the controller (cluster mode), set by Broker.pipeline
-        self._committer = Committer(
-            self._accumulator,
-            self.writer,
-            self.wal,
-            table_root=broker.store.catalog.topic_path(topic),
-            node_id=broker.node_id,
-            wal_dir=broker.wal_dir,
-            buffer=broker.buffer,
-            metrics=broker.metrics,
-            on_commit=lambda: broker.notify_commit(topic),
-            pool=broker.committers,
-            cluster=cluster,
-            failover=lambda: self._failover(broker),
-            on_stale=lambda: broker.retire_in_background(self),
-        )
-        if cluster:
-            # This node's own frames from a previous run are replayed with the other nodes' ones,
-            # when it first leads a partition of the topic (they may hold any partition).
-            self._accumulator.set_led(frozenset())
-            self._accumulator.set_available(broker.available)
-        self._committer.acquire()
-        try:
-            if not cluster:
-                replay(self.writer, self.wal, broker.metrics)
-        except BaseException:
-            self._committer.release()
-            raise
-        self._accumulator.open()
-        self._committer.start()
-
-    @contextlib.contextmanager
-    def _failover(self, broker: Broker) -> Iterator[None]:
-        """Cluster mode: hold the topic's failover lock (in ZooKeeper) and replay departed nodes' write-ahead logs."""
-        assert broker.cluster is not None
-        with broker.cluster.failover_lock(self.topic):
-            self._replay_departed(broker)
-            yield
-
-    def _replay_departed(self, broker: Broker) -> None:
-        assert broker.cluster is not None
-        live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
-        wal_root = parent(broker.wal_dir)  # <root>/_wal, holding every node's <node.id>
-        replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
-        if self.wal.recovered():
-            self.wal.discard_recovered()
-
-    def current(self) -> bool:
-        """Whether the topic at the path is still the one this pipeline opened (one read of its ID file)."""
-        return is_current(self.writer, self._table_root)
-
-    def set_leadership(self, epochs: dict[int, int]) -> None:
-        """Cluster mode: lead exactly these partitions of the topic, at these ZooKeeper epochs."""
-        self._committer.want(epochs)
-
-    def set_available(self, available: bool) -> None:
-        """Cluster mode: whether the ZooKeeper session is up (produce and acks=1 promises only then)."""
-        self._accumulator.set_available(available)
-
-    @property
-    def led(self) -> frozenset[int] | None:
-        """Partitions this node accepts produce for (cluster mode); None = all (embedded)."""
-        return self._accumulator.led
-
-    def submit(self, parsed: ParsedRecords, acks: Acks) -> Submitted:
-        """Queue a produce request (:meth:`Accumulator.submit`); acks=1 checks the topic's ID first (answered
-        before its commit, whose check would come too late for a topic created again by another process).
-
-        Raises:
-            InconsistentTopicIdError: the topic changed since this pipeline opened it (retriable), or it is closing.
-        """
-        if acks == "1" and not self.current():
-            self._on_stale(self)
-            raise self._stale()
-        try:
-            return self._accumulator.submit(parsed, acks)
-        except NotLeaderOrFollowerError:
-            if self.retired:  # closing because the topic changed, not because the node stops
-                raise self._stale() from None
-            raise
-
-    def _stale(self) -> InconsistentTopicIdError:
-        return InconsistentTopicIdError(f"topic '{self.topic}' was deleted and created again since it opened; retry")
-
-    def _enqueue(
-        self, records: pa.Table, parsed: ParsedRecords, acks: Acks, nbytes: int, counts: np.ndarray, parts: pa.Array
-    ) -> Submitted:
-        """Queue records past :meth:`submit`'s checks, their bytes already reserved (for tests of the committer)."""
-        return self._accumulator.enqueue(records, parsed, acks, nbytes, counts, parts)
-
-    def reconfigure(self) -> None:
-        """Pick up a changed partition count (after PATCH)."""
-        self._accumulator.refresh_partitions()
-
-    def close(self) -> None:
-        """Commit what is pending (drain), then stop the committer and the log."""
-        self.drain()
-        self.close_files()
-
-    def drain(self) -> None:
-        """Refuse new requests, commit what is pending and stop the committer."""
-        self._accumulator.close()
-        self._committer.join()
-
-    def close_files(self) -> None:
-        """Close the write-ahead log and the writer (after :meth:`drain`; may wait for a checkpoint)."""
-        self.wal.close()
-        self.writer.close()
 
 
 class Broker:
@@ -334,8 +185,10 @@ class Broker:
         return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
-        """The topic's pipeline if this node has it open, else None; never blocks, so fit for the event loop."""
-        return self._pipelines.get(topic)
+        """The topic's pipeline if this node has it open (and registered it), else None; never blocks, so fit for the
+        event loop. None sends the caller to :meth:`pipeline`, which retries a registration ZooKeeper failed."""
+        p = self._pipelines.get(topic)
+        return p if p is not None and p.registered else None
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
         """Read a partition slice with this node's warm reader of ``topic`` (thread-safe)."""
@@ -529,23 +382,40 @@ class Broker:
         return meta.node(state.leader)
 
     def _leadership_changed(self, meta: ClusterMetadata) -> None:
-        """The cluster watch saw new leaders: open the topics this node leads, tell every pipeline its partitions."""
+        """The cluster watch saw new leaders: open the topics this node leads, tell every pipeline its partitions.
+
+        Runs on the cluster watch's thread, which also renews the acks=1 lease, so it never waits for a pipeline's
+        close: a retired pipeline closes on a thread of its own, and its topic is applied once it has closed (the
+        retirement asks for another look). One topic that cannot be opened now does not hold up the others.
+
+        Raises:
+            LogstoreError, DeltaError, OSError: a topic could not be opened (the others were applied); the watch
+                looks again soon.
+        """
         assert self.cluster is not None
         for pipeline in list(self._pipelines.values()):
             if not pipeline.current():  # deleted, or deleted and created again, by any node
-                self.retire(pipeline)
+                self.retire_in_background(pipeline)
         me = self.cluster.node_id
         mine: dict[str, dict[int, int]] = {}
         for (topic, p), state in meta.partitions.items():
             if state.leader == me and state.handover_to is None:  # one being handed over is accepted no more
                 mine.setdefault(topic, {})[p] = state.leader_epoch
+        failed: Exception | None = None
         for topic, epochs in sorted(mine.items()):
-            if topic in self._pipelines or self.store.catalog.exists(topic):
-                self.pipeline(topic).set_leadership(epochs)
+            if self._retirements.busy(topic):
+                continue
+            try:
+                if topic in self._pipelines or self.store.catalog.exists(topic):
+                    self.pipeline(topic).set_leadership(epochs)
+            except (LogstoreError, DeltaError, OSError) as e:
+                failed = failed or e
         for topic, pipeline in list(self._pipelines.items()):
             if topic not in mine:
                 pipeline.set_leadership({})
         report_drained(self.cluster, meta, self._pipelines)
+        if failed is not None:
+            raise failed
 
     def _retention_partitions(self, topic: str) -> frozenset[int] | None:
         """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded)."""

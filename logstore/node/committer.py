@@ -68,6 +68,7 @@ from logstore.errors import (
     LogstoreError,
     NotLeaderOrFollowerError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
 )
 from logstore.log import promises
 from logstore.log.wal import WriteAheadLog
@@ -178,6 +179,7 @@ class Committer:
                     return False
                 started = time.perf_counter()
                 with self._failover():  # the topic's failover lock, and departed nodes' frames replayed
+                    replayed = time.perf_counter()
                     while gained:
                         try:
                             self._writer.claim(gained)
@@ -188,8 +190,9 @@ class Committer:
                             log.warning("topic %s: %s", self.topic, e.message)
                             gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
                 self._metrics.leadership_changes.labels(self.topic).inc(len(gained))
-                self._metrics.failover_seconds.observe(time.perf_counter() - started)
-                log.info("topic %s: leading partitions %s", self.topic, sorted(gained.items()))
+                took, replay_s = time.perf_counter() - started, replayed - started
+                self._metrics.failover_seconds.observe(took)
+                log.info("topic %s: leading %s after %.2f s (%.2f s lock, replay)", self.topic, gained, took, replay_s)
         except BaseException:
             with self._want_lock:
                 if self._wanted is None:
@@ -299,6 +302,9 @@ class Committer:
             if not self._fenced(e):
                 self._die(e, [])
             next_turn = time.monotonic()
+        except FileNotFoundError as e:  # the table is gone (TableDeletedError): nothing here can be committed any more
+            self._gone(e)
+            next_turn = time.monotonic()
         except Exception:  # a bug or a storage fault must not stop the topic: log it, back off, go on
             self._failures += 1
             log.exception("topic %s: committer step failed (%d in a row), retrying", self.topic, self._failures)
@@ -312,7 +318,9 @@ class Committer:
     def _step(self) -> float | None:
         """Commit what is due; returns when the next turn is wanted (``time.monotonic()``), None for none."""
         now = time.monotonic()
-        if self._cluster and not self._apply_leadership():
+        # A pipeline closing (retired: its topic deleted or created again) or dead claims nothing more.
+        claims = self._cluster and self._acc.dead is None and not self._acc.closing
+        if claims and not self._apply_leadership():
             return now + _LOCK_RETRY_S
         if self._retry:
             if now < self._retry_at:
@@ -396,6 +404,10 @@ class Committer:
             else:
                 self._retry, self._retry_at = items, time.monotonic() + min(1.0, 0.01 * 2**self._attempts)
             return
+        except FileNotFoundError as e:  # the table was deleted under this pipeline (TableDeletedError)
+            self._attempts = 0
+            self._gone(e, items)
+            return
         except Exception:  # not a LogstoreError: a bug or a poisoned batch; find it, keep the others
             self._attempts = 0
             log.exception("topic %s: commit of %d batches failed unexpectedly", self.topic, len(items))
@@ -454,34 +466,20 @@ class Committer:
 
     def _finish(self, items: list[Pending], results: list[AppendResult | LogstoreError]) -> None:
         """Answer committed (or failed) items, release their bytes, move the LEO and the WAL on."""
-        metrics = self._metrics
-        last_frame = -1
-        answered = time.perf_counter()
-        for item, result in zip(items, results, strict=True):
-            item.times.answered = answered
-            self._buffer.release(item.nbytes)
-            if item.frame is not None:
-                last_frame = max(last_frame, item.frame)
-            if isinstance(result, AppendResult):
-                if item.promised is not None and not np.array_equal(result.offsets.to_numpy(), item.promised):
-                    log.error("topic %s: records committed at other offsets than promised to acks=1", self.topic)
-                pid, seq = item.batch.producer_id, item.batch.sequence
-                if pid is not None and seq is not None and pid != self._acc.wal_pid:
-                    parts = np.unique(result.partitions.to_numpy(zero_copy_only=False)).tolist()
-                    self._acc.committed_sequence(pid, seq, parts)
-                metrics.records_in.labels(self.topic).inc(len(item.batch.records))
-                metrics.bytes_in.labels(self.topic).inc(item.nbytes)
-                item.future.set_result(result)
-            else:
-                if item.promised is not None:
-                    log.error("topic %s: a batch promised offsets to acks=1 failed: %s", self.topic, result)
-                item.future.set_exception(result)
+        last_frame = _answer(self.topic, items, results, self._acc, self._buffer, self._metrics)
         self._acc.answered(items)
         for p in range(self._writer.num_partitions):
-            metrics.high_watermark.labels(self.topic, str(p)).set(self._writer.high_watermark(p))
+            self._metrics.high_watermark.labels(self.topic, str(p)).set(self._writer.high_watermark(p))
         if last_frame >= 0:
             self._wal.committed_through(last_frame)
         self._on_commit()
+
+    def _gone(self, error: FileNotFoundError, items: list[Pending] | None = None) -> None:
+        """The table was deleted under this pipeline: fail all it holds (retriable) and have the node retire it."""
+        log.warning("topic %s: its table is gone (%s); closing the pipeline", self.topic, error)
+        items, self._retry = (items or []) + self._retry, []
+        self._die(UnknownTopicOrPartitionError(f"topic '{self.topic}' was deleted: {error}"), items)
+        self._on_stale()
 
     def _die(self, error: LogstoreError, items: list[Pending]) -> None:
         """Fenced: this node no longer commits the topic; fail ``items`` and everything pending."""
@@ -489,3 +487,35 @@ class Committer:
         self.release()
         failure = NotLeaderOrFollowerError(f"topic '{self.topic}': {error.message}")
         self._finish(items + rest, [failure] * len(items + rest))
+
+
+def _answer(
+    topic: str,
+    items: list[Pending],
+    results: list[AppendResult | LogstoreError],
+    acc: Accumulator,
+    buffer: BufferPool,
+    metrics: Metrics,
+) -> int:
+    """Answer each item with its result and release its bytes; the last write-ahead log frame among them (-1: none)."""
+    last_frame = -1
+    answered = time.perf_counter()
+    for item, result in zip(items, results, strict=True):
+        item.times.answered = answered
+        buffer.release(item.nbytes)
+        if item.frame is not None:
+            last_frame = max(last_frame, item.frame)
+        if isinstance(result, AppendResult):
+            if item.promised is not None and not np.array_equal(result.offsets.to_numpy(), item.promised):
+                log.error("topic %s: records committed at other offsets than promised to acks=1", topic)
+            pid, seq = item.batch.producer_id, item.batch.sequence
+            if pid is not None and seq is not None and pid != acc.wal_pid:
+                acc.committed_sequence(pid, seq, np.unique(result.partitions.to_numpy(zero_copy_only=False)).tolist())
+            metrics.records_in.labels(topic).inc(len(item.batch.records))
+            metrics.bytes_in.labels(topic).inc(item.nbytes)
+            item.future.set_result(result)
+        else:
+            if item.promised is not None:
+                log.error("topic %s: a batch promised offsets to acks=1 failed: %s", topic, result)
+            item.future.set_exception(result)
+    return last_frame

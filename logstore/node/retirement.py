@@ -69,6 +69,11 @@ class Retirements:
 
         return done
 
+    def busy(self, topic: str) -> bool:
+        """Whether an old pipeline of ``topic`` is closing now."""
+        with self._lock:
+            return topic in self._closing
+
     def wait(self, topic: str) -> None:
         """Return once no old pipeline of ``topic`` is closing (at most :data:`RETIRE_WAIT_S`)."""
         with self._lock:
