@@ -241,8 +241,9 @@ class ZooKeeperController:
 
     # -- lifecycle --------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect, register this node and join the controller election.
+    def start(self, before_register: Callable[[], None] = lambda: None) -> None:
+        """Connect, run ``before_register`` (:meth:`lock` works; no node counts this one live yet), register this
+        node and join the controller election.
 
         Raises:
             DuplicateBrokerRegistrationError: a live node holds this ``node.id``.
@@ -255,6 +256,7 @@ class ZooKeeperController:
             self._zk.ensure_path(path)
         with contextlib.suppress(NodeExistsError):
             self._zk.create(CONTROLLER_EPOCH, b"0")
+        before_register()
         self._register()
         self._cache = TreeCache(self._zk, BROKERS)
         self._cache.listen(lambda _event: self._cache_changed())
@@ -266,9 +268,8 @@ class ZooKeeperController:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Controlled shutdown: hand this node's partitions (and the controller role) to others, then leave.
 
-        Returns once no partition names this node as leader (or after
-        ``timeout_s``), so a SIGTERM'd node is unavailable for about one
-        controller round trip, not a session timeout.
+        Returns once no partition names this node as leader (or after ``timeout_s``), so a SIGTERM'd node is
+        unavailable for about one controller round trip, not a session timeout.
         """
         with self._lock:
             self._resigning = True
@@ -371,8 +372,7 @@ class ZooKeeperController:
     def session_timeout_s(self) -> float:
         """The session timeout ZooKeeper granted at the last (re)connect; before the first, the one asked for.
 
-        The server expires this node's session after this long without a
-        round trip, whatever ``zookeeper.session.timeout.ms`` asked for.
+        The server expires this node's session after this long without a round trip, whatever it was asked for.
         """
         negotiated = self._connection.negotiated_ms
         return self._timeout_s if negotiated is None else negotiated / 1000

@@ -427,11 +427,11 @@ class Accumulator:
         The log end offsets are taken from the writer in the same step: a
         partition just claimed must not be promised offsets from before the
         claim (its previous leader's commits moved them). So is the write-ahead
-        log's next sequence: the claim replayed this node's frames of a previous
-        run, which :meth:`open` could not see committed. Called on the committer's thread.
+        log's next sequence, past any of this node's frames committed since
+        :meth:`open` (by another node's replay of its log). Called on the committer's thread.
         """
-        # This node's own frames of a previous run were replayed just before the claim (committer): new frames
-        # take sequences after the table's, never theirs, or the idempotent writer drops them as retries.
+        # New frames take sequences after the table's, never those of frames already committed, or the
+        # idempotent writer drops them as retries.
         committed = self._writer.producer_sequence(self.wal_pid)
         with self._cond:
             self._sync_partitions()

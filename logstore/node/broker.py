@@ -56,6 +56,7 @@ from logstore.node.leader_election import report_drained
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.pipeline import TopicPipeline
+from logstore.node.recovery import replay_before_registering
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, retire_on_thread
 from logstore.node.routing import Share, shares_by_leader
@@ -120,41 +121,40 @@ class Broker:
     def start(self) -> None:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
 
-        Cluster mode: register with ZooKeeper instead (the HTTP socket is bound
-        by then) and make every topic known to the controller; the topics this
-        node is given partitions of open as leadership arrives.
+        Cluster mode: connect to ZooKeeper, replay them (:func:`~logstore.node.recovery.replay_before_registering`),
+        then register (the HTTP socket is bound by then) and make every topic known to the controller; the
+        topics this node is given partitions of open as leadership arrives.
 
         Raises:
             DuplicateBrokerRegistrationError: cluster mode, a live node holds this ``node.id``.
         """
         if self.cluster is not None:
-            self.cluster.start()
+            topics = topics_with_frames(self.wal_dir)
+            self.cluster.start(before_register=lambda: replay_before_registering(topics, self._open_at_start))
             for topic in self.store.list_topics():
-                self._at_start(
-                    topic,
-                    lambda t: self.cluster.register_topic(  # type: ignore[union-attr]
-                        t, self.partition_count(t), self.store.catalog.topic_id(t)
-                    ),
-                )
+                self._at_start(topic, self.reconfigure)  # makes it known to the controller
             self.retention.start()
             self.ready = True
             return
         for name in topics_with_frames(self.wal_dir):
-            if self.store.catalog.exists(name):
-                self._at_start(name, self.pipeline)  # its frames are replayed before it takes a write
+            self._open_at_start(name)  # its frames are replayed before it takes a write
         self.retention.start()
         self.ready = True
 
-    def _at_start(self, topic: str, step: Callable[[str], object]) -> None:
-        """Run one topic's start-up ``step``; a topic that cannot be read now is logged, never the node's end.
+    def _open_at_start(self, topic: str) -> bool:
+        """Open a topic the previous run left frames of, replaying them (unless deleted since); False when it cannot
+        be read now: embedded, its first request opens it instead (answering the storage error until the table can
+        be read) and the other topics are served; in a cluster it is tried again before the node registers."""
+        return self._at_start(topic, lambda t: self.pipeline(t) if self.store.catalog.exists(t) else None)
 
-        Such a topic is opened (and its write-ahead log replayed) on its first request instead, which
-        answers with the storage error until the table can be read again; every other topic is served.
-        """
+    def _at_start(self, topic: str, step: Callable[[str], object]) -> bool:
+        """Run one topic's start-up ``step``; False (logged) when the topic cannot be read now, never the node's end."""
         try:
             step(topic)
         except (LogstoreError, DeltaError, OSError) as e:
-            log.error("topic %s: cannot be opened at start-up (%r); serving the other topics", topic, e)
+            log.error("topic %s: cannot be opened at start-up (%r)", topic, e)
+            return False
+        return True
 
     def pipeline(self, topic: str) -> TopicPipeline:
         """The topic's pipeline, opened on first use (claiming the topic's next epoch).

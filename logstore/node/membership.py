@@ -36,7 +36,9 @@ while the lease held are on disk before any new leader reads the log.
 
 A new leader replays departed nodes' write-ahead logs and claims its partitions under the topic's
 failover lock (:meth:`ClusterMembership.failover_lock`), a lock in ZooKeeper held in this node's session, so
-it serves a shared directory and an object-store root alike.
+it serves a shared directory and an object-store root alike. Only nodes not registered count as departed, so a
+starting node commits its previous run's frames under the same lock before it registers
+(``before_register`` of :meth:`ClusterMembership.start`).
 
 Session events: ``suspended`` or ``lost`` stop this node accepting produce
 and promising at once (``on_session(False)``); it keeps committing what it
@@ -209,14 +211,22 @@ class ClusterMembership:
     def node_id(self) -> int:
         return self.node.node_id
 
-    def start(self) -> None:
+    def start(self, before_register: Callable[[], None] = lambda: None) -> None:
         """Register (the HTTP socket is bound by now, so forwarded requests can reach this node) and watch.
+
+        ``before_register`` runs once the ZooKeeper session is open, while other nodes do not count this one live
+        yet (:meth:`failover_lock` works): the node commits its previous run's write-ahead log then.
 
         Raises:
             DuplicateBrokerRegistrationError: a live node holds this ``node.id``.
         """
         sent = time.monotonic()
-        self.coordinator.start()
+
+        def connected() -> None:  # the session is open: a request's ZooKeeper calls may be made
+            self._lease_from, self._connected = sent, True
+            before_register()
+
+        self.coordinator.start(connected)
         self._lease_from, self._connected = sent, True
         self._log_negotiated()
         self._thread.start()

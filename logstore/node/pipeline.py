@@ -99,16 +99,18 @@ class TopicPipeline:
             on_stale=lambda: broker.retire_in_background(self),
         )
         if cluster:
-            # This node's own frames from a previous run are replayed with the other nodes' ones,
-            # when it first leads a partition of the topic (they may hold any partition).
-            self._accumulator.set_led(frozenset())
+            self._accumulator.set_led(frozenset())  # until the committer claims what the cluster watch hands it
             self._accumulator.set_available(broker.available)
         self._committer.acquire()
         try:
-            if not cluster:
+            if broker.cluster is None:
                 replay(self.writer, self.wal, broker.metrics)
+            elif self.wal.recovered():  # the previous run's frames, before the node registers (Broker.start)
+                with broker.cluster.failover_lock(topic):
+                    replay(self.writer, self.wal, broker.metrics, foreign=True)
         except BaseException:
             self._committer.release()
+            self.close_files()  # a node that retries the open must not pile up open logs and writers
             raise
         self._accumulator.open()
         self._committer.start()
@@ -125,9 +127,7 @@ class TopicPipeline:
         assert broker.cluster is not None
         live = {str(n.node_id) for n in broker.cluster.metadata().nodes}
         wal_root = parent(broker.wal_dir)  # <root>/_wal, holding every node's <node.id>
-        replay_departed(self.writer, wal_root, broker.wal_dir, self.wal.recovered(), broker.metrics, live=live)
-        if self.wal.recovered():
-            self.wal.discard_recovered()
+        replay_departed(self.writer, wal_root, broker.wal_dir, broker.metrics, live=live)
 
     def current(self) -> bool:
         """Whether the topic at the path is still the one this pipeline opened (one read of its ID file)."""
