@@ -15,12 +15,24 @@ from pathlib import Path
 import httpx
 from kazoo.client import KazooClient
 
+from logstore.config import LogstoreConfig, load_config
 from logstore.storage import join, storage_for
 from tests.support.server import Server
 
 SESSION_MS = 4000
 """``zookeeper.session.timeout.ms`` of the test nodes: short, so failover tests run in seconds."""
 PARTITIONS = 6
+
+
+def node_config(root: Path | str, connect: str, node_id: int = 1, session_ms: int = SESSION_MS) -> LogstoreConfig:
+    """The config of an in-process cluster node: ``root``, ZooKeeper at ``connect``, no file or variables."""
+    overrides = {
+        "logstore.root": str(root),
+        "zookeeper.connect": connect,
+        "node.id": str(node_id),
+        "zookeeper.session.timeout.ms": str(session_ms),
+    }
+    return load_config(environ={}, path=None, overrides=overrides)
 
 
 def leaders(zk: KazooClient, topic: str, n: int) -> dict[int, tuple[int, int]]:

@@ -21,9 +21,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster import FAILOVER_LOCKS
-from logstore.config import load_config
 from logstore.errors import KafkaStorageError
 from logstore.node.membership import ClusterMembership
+from tests.system.cluster.cluster_helpers import node_config
 
 pytestmark = pytest.mark.zookeeper
 
@@ -64,14 +64,10 @@ def holder(chroot: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 @pytest.fixture
 def node(chroot: str, tmp_path: Path) -> Iterator[ClusterMembership]:
-    overrides = {
-        "logstore.root": str(tmp_path / "data"),
-        "zookeeper.connect": chroot,
-        "node.id": "2",
-        "zookeeper.session.timeout.ms": str(SESSION_MS),
-    }
     membership = ClusterMembership(
-        load_config(environ={}, path=None, overrides=overrides), on_change=lambda _m: None, on_session=lambda _c: None
+        node_config(tmp_path / "data", chroot, node_id=2, session_ms=SESSION_MS),
+        on_change=lambda _m: None,
+        on_session=lambda _c: None,
     )
     membership.start()
     yield membership

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer
-from logstore.config import load_config
 from logstore.node.membership import ClusterMembership
+from tests.system.cluster.cluster_helpers import node_config
 
 pytestmark = pytest.mark.zookeeper
 
@@ -32,14 +32,8 @@ def test_the_failover_lock_is_let_go_soon_after_zookeeper_returns(
     proc = zk.spawn()
     try:
         zk.wait_serving(proc)
-        overrides = {
-            "logstore.root": str(tmp_path / "data"),
-            "zookeeper.connect": zk.connect,
-            "node.id": "1",
-            "zookeeper.session.timeout.ms": str(SESSION_MS),
-        }
         node = ClusterMembership(
-            load_config(environ={}, path=None, overrides=overrides),
+            node_config(tmp_path / "data", zk.connect, session_ms=SESSION_MS),
             on_change=lambda _m: None,
             on_session=lambda _c: None,
         )

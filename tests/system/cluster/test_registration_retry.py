@@ -15,9 +15,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from logstore.cluster.zookeeper_server import ZooKeeperServer
-from logstore.config import load_config
 from logstore.errors import KafkaStorageError
 from logstore.node.broker import Broker
+from tests.system.cluster.cluster_helpers import node_config
 
 pytestmark = pytest.mark.zookeeper
 
@@ -40,13 +40,7 @@ def test_a_registration_zookeeper_failed_is_retried_by_the_next_request(
     zk = own_zookeeper
     proc = zk.spawn()
     zk.wait_serving(proc)
-    overrides = {
-        "logstore.root": str(tmp_path / "data"),
-        "zookeeper.connect": zk.connect,
-        "node.id": "1",
-        "zookeeper.session.timeout.ms": str(SESSION_MS),
-    }
-    broker = Broker(load_config(environ={}, path=None, overrides=overrides))
+    broker = Broker(node_config(tmp_path / "data", zk.connect))
     try:
         broker.start()
         broker.store.create_topic("orders", 2)  # as another process creates it: not yet known to the controller

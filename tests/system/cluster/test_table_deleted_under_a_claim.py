@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from logstore.config import load_config
 from logstore.log.promises import frame_header
 from logstore.log.wal import WriteAheadLog
 from logstore.node.broker import Broker
 from logstore.storage import join
 from tests.support.timestamps import records
+from tests.system.cluster.cluster_helpers import node_config
 
 pytestmark = pytest.mark.zookeeper
 
@@ -39,8 +39,7 @@ def test_a_table_deleted_while_its_node_replays_before_a_claim_retires_the_pipel
     chroot: str, tmp_path: Path
 ) -> None:
     root = str(tmp_path / "data")
-    overrides = {"logstore.root": root, "zookeeper.connect": chroot, "node.id": "1"}
-    broker = Broker(load_config(environ={}, path=None, overrides=overrides))
+    broker = Broker(node_config(root, chroot))
     try:
         broker.start()
         broker.store.create_topic("t", 1)
