@@ -30,6 +30,16 @@ STABLE, CHURN = "stable", "churn"
 REQUEST_TIMEOUT_S = 8.0
 RETRIABLE = {None, 421, 429, 500, 503, 504}
 """Outcomes after which an idempotent producer sends the same request (same sequence) again."""
+DELIVERY_TIMEOUT_S = 30.0
+"""How long an idempotent producer keeps sending a request that failed in a retriable way, like Kafka's
+``delivery.timeout.ms``: a partition's window of unavailability then ends at the first attempt the cluster
+acknowledges, not whenever the workload happens to write that partition again."""
+RETRY_BACKOFF_S = 0.1
+"""The pause between two attempts of one request (Kafka's ``retry.backoff.ms``)."""
+ATTEMPT_TIMEOUT_S = SESSION_MS / 1000
+"""How long one produce attempt may take: by then a paused or cut leader has lost its partitions, so the next
+attempt, to another random node, can succeed (an attempt to a paused node would otherwise hold the thread
+for the whole pause)."""
 
 
 class History:
@@ -146,7 +156,8 @@ class Workload:
                     sequences[topic] = sequences.get(topic, -1) + 1
                     body |= {"producer_id": producer_id, "sequence": sequences[topic]}
                 req = {"topic": topic, "acks": acks, **{k: v for k, v in body.items()}}
-                for _attempt in range(4 if idempotent else 1):
+                give_up = time.monotonic() + (DELIVERY_TIMEOUT_S if idempotent else 0.0)
+                while True:
                     node, url = self._node(rng)
                     line = self.history.call(
                         "produce",
@@ -157,10 +168,12 @@ class Workload:
                         ok=(202,) if acks == "0" else (200,),
                         params={"acks": acks},
                         json=body,
+                        timeout=ATTEMPT_TIMEOUT_S,
                     )
-                    if line["ok"] or line["status"] not in RETRIABLE or self.stop.is_set():
+                    done = line["ok"] or line["status"] not in RETRIABLE or time.monotonic() >= give_up
+                    if done or self.stop.is_set():
                         break
-                    time.sleep(0.2)
+                    time.sleep(RETRY_BACKOFF_S)
                 time.sleep(rng.uniform(0.01, 0.05))
 
     # -- group members -----------------------------------------------------------------
