@@ -84,9 +84,12 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 FAILOVER_LOCKS = "/failover"
 _TXN_OPS = 200  # operations per ZooKeeper multi (its requests are bounded by jute.maxbuffer)
+_REREGISTER_POLL_S = 0.05
+"""How often a node whose session was lost asks again whether it may register again (``may_register_again``)."""
 
 SessionEvent = str
-"""``"suspended"`` (connection lost, session may live on), ``"lost"`` (session expired), ``"connected"``."""
+"""``"suspended"`` (connection lost, session may live on), ``"lost"`` (session expired), ``"connected"``, and
+``"registered"`` (registered again in a new session after ``"lost"``)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,25 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+def _register(zk: KazooClient, node: NodeInfo) -> None:
+    """Create ``/brokers/ids/<node.id>`` in this session (kept if it is this session's own, from before a reconnect).
+
+    Raises:
+        DuplicateBrokerRegistrationError: another live session holds it.
+    """
+    path = f"{IDS}/{node.node_id}"
+    try:
+        zk.create(path, _dumps(_registration(node)), ephemeral=True)
+    except NodeExistsError:
+        data, stat = zk.get(path)
+        if stat.ephemeralOwner == zk.client_id[0]:
+            return
+        raise DuplicateBrokerRegistrationError(
+            f"node.id {node.node_id} is registered by a live node ({data.decode(errors='replace')}); "
+            "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
+        ) from None
+
+
 class ZooKeeperController:
     """This node's membership of a cluster (see the module docstring).
 
@@ -191,6 +213,8 @@ class ZooKeeperController:
             once (its epoch may already belong to another node).
         on_change: called from kazoo's thread whenever the cached tree
             changes (nodes, topics, leaders); it must only wake someone up.
+        may_register_again: asked on the worker thread before this node registers again after ``"lost"``;
+            False: not yet (no election either), asked again every ``_REREGISTER_POLL_S``.
     """
 
     def __init__(
@@ -203,6 +227,7 @@ class ZooKeeperController:
         rebalance: tuple[bool, float, int] = (True, 300.0, 10),
         on_session: Callable[[SessionEvent], None] | None = None,
         on_change: Callable[[], None] | None = None,
+        may_register_again: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node = node
         self._hosts, self._chroot = split_connect(connect)
@@ -210,6 +235,7 @@ class ZooKeeperController:
         self._placement = placement
         self._on_session = on_session
         self._on_change = on_change
+        self._may_register_again = may_register_again
         self._zk = KazooClient(
             hosts=f"{self._hosts}{self._chroot}", timeout=self._timeout_s, connection_retry=RECONNECT
         )
@@ -257,7 +283,7 @@ class ZooKeeperController:
         with contextlib.suppress(NodeExistsError):
             self._zk.create(CONTROLLER_EPOCH, b"0")
         before_register()
-        self._register()
+        _register(self._zk, self.node)
         self._cache = TreeCache(self._zk, BROKERS)
         self._cache.listen(lambda _event: self._cache_changed())
         self._cache.start()
@@ -397,7 +423,7 @@ class ZooKeeperController:
 
     def _run(self) -> None:
         while not self._closed.is_set():
-            self._wake.wait(timeout=1.0)
+            self._wake.wait(timeout=_REREGISTER_POLL_S if self._reregister else 1.0)
             self._wake.clear()
             if self._closed.is_set():
                 return
@@ -422,7 +448,14 @@ class ZooKeeperController:
             reregister, self._reregister = self._reregister, False
             resigning = self._resigning
         if reregister and not resigning:
-            self._register()
+            try:  # not yet (asked again in _REREGISTER_POLL_S, see _run; no election meanwhile), or failed: again
+                if not self._may_register_again():
+                    return self._set_reregister()
+                _register(self._zk, self.node)
+            except BaseException:
+                self._set_reregister()
+                raise
+            self._notify("registered")
         if self._epoch is None and not resigning:
             self._elect()
         if self._epoch is not None:
@@ -520,18 +553,9 @@ class ZooKeeperController:
 
     # -- helpers ----------------------------------------------------------------
 
-    def _register(self) -> None:
-        path = f"{IDS}/{self.node.node_id}"
-        try:
-            self._zk.create(path, _dumps(_registration(self.node)), ephemeral=True)
-        except NodeExistsError:
-            data, stat = self._zk.get(path)
-            if stat.ephemeralOwner == self._zk.client_id[0]:
-                return  # our own, from before a reconnect
-            raise DuplicateBrokerRegistrationError(
-                f"node.id {self.node.node_id} is registered by a live node ({data.decode(errors='replace')}); "
-                "give every node its own node.id, or wait zookeeper.session.timeout.ms after a crash"
-            ) from None
+    def _set_reregister(self) -> None:
+        with self._lock:
+            self._reregister = True
 
     def _leads_any(self) -> bool:
         return self._leads_any_in(self.metadata().partitions)
@@ -558,8 +582,7 @@ class ZooKeeperController:
     def _session_changed(self, state: str) -> None:
         if state == KazooState.LOST:
             self._epoch = None  # /controller was ephemeral: it is gone with the session
-            with self._lock:
-                self._reregister = True
+            self._set_reregister()
             self._notify("lost")
         elif state == KazooState.SUSPENDED:
             self._notify("suspended")

@@ -232,6 +232,8 @@ class Accumulator:
         """Cluster mode: false while the ZooKeeper session is suspended or lost (no produce accepted)."""
         self._in_flight = np.zeros(self._num_partitions, np.int64)
         """Records per partition accepted and not yet answered by their commit (pending or committing)."""
+        self._promised_open = 0
+        """Batches promised offsets (acks=1) and not answered yet, pending or committing."""
 
     def attach(self, committer: SerialTask) -> None:
         """Wake ``committer`` when a group is due, and on :meth:`wake`, :meth:`close` and :meth:`kill`."""
@@ -344,6 +346,7 @@ class Accumulator:
                 self._metrics.acks1_batches.labels(self.topic, how).inc()
             self._pending.append(item)
             self._pending_bytes += nbytes
+            self._promised_open += int(predicted)
             self._in_flight = grown(self._in_flight, len(counts))
             self._in_flight[: len(counts)] += counts
             if len(self._pending) == 1:
@@ -412,8 +415,19 @@ class Accumulator:
         """``items`` are answered: batches behind them may be promised again; LEOs from the table plus promises."""
         with self._cond:
             self._uncertain -= sum(1 for i in items if not i.predicted)
+            self._promised_open -= sum(1 for i in items if i.predicted)
             self.resync()
             self._settle_in_flight(items)
+
+    def promises_unanswered(self) -> int:
+        """Batches promised offsets (acks=1) and not answered yet: pending, or taken by the committer.
+
+        Every batch ends in :meth:`answered` — committed, failed (a fence, the table gone), or drained at close.
+        Cluster mode: after a lost ZooKeeper session the node registers again only once this is 0 on every topic
+        (:mod:`logstore.node.membership`).
+        """
+        with self._cond:
+            return self._promised_open
 
     def resync(self) -> None:
         """Log end offsets from the table (the writer caught up) plus what is promised and pending."""

@@ -108,7 +108,10 @@ class Broker:
         self.cluster: ClusterMembership | None = None
         if config.zookeeper_connect:
             self.cluster = ClusterMembership(
-                config, on_change=self._leadership_changed, on_session=self._session_changed
+                config,
+                on_change=self._leadership_changed,
+                on_session=self._session_changed,
+                promises_unanswered=lambda: unanswered_promises(self._lock, self._pipelines, self._retirements),
             )
             membership = self.cluster
             self.metrics.zookeeper_session_timeout.set_function(lambda: membership.session_timeout_s)
@@ -468,3 +471,20 @@ class Broker:
             p.close_files()
         self.committers.shutdown()
         self._node_lock.release()
+
+
+def unanswered_promises(
+    lock: threading.Lock, pipelines: dict[str, TopicPipeline], retirements: Retirements
+) -> dict[str, int | None]:
+    """Cluster mode: topic → acks=1 batches this node promised offsets and has not answered yet (None: its retired
+    pipeline is still closing, answering what it holds); ``{}`` once every promise is settled. After a lost ZooKeeper
+    session the node registers again only then (:mod:`logstore.node.membership`). ``lock`` guards ``pipelines``
+    and the retirements begun (the broker's lock)."""
+    with lock:
+        out: dict[str, int | None] = dict.fromkeys(retirements.closing())
+        open_now = list(pipelines.items())
+    for topic, pipeline in open_now:
+        n = pipeline.promises_unanswered()
+        if n:
+            out[topic] = n
+    return out

@@ -37,14 +37,23 @@ while the lease held are on disk before any new leader reads the log.
 A new leader replays departed nodes' write-ahead logs and claims its partitions under the topic's
 failover lock (:meth:`ClusterMembership.failover_lock`), a lock in ZooKeeper held in this node's session, so
 it serves a shared directory and an object-store root alike. Only nodes not registered count as departed, so a
-starting node commits its previous run's frames under the same lock before it registers
-(``before_register`` of :meth:`ClusterMembership.start`).
+node registers only once nothing it promised can be skipped:
+
+* a starting node commits its previous run's frames under the same lock before it registers
+  (``before_register`` of :meth:`ClusterMembership.start`);
+* a node whose session was lost (paused, or cut from ZooKeeper, past its session timeout) registers again
+  only once every acks=1 batch it promised offsets is answered (``promises_unanswered``): committed, or
+  failed because a new leader's claim fenced it — a claim made while this node was not registered, so the
+  claimer replayed its frames. Registered at once, a new leader reading the registry during its claim
+  would count it live, skip its frames, and fence its commit of those promised records: they would be
+  lost. Until then it stays unregistered and accepts no produce; it logs once which topics hold how many
+  such batches.
 
 Session events: ``suspended`` or ``lost`` stop this node accepting produce
 and promising at once (``on_session(False)``); it keeps committing what it
 accepted — the per-partition fence in the Delta log refuses whatever a new
 leader's claim made stale. ``connected`` lets it serve again, for the
-partitions ZooKeeper still says it leads.
+partitions ZooKeeper still says it leads; after ``lost``, only once it has registered again (above).
 """
 
 from __future__ import annotations
@@ -166,8 +175,10 @@ class ClusterMembership:
         config: needs ``zookeeper.connect`` and ``node.id``.
         on_change: called on this object's thread with the new view whenever
             the partition leaders (or live nodes) change.
-        on_session: called from kazoo's thread with True (connected) or False
-            (suspended or lost): whether this node may accept produce now.
+        on_session: called from kazoo's thread with True (connected, and registered) or False
+            (suspended, lost, or not registered again yet): whether this node may accept produce now.
+        promises_unanswered: topic → acks=1 batches promised offsets and not answered yet (None: a pipeline of the
+            topic is still closing); asked before registering again after a lost session, which waits for ``{}``.
 
     Raises:
         InvalidConfigError: ``node.id`` is not set.
@@ -179,6 +190,7 @@ class ClusterMembership:
         *,
         on_change: Callable[[ClusterMetadata], None],
         on_session: Callable[[bool], None],
+        promises_unanswered: Callable[[], dict[str, int | None]] = dict,
     ) -> None:
         if config.node_id < 0:
             raise InvalidConfigError("cluster mode (zookeeper.connect is set) needs node.id, a unique integer >= 0")
@@ -198,7 +210,12 @@ class ClusterMembership:
             ),
             on_session=self._session_changed,
             on_change=self._changed.set,
+            may_register_again=self._may_register_again,
         )
+        self._promises_unanswered = promises_unanswered
+        self._registered = True
+        """False from a lost session until this node registered again (it accepts no produce meanwhile)."""
+        self._waiting_logged = False
         self._on_change = on_change
         self._on_session = on_session
         self._lease_from = -math.inf
@@ -397,7 +414,9 @@ class ClusterMembership:
         self._lease_from = max(self._lease_from, sent)
 
     def _session_changed(self, event: str) -> None:
-        connected = event == "connected"
+        if event in ("lost", "registered"):
+            self._registered = event == "registered"
+        connected = event in ("connected", "registered")
         self._connected = connected
         if not connected:
             self._lease_from = -math.inf
@@ -405,9 +424,30 @@ class ClusterMembership:
                 log.info("node %d: ZooKeeper session closed: left the cluster", self.node_id)
             else:
                 log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
-        else:
+        elif event == "connected":
             self._log_negotiated()
-        self._on_session(connected)
+        if event == "registered":
+            log.warning("node %d: registered again in a new ZooKeeper session: accepting produce", self.node_id)
+        self._on_session(connected and self._registered)
+
+    def _may_register_again(self) -> bool:
+        """After a lost session: whether every acks=1 batch this node promised is answered (the module docstring);
+        asked on the coordinator's thread, which asks again shortly while it says no."""
+        unanswered = self._promises_unanswered()
+        if not unanswered:
+            self._waiting_logged = False
+            return True
+        if not self._waiting_logged:
+            self._waiting_logged = True
+            held = ", ".join(f"{t}: {'closing' if n is None else n}" for t, n in sorted(unanswered.items()))
+            log.warning(
+                "node %d: not registering again in the new ZooKeeper session until the acks=1 batches promised "
+                "offsets are answered (committed, or fenced by a new leader that replays them); topics holding "
+                "them: %s",
+                self.node_id,
+                held,
+            )
+        return False
 
     def _log_negotiated(self) -> None:
         """Say once (and again on a change) that ZooKeeper granted a session timeout other than the configured one."""

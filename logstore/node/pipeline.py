@@ -79,6 +79,8 @@ class TopicPipeline:
             broker.node_id,
         )
         self.drained = self._accumulator.drained
+        self.promises_unanswered = self._accumulator.promises_unanswered
+        """``promises_unanswered()``: acks=1 batches promised offsets and not answered yet (committed or failed)."""
         """Cluster mode: ``drained(p)``, partition ``p`` is accepted no more and all accepted for it is answered."""
         self._on_stale = broker.retire_in_background
         self.retired = False  # set by Broker.retire before it closes this pipeline: its topic changed

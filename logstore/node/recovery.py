@@ -156,7 +156,9 @@ def replay_departed(
     the partitions being taken over are all in directories read here. A node
     restarted after a crash is live again only once it has committed its
     previous run's frames itself (:meth:`~logstore.node.broker.Broker.start`
-    replays them before it registers), so skipping its directory loses nothing.
+    replays them before it registers), and a node whose session expired while it
+    lived on registers again only once every acks=1 batch it promised is committed
+    or fenced (:mod:`logstore.node.membership`), so skipping its directory loses nothing.
     Caller holds the topic's failover lock (:meth:`~logstore.node.membership.ClusterMembership.failover_lock`)
     and the writer lock.
     Returns the records committed.

@@ -74,6 +74,11 @@ class Retirements:
         with self._lock:
             return topic in self._closing
 
+    def closing(self) -> list[str]:
+        """The topics whose old pipeline is being closed now."""
+        with self._lock:
+            return list(self._closing)
+
     def wait(self, topic: str) -> None:
         """Return once no old pipeline of ``topic`` is closing (at most :data:`RETIRE_WAIT_S`)."""
         with self._lock:

@@ -24,13 +24,17 @@ SESSION_MS = 4000
 PARTITIONS = 6
 
 
-def node_config(root: Path | str, connect: str, node_id: int = 1, session_ms: int = SESSION_MS) -> LogstoreConfig:
-    """The config of an in-process cluster node: ``root``, ZooKeeper at ``connect``, no file or variables."""
+def node_config(
+    root: Path | str, connect: str, node_id: int = 1, session_ms: int = SESSION_MS, **more: str
+) -> LogstoreConfig:
+    """The config of an in-process cluster node: ``root``, ZooKeeper at ``connect``, ``more`` keys, no file or
+    variables."""
     overrides = {
         "logstore.root": str(root),
         "zookeeper.connect": connect,
         "node.id": str(node_id),
         "zookeeper.session.timeout.ms": str(session_ms),
+        **more,
     }
     return load_config(environ={}, path=None, overrides=overrides)
 
