@@ -95,8 +95,8 @@ class Nemesis:
         t0 = self.history.now()
         try:
             what = getattr(self, kind)()
-        except RuntimeError as e:
-            self.history.write("fault", "nemesis", None, t0, {"kind": kind}, ok=False, err=str(e))
+        except Exception as e:  # a process that did not start again (ZooKeeper's own exit included): counted
+            self.history.write("fault", "nemesis", None, t0, {"kind": kind}, ok=False, err=f"{type(e).__name__}: {e}")
             return
         if what is not None:
             self.history.write("fault", "nemesis", what.pop("node", None), t0, {"kind": kind, **what}, ok=True)
