@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kafka_api.access import allowed, denial
@@ -50,6 +53,45 @@ TransactionalProduce = Callable[[str, int, list[DecodedBatch]], Awaitable[dict[s
 """Stage one partition's transactional batches: (topic, partition, batches) → its Produce answer's fields."""
 _FETCH_MAX_RECORDS = 100_000
 """Most records one partition of one fetch answer holds (the byte limits usually stop it first)."""
+_FETCH_THREADS = 4
+"""Partitions of one fetch read at once (Parquet decoding and the batch encoding release the interpreter lock)."""
+_fetch_threads: ThreadPoolExecutor | None = None
+_fetch_threads_lock = threading.Lock()
+
+
+def _fetch_each(
+    asks: list[tuple[str, Any]], total_max: int, fetch_one: Callable[[str, Any, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``fetch_one(topic, partition, budget)`` of every (topic, partition) asked, in order.
+
+    The partitions are read at once, one per thread of the fetch pool, when
+    their ``partition_max_bytes`` together fit the request's ``max_bytes``
+    (the usual case: a client's defaults are 1 MiB a partition, 50 MiB a
+    fetch); otherwise one after another, each within what the ones before
+    left of ``max_bytes``, as Kafka fills a fetch.
+    """
+    if len(asks) > 1 and sum(p.partition_max_bytes for _, p in asks) <= total_max:
+        pool = _fetch_pool()
+        # Each task runs in a copy of this thread's context: the connection's session (its ACLs).
+        futures = [
+            pool.submit(contextvars.copy_context().run, fetch_one, topic, p, p.partition_max_bytes) for topic, p in asks
+        ]
+        return [f.result() for f in futures]
+    entries: list[dict[str, Any]] = []
+    size = 0
+    for topic, p in asks:
+        entries.append(fetch_one(topic, p, max(min(p.partition_max_bytes, total_max - size), 1)))
+        size += len(entries[-1]["records"] or b"")
+    return entries
+
+
+def _fetch_pool() -> ThreadPoolExecutor:
+    """The process's fetch threads, shared by every listener and connection (created on first use)."""
+    global _fetch_threads
+    with _fetch_threads_lock:
+        if _fetch_threads is None:
+            _fetch_threads = ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="kafka-fetch")
+        return _fetch_threads
 
 
 def producer_name(producer_id: int, epoch: int) -> str:
@@ -380,40 +422,36 @@ class Handlers:
         )
 
     def _fetch_all(self, req: Any, total_max: int) -> tuple[list[tuple[str, list[dict[str, Any]]]], int]:
-        size = 0
-        answers = []
+        """Every asked partition's answer (:func:`_fetch_each`), by topic in the request's order, and the bytes
+        of records in them."""
+        entries = _fetch_each([(t.topic, p) for t in req.topics for p in t.partitions], total_max, self._fetch_one)
+        answers, done = [], iter(entries)
         for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                entry: dict[str, Any] = {
-                    "partition_index": p.partition,
-                    "aborted_transactions": [],
-                    "preferred_read_replica": -1,
-                }
-                try:
-                    if (error := denial(Operation.READ, Resource.topic(t.topic))) is not None:
-                        raise error
-                    if self.broker.cluster is not None:
-                        self._check_leader(t.topic, p.partition)
-                    budget = max(min(p.partition_max_bytes, total_max - size), 1)
-                    result = self.broker.fetch(t.topic, p.partition, p.fetch_offset, _FETCH_MAX_RECORDS, budget)
-                except LogstoreError as e:
-                    parts.append(entry | {"error_code": e.code, "high_watermark": -1, "records": None})
-                    continue
-                records = encode_batches(result.records) if result.records.num_rows else b""
-                size += len(records)
-                parts.append(
-                    entry
-                    | {
-                        "error_code": 0,
-                        "high_watermark": result.high_watermark,
-                        "last_stable_offset": result.high_watermark,
-                        "log_start_offset": result.log_start_offset,
-                        "records": records,
-                    }
-                )
-            answers.append((t.topic, parts))
-        return answers, size
+            answers.append((t.topic, [next(done) for _ in t.partitions]))
+        return answers, sum(len(e["records"] or b"") for e in entries)
+
+    def _fetch_one(self, topic: str, p: Any, budget: int) -> dict[str, Any]:
+        """One partition's answer of a fetch, at most ``budget`` bytes of keys and values (the first record whole)."""
+        entry: dict[str, Any] = {
+            "partition_index": p.partition,
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+        }
+        try:
+            if (error := denial(Operation.READ, Resource.topic(topic))) is not None:
+                raise error
+            if self.broker.cluster is not None:
+                self._check_leader(topic, p.partition)
+            result = self.broker.fetch(topic, p.partition, p.fetch_offset, _FETCH_MAX_RECORDS, budget)
+        except LogstoreError as e:
+            return entry | {"error_code": e.code, "high_watermark": -1, "records": None}
+        return entry | {
+            "error_code": 0,
+            "high_watermark": result.high_watermark,
+            "last_stable_offset": result.high_watermark,
+            "log_start_offset": result.log_start_offset,
+            "records": encode_batches(result.records) if result.records.num_rows else b"",
+        }
 
     async def list_offsets(self, version: int, req: Any) -> Any:
         topics = await asyncio.to_thread(self._list_offsets, req)

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,8 @@ _STATISTICS_COLUMNS = ["offset", "timestamp", "timestamp_type"]
 # Writers waiting for the writer lock hold a shared lock on this file.
 _FSYNC_THREADS = 8
 """Data-file and directory fsyncs in flight at once, for every table of the process together."""
+_FSYNC_TASKS = 4
+"""Tasks one commit's fsyncs are split into (its data files and their directories, each task a few of them)."""
 _CHECKPOINT_POOL = "delta-checkpoint"
 _CHECKPOINT_ACTIONS_PER_COMMIT = 100
 """A checkpoint rewrites the table's whole state, one action per data file (delta-rs: ~10 µs of CPU each, with
@@ -89,6 +91,18 @@ def _fsync_pool() -> ThreadPoolExecutor:
         if _fsync_executor is None or _fsync_executor[0] != os.getpid():
             _fsync_executor = (os.getpid(), ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="fsync"))
         return _fsync_executor[1]
+
+
+def _fsync_all(paths: Sequence[str]) -> list[Future[None]]:
+    """fsync ``paths`` on the fsync pool, in at most ``_FSYNC_TASKS`` tasks of a few paths each: as parallel as
+    a commit's few files need, without a task (and its hand-off, under the interpreter lock) per path."""
+    per_task = -(-len(paths) // _FSYNC_TASKS) or 1
+    return [_fsync_pool().submit(_fsync_each, paths[i : i + per_task]) for i in range(0, len(paths), per_task)]
+
+
+def _fsync_each(paths: Sequence[str]) -> None:
+    for path in paths:
+        fsync_path(path)
 
 
 def _by_partition(records: pa.Table) -> list[tuple[int, pa.Table]]:
@@ -206,8 +220,11 @@ class LogAppender:
             fs, where = self._storage.arrow(path)
             sink: pa.NativeFile = fs.open_output_stream(where)
         else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            sink = pa.OSFile(path, "wb")
+            try:
+                sink = pa.OSFile(path, "wb")
+            except FileNotFoundError:  # the partition's first file: its directory is made once, not checked each time
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                sink = pa.OSFile(path, "wb")
         with sink:
             pq.write_table(
                 chunk,
@@ -304,10 +321,7 @@ class LogAppender:
         # The commit points at the data files: they, and their directory entries, must be on
         # disk before it is. Their fsyncs run in parallel with the commit file's own.
         synced = (
-            [
-                _fsync_pool().submit(fsync_path, p)
-                for p in {f.path for f in files} | {os.path.dirname(f.path) for f in files}
-            ]
+            _fsync_all(sorted({f.path for f in files} | {os.path.dirname(f.path) for f in files}))
             if self._fsync
             else []
         )

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from logstore.common.lru import LruDict
 from logstore.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.log import _delta
 from logstore.log._tail import LogTail
@@ -34,7 +36,16 @@ from logstore.log.files import offsets_sorted, parquet_file, read_parquet
 from logstore.log.schema import TOPIC_SCHEMA
 from logstore.structs import FetchResult, TopicInfo
 
-__all__ = ["PartitionView", "TopicReader", "offset_cuts", "offset_for_timestamp", "offset_runs", "read_files"]
+__all__ = [
+    "FetchPlan",
+    "PartitionView",
+    "TopicReader",
+    "offset_cuts",
+    "offset_for_timestamp",
+    "offset_runs",
+    "read_files",
+    "read_plan",
+]
 
 
 class OffsetRange(Protocol):
@@ -201,36 +212,62 @@ class TopicReader:
         ``max_bytes`` plus a data page per open row group, whatever
         ``max_records`` is. ``offset == high watermark`` returns no records.
 
+        It is :meth:`plan` then :func:`read_plan`; a caller that reads from
+        many threads plans under its lock and reads outside it.
+
         Raises:
             OffsetOutOfRangeError: ``offset`` outside [log start offset, high watermark].
             UnknownTopicOrPartitionError: no such partition.
         """
         if refresh:
             self.refresh()
+        try:
+            return read_plan(self.plan(partition, offset, max_records), max_bytes)
+        except FileNotFoundError:
+            # The topic was deleted and recreated, or vacuumed past this version: start over once.
+            self._tail = LogTail(self._catalog.table(self.topic))
+            self._view_version = (-1, -1)
+            try:
+                return read_plan(self.plan(partition, offset, max_records), max_bytes)
+            except FileNotFoundError as e:
+                raise KafkaStorageError(f"topic '{self.topic}' partition {partition}: {e}") from e
+
+    def plan(self, partition: int, offset: int, max_records: int) -> FetchPlan:
+        """What a fetch of ``partition`` from ``offset`` reads at the loaded version (no data is read).
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` outside [log start offset, high watermark].
+            UnknownTopicOrPartitionError: no such partition.
+        """
         view = self.partition_view(partition)
         if not view.log_start_offset <= offset <= view.high_watermark:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of topic '{self.topic}' partition {partition} is outside "
                 f"[{view.log_start_offset}, {view.high_watermark}]"
             )
-        end = _fetch_end(view, offset, max_records)
-        try:
-            records = _read_bounded(view.files, partition, offset, end, max_bytes)
-        except FileNotFoundError:
-            # The topic was deleted and recreated, or vacuumed past this version: start over once.
-            self._tail = LogTail(self._catalog.table(self.topic))
-            self._view_version = (-1, -1)
-            view = self.partition_view(partition)
-            if not view.log_start_offset <= offset <= view.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} of topic '{self.topic}' partition {partition} is outside "
-                    f"[{view.log_start_offset}, {view.high_watermark}]"
-                ) from None
-            try:
-                records = _read_bounded(view.files, partition, min(offset, view.high_watermark), end, max_bytes)
-            except FileNotFoundError as e:
-                raise KafkaStorageError(f"topic '{self.topic}' partition {partition}: {e}") from e
-        return FetchResult(records, view.high_watermark, view.log_start_offset)
+        return FetchPlan(view, offset, _fetch_end(view, offset, max_records))
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    """A fetch decided at one table version (:meth:`TopicReader.plan`): the records of ``view`` in
+    [``offset``, ``end``). Reading it (:func:`read_plan`) needs no reader: data files never change."""
+
+    view: PartitionView
+    offset: int
+    end: int
+
+
+def read_plan(plan: FetchPlan, max_bytes: int) -> FetchResult:
+    """The records ``plan`` names, at most ``max_bytes`` of keys and values (the first record whole; see
+    :meth:`TopicReader.fetch`). Thread-safe: any number of threads may read plans at once.
+
+    Raises:
+        FileNotFoundError: a file of the plan's version is gone (vacuumed, or the topic deleted): plan again.
+    """
+    view = plan.view
+    records = _read_bounded(view.files, view.partition, plan.offset, plan.end, max_bytes)
+    return FetchResult(records, view.high_watermark, view.log_start_offset)
 
 
 def _fetch_end(view: PartitionView, offset: int, max_records: int) -> int:
@@ -319,27 +356,54 @@ _BATCH_BYTES = 256 * 1024
 """Bytes of rows a bounded read decodes at a time (by the row group's average row size)."""
 _READ_BUFFER = 64 * 1024
 """Read buffer of a bounded read: pages are read as decoded, not whole column chunks up front."""
+_WHOLE_ROW_GROUP_BYTES = 4 * _BATCH_BYTES
+"""A row group of at most this many bytes (uncompressed) is decoded whole by a bounded read."""
+_FOOTERS: LruDict[tuple[str, int], pq.FileMetaData] = LruDict(4096)
+"""Parsed footers of data files recently read, by path and size: a data file never changes once written (its
+name is new), so its footer is read once however many fetches open it; a few KB each."""
+_footers_lock = threading.Lock()
 
 
 class _Piece:
     """One row group that may hold offsets of the slice, read forward a batch at a time.
 
-    Its offset column is read first (8 bytes a row), so the smallest offset it
-    has yet to yield is known exactly, and reading stops once it has nothing
-    more of the slice.
+    A row group of at most ``_WHOLE_ROW_GROUP_BYTES`` (what a commit writes:
+    one partition's records of one commit) is decoded whole, once. A larger
+    one (a compacted file's) has its offset column read first (8 bytes a
+    row), then the rest a batch at a time, so a bounded fetch stops decoding
+    once it has enough. Either way the smallest offset it has yet to yield is
+    known exactly, and reading stops once it has nothing more of the slice.
+    Decoding runs on the calling thread (``use_threads=False``): a fetch
+    reads one partition per thread, and handing a small row group's columns
+    to pyarrow's pool costs more than decoding them.
     """
 
     def __init__(self, pf: pq.ParquetFile, row_group: int, start: int, end: int) -> None:
-        offsets = pf.read_row_group(row_group, columns=["offset"]).column(0).to_numpy().astype(np.int64)
+        meta = pf.metadata.row_group(row_group)
+        columns = [name for name in _FILE_SCHEMA.names if name in pf.schema_arrow.names]
+        whole: pa.Table | None = None
+        if meta.total_byte_size <= _WHOLE_ROW_GROUP_BYTES:
+            whole = _conform(pf.read_row_group(row_group, columns=columns, use_threads=False))
+            offsets = whole["offset"].to_numpy().astype(np.int64)
+            self._batches: Iterator[pa.Table] = iter([whole])
+        else:
+            offsets = (
+                pf.read_row_group(row_group, columns=["offset"], use_threads=False)
+                .column(0)
+                .to_numpy()
+                .astype(np.int64)
+            )
+            row_bytes = max(1, meta.total_byte_size // max(1, meta.num_rows))
+            batches = pf.iter_batches(
+                batch_size=max(1, min(65_536, _BATCH_BYTES // row_bytes)),
+                row_groups=[row_group],
+                columns=columns,
+                use_threads=False,
+            )
+            self._batches = (_conform(pa.Table.from_batches([b])) for b in batches)
         wanted = np.where((offsets >= start) & (offsets < end), offsets, _NO_OFFSET)
         self._suffix_min = np.minimum.accumulate(wanted[::-1])[::-1]
         self._pos = 0
-        meta = pf.metadata.row_group(row_group)
-        row_bytes = max(1, meta.total_byte_size // max(1, meta.num_rows))
-        columns = [name for name in _FILE_SCHEMA.names if name in pf.schema_arrow.names]
-        self._batches = pf.iter_batches(
-            batch_size=max(1, min(65_536, _BATCH_BYTES // row_bytes)), row_groups=[row_group], columns=columns
-        )
 
     @property
     def next_offset(self) -> int:
@@ -348,12 +412,23 @@ class _Piece:
 
     def read(self, start: int, end: int) -> pa.Table:
         """The next batch's rows of the slice, as ``_FILE_SCHEMA``."""
-        batch = next(self._batches)
-        self._pos += batch.num_rows
-        table = _conform(pa.Table.from_batches([batch]))
+        table = next(self._batches)
+        self._pos += table.num_rows
         offsets = table["offset"]
         inside = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
         return table if pc.all(inside).as_py() else table.filter(inside)
+
+
+def _open(f: _delta.DataFile) -> pq.ParquetFile:
+    """A data file for a bounded read, its footer parsed once per process (:data:`_FOOTERS`)."""
+    key = (f.path, f.size_bytes)
+    with _footers_lock:
+        meta = _FOOTERS.get(key)
+    pf = parquet_file(f.path, metadata=meta, pre_buffer=False, buffer_size=_READ_BUFFER)
+    if meta is None:
+        with _footers_lock:
+            _FOOTERS[key] = pf.metadata
+    return pf
 
 
 def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int, end: int, max_bytes: int) -> pa.Table:
@@ -363,17 +438,18 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
     when their ranges overlap (files that Spark's OPTIMIZE or compaction
     rewrote). Buffered rows are returned once no unread row can come before
     them; reading stops as soon as the keys and values returned exceed
-    ``max_bytes`` (the first record is returned whole regardless).
+    ``max_bytes`` (the first record is returned whole regardless). A file is
+    opened only once reading reaches its smallest offset (its statistics say
+    which), so a fetch that fills ``max_bytes`` from its first few files does
+    not open the others its offset range covers.
     """
-    heap: list[tuple[int, int, pq.ParquetFile, int]] = []  # (smallest offset, tie-break, file, row group)
+    # (smallest offset, tie-break, what): a DataFile not opened yet, or a row group (file, index) of one opened.
+    heap: list[tuple[int, int, _delta.DataFile | tuple[pq.ParquetFile, int]]] = []
+    tie = itertools.count()
     for f in files:
-        if f.partition != partition or f.max_offset < start or f.min_offset >= end:
-            continue
-        pf = parquet_file(f.path, pre_buffer=False, buffer_size=_READ_BUFFER)
-        for rg in range(pf.metadata.num_row_groups):
-            lo, hi = _offset_range(pf, rg, f)
-            if hi >= start and lo < end:
-                heapq.heappush(heap, (lo, len(heap), pf, rg))
+        if f.partition == partition and f.max_offset >= start and f.min_offset < end:
+            heap.append((max(f.min_offset, start), next(tie), f))
+    heapq.heapify(heap)
     pieces: list[_Piece] = []
     buffered = _FILE_SCHEMA.empty_table()
     out: list[pa.Table] = []
@@ -402,7 +478,15 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
         if frontier == _NO_OFFSET:
             break
         if heap and heap[0][0] == frontier and all(p.next_offset > frontier for p in pieces):
-            _, _, pf, rg = heapq.heappop(heap)
+            _, _, what = heapq.heappop(heap)
+            if isinstance(what, _delta.DataFile):  # reached: its row groups that may hold the slice join the heap
+                pf = _open(what)
+                for rg in range(pf.metadata.num_row_groups):
+                    lo, hi = _offset_range(pf, rg, what)
+                    if hi >= start and lo < end:
+                        heapq.heappush(heap, (max(lo, start), next(tie), (pf, rg)))
+                continue
+            pf, rg = what
             pieces = [p for p in [*pieces, _Piece(pf, rg, start, end)] if p.next_offset != _NO_OFFSET]
             continue
         piece = min(pieces, key=lambda p: p.next_offset)

@@ -47,7 +47,6 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.log.partitioner import Partitioner
-from logstore.log.reader import TopicReader
 from logstore.log.tables import refresh
 from logstore.log.topic_id import id_in
 from logstore.log.wal import DirectoryLock, node_id_in, topics_with_frames, wal_dir_of
@@ -56,6 +55,7 @@ from logstore.node.leader_election import report_drained
 from logstore.node.membership import ClusterMembership, advertised_url
 from logstore.node.metrics import Metrics
 from logstore.node.pipeline import TopicPipeline
+from logstore.node.readers import WarmReaders
 from logstore.node.recovery import replay_before_registering
 from logstore.node.retention import RetentionThread
 from logstore.node.retirement import Retirements, retire_on_thread
@@ -95,7 +95,7 @@ class Broker:
         self._pipelines: dict[str, TopicPipeline] = {}
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
-        self._readers: dict[str, tuple[threading.Lock, TopicReader]] = {}
+        self._readers = WarmReaders(self.store)
         self.ready = False
         self.available = True
         """Cluster mode: the ZooKeeper session is connected (produce is accepted)."""
@@ -194,19 +194,8 @@ class Broker:
         return p if p is not None and p.registered else None
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
-        """Read a partition slice with this node's warm reader of ``topic`` (thread-safe)."""
-        with self._lock:
-            entry = self._readers.get(topic)
-            if entry is None:
-                entry = self._readers[topic] = (threading.Lock(), self.store.reader(topic))
-        lock, reader = entry
-        with lock:
-            try:
-                return reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
-            except UnknownTopicOrPartitionError:
-                with self._lock:
-                    self._readers.pop(topic, None)  # deleted, or recreated under the same name
-                raise
+        """Read a partition slice with this node's warm reader of ``topic`` (thread-safe; :class:`WarmReaders`)."""
+        return self._readers.fetch(topic, partition, offset, max_records, max_bytes)
 
     def check_request_size(self, size: int) -> None:
         if size > self.config.max_request_size:
@@ -218,7 +207,7 @@ class Broker:
         """Close a topic's pipeline (before the topic is deleted)."""
         with self._lock:
             p = self._pipelines.pop(topic, None)
-            self._readers.pop(topic, None)
+            self._readers.drop(topic)
             self._counts.pop(topic, None)
         if p is not None:
             p.close()
@@ -239,7 +228,7 @@ class Broker:
                 return
             del self._pipelines[topic]
             pipeline.retired = True
-            self._readers.pop(topic, None)
+            self._readers.drop(topic)
             self._counts.pop(topic, None)
             done = self._retirements.begin(topic)
         log.info("topic %s: deleted or created again since its pipeline opened; closing it", topic)

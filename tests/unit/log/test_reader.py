@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from logstore.log import file_changes, tables
+from logstore.log import file_changes, reader, tables
 from logstore.log.files import DataFile
 from logstore.log.reader import _read_bounded
 from logstore.log.schema import input_table
@@ -120,8 +120,13 @@ def _file(path: Path, offsets: list[int]) -> DataFile:
     )
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["row-groups-whole", "row-groups-in-batches"])
 @pytest.mark.parametrize("max_bytes", [1, 5, 12, 40, 1000, 0])
-def test_bounded_read_merges_files_with_overlapping_offsets(tmp_path: Path, max_bytes: int) -> None:
+def test_bounded_read_merges_files_with_overlapping_offsets(
+    tmp_path: Path, max_bytes: int, whole: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not whole:  # every row group read offsets first, then a batch at a time, as a compacted file's are
+        monkeypatch.setattr(reader, "_WHOLE_ROW_GROUP_BYTES", 0)
     # Shaped like Spark OPTIMIZE's output beside a file it left alone: one file holds [0, 39] minus
     # [10, 19], in no particular order, the other holds [10, 19]; offsets 30-31 were compacted away.
     big = list(range(20, 30)) + list(range(32, 40)) + list(range(10))
