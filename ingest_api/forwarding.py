@@ -184,12 +184,8 @@ async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: 
     sub = pipeline.submit(parsed, acks)
     if acks == "0":
         return [], []
-    if acks == "1" and sub.promised is not None and sub.logged is not None:
-        await asyncio.wrap_future(sub.logged)
-        if broker.lease_valid():
-            return sub.partitions.to_pylist(), sub.promised.tolist()
-    result = await sub.wait_committed(broker.config.request_timeout_ms)  # REQUEST_TIMED_OUT while commits fail
-    return result.partitions.to_pylist(), result.offsets.to_pylist()
+    partitions, offsets = await sub.acknowledged(broker.lease_valid, broker.config.request_timeout_ms)
+    return partitions, list[int | None](offsets)  # REQUEST_TIMED_OUT while commits fail
 
 
 def cluster_appender(broker: Broker, forwarder: Forwarder) -> Appender | None:

@@ -70,11 +70,13 @@ def _fetch_each(
     fetch); otherwise one after another, each within what the ones before
     left of ``max_bytes``, as Kafka fills a fetch.
     """
-    if len(asks) > 1 and sum(p.partition_max_bytes for _, p in asks) <= total_max:
+    budgets = [max(p.partition_max_bytes, 1) for _, p in asks]  # 0 or less would read without a bound
+    if len(asks) > 1 and sum(budgets) <= total_max:
         pool = _fetch_pool()
         # Each task runs in a copy of this thread's context: the connection's session (its ACLs).
         futures = [
-            pool.submit(contextvars.copy_context().run, fetch_one, topic, p, p.partition_max_bytes) for topic, p in asks
+            pool.submit(contextvars.copy_context().run, fetch_one, topic, p, budget)
+            for (topic, p), budget in zip(asks, budgets, strict=True)
         ]
         return [f.result() for f in futures]
     entries: list[dict[str, Any]] = []
@@ -325,11 +327,8 @@ class Handlers:
 
         async def wait() -> dict[str, Any]:
             try:
-                if acks == "1" and sub.promised is not None and sub.logged is not None:
-                    await asyncio.wrap_future(sub.logged)
-                    return self._placed(int(sub.promised[0]), topic, partition)
-                result = await sub.wait_committed(self.config.request_timeout_ms)
-                return self._placed(int(result.offsets[0].as_py()), topic, partition)
+                _, offsets = await sub.acknowledged(self.broker.lease_valid, self.config.request_timeout_ms)
+                return self._placed(offsets[0], topic, partition)
             except LogstoreError as e:
                 return self._failed(e)
 

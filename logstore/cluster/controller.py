@@ -260,7 +260,7 @@ class ZooKeeperController:
         self._states: dict[TopicPartitionKey, PartitionState] = {}
         self._topic_ids: dict[str, str | None] = {}
         """Topic → its ID as the last round read it, whose partitions ``_states`` holds (empty: states read afresh)."""
-        self._reregister = False
+        self._reregister, self._reregisters = False, 0  # register again (after a lost session); times asked
         self._resigning = False
         self._controller: tuple[int | None, int] = (None, 0)
         """(node id, epoch) of the current controller, as the ``/controller`` watch last saw it."""
@@ -304,7 +304,7 @@ class ZooKeeperController:
             self._zk.delete_async(f"{IDS}/{self.node.node_id}").get(timeout=timeout_s)
         self._wake.set()
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._leads_any():
+        while time.monotonic() < deadline and self._leads_any_in(self.metadata().partitions):
             time.sleep(0.01)
         self.close()
 
@@ -446,7 +446,7 @@ class ZooKeeperController:
             return
         with self._lock:
             reregister, self._reregister = self._reregister, False
-            resigning = self._resigning
+            resigning, asked = self._resigning, self._reregisters
         if reregister and not resigning:
             try:  # not yet (asked again in _REREGISTER_POLL_S, see _run; no election meanwhile), or failed: again
                 if not self._may_register_again():
@@ -455,7 +455,9 @@ class ZooKeeperController:
             except BaseException:
                 self._set_reregister()
                 raise
-            self._notify("registered")
+            with self._lock:  # unless the session was lost again meanwhile: the registration went with it
+                if self._reregisters == asked:
+                    self._notify("registered")
         if self._epoch is None and not resigning:
             self._elect()
         if self._epoch is not None:
@@ -555,10 +557,7 @@ class ZooKeeperController:
 
     def _set_reregister(self) -> None:
         with self._lock:
-            self._reregister = True
-
-    def _leads_any(self) -> bool:
-        return self._leads_any_in(self.metadata().partitions)
+            self._reregister, self._reregisters = True, self._reregisters + 1
 
     def _leads_any_in(self, states: dict[TopicPartitionKey, PartitionState]) -> bool:
         return any(s.leader == self.node.node_id for s in states.values())

@@ -168,6 +168,8 @@ class NewFile:
 
     add: dict[str, Any]
     path: str
+    made_dir: bool = False
+    """Its directory was created for it (a partition's first file): the directory above is fsynced too."""
 
 
 class LogAppender:
@@ -200,7 +202,7 @@ class LogAppender:
             rel = f"partition={p}/part-{uuid.uuid4()}-c000.{suffix}parquet"
             path = join(self.root, rel)
             try:
-                size = self._write_parquet(path, chunk, compression)
+                size, made_dir = self._write_parquet(path, chunk, compression)
             except OSError as err:
                 raise KafkaStorageError(f"cannot write {path}: {err}") from err
             add = {
@@ -211,11 +213,13 @@ class LogAppender:
                 "dataChange": True,
                 "stats": file_stats(chunk),
             }
-            files.append(NewFile(add, path))
+            files.append(NewFile(add, path, made_dir))
         return files
 
-    def _write_parquet(self, path: str, chunk: pa.Table, compression: str) -> int:
-        """Write one data file (locally not yet fsynced: :meth:`commit` does that); its size in bytes."""
+    def _write_parquet(self, path: str, chunk: pa.Table, compression: str) -> tuple[int, bool]:
+        """Write one data file (locally not yet fsynced: :meth:`commit` does that); its size in bytes, and
+        whether its directory was created for it."""
+        made_dir = False
         if self._object:
             fs, where = self._storage.arrow(path)
             sink: pa.NativeFile = fs.open_output_stream(where)
@@ -224,6 +228,7 @@ class LogAppender:
                 sink = pa.OSFile(path, "wb")
             except FileNotFoundError:  # the partition's first file: its directory is made once, not checked each time
                 os.makedirs(os.path.dirname(path), exist_ok=True)
+                made_dir = True
                 sink = pa.OSFile(path, "wb")
         with sink:
             pq.write_table(
@@ -235,7 +240,7 @@ class LogAppender:
                 write_batch_size=_rows_per_write(chunk),
             )
             size = sink.tell()
-        return int(size)
+        return int(size), made_dir
 
     def small_file(self, rows: pa.Table) -> NewFile:
         """A snappy Parquet file of ``rows`` for an unpartitioned bookkeeping table (``_offsets``,
@@ -320,11 +325,9 @@ class LogAppender:
         tmp = os.path.join(self.log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
         # The commit points at the data files: they, and their directory entries, must be on
         # disk before it is. Their fsyncs run in parallel with the commit file's own.
-        synced = (
-            _fsync_all(sorted({f.path for f in files} | {os.path.dirname(f.path) for f in files}))
-            if self._fsync
-            else []
-        )
+        dirs = {os.path.dirname(f.path) for f in files}
+        dirs |= {os.path.dirname(os.path.dirname(f.path)) for f in files if f.made_dir}  # a new partition's entry
+        synced = _fsync_all(sorted({f.path for f in files} | dirs)) if self._fsync else []
         try:
             try:
                 with open(tmp, "wb") as fh:

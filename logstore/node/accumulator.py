@@ -152,6 +152,21 @@ class Submitted:
     commit_error: Callable[[], LogstoreError | None] = lambda: None
     """Why the topic's last commit attempt failed (its committer retries it), or None."""
 
+    async def acknowledged(self, lease_valid: Callable[[], bool], timeout_ms: int) -> tuple[list[int], list[int]]:
+        """The (partitions, offsets) of the batch's records once its producer may be answered (acks 1 or all):
+        promised offsets (acks=1) once its write-ahead log frame is fsynced if ``lease_valid()`` then (the
+        node's acks=1 lease; always true embedded), else once committed. Every door answers produce so.
+
+        Raises:
+            RequestTimedOutError, LogstoreError: as :meth:`wait_committed`.
+        """
+        if self.promised is not None and self.logged is not None:
+            await asyncio.wrap_future(self.logged)
+            if lease_valid():
+                return self.partitions.to_pylist(), self.promised.tolist()
+        result = await self.wait_committed(timeout_ms)
+        return result.partitions.to_pylist(), result.offsets.to_pylist()
+
     async def wait_committed(self, timeout_ms: int) -> AppendResult:
         """The batch's commit, awaited on the event loop for at most ``timeout_ms`` (``request.timeout.ms``).
 

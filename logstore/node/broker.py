@@ -182,6 +182,7 @@ class Broker:
                 except FileNotFoundError:  # its table went while it was opened (a delete, perhaps a re-create)
                     raise UnknownTopicOrPartitionError(f"topic '{topic}' was deleted while it was opened") from None
                 self._pipelines[topic] = p
+                p.set_available(self.available)  # a session event while it opened found it not listed yet
         if self.cluster is not None and not p.registered:  # retried by the next request if ZooKeeper failed it
             self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)
         p.registered = True
@@ -209,8 +210,12 @@ class Broker:
             p = self._pipelines.pop(topic, None)
             self._readers.drop(topic)
             self._counts.pop(topic, None)
-        if p is not None:
-            p.close()
+            done = self._retirements.begin(topic) if p is not None else None  # its promises count until closed
+        if p is not None and done is not None:
+            try:
+                p.close()
+            finally:
+                done()
         if self.cluster is not None:
             self.cluster.unregister_topic(topic)
 

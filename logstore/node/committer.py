@@ -477,12 +477,13 @@ class Committer:
     def _gone(self, error: FileNotFoundError, items: list[Pending] | None = None) -> None:
         """The table was deleted under this pipeline: fail all it holds (retriable) and have the node retire it."""
         log.warning("topic %s: its table is gone (%s); closing the pipeline", self.topic, error)
-        items, self._retry = (items or []) + self._retry, []
-        self._die(UnknownTopicOrPartitionError(f"topic '{self.topic}' was deleted: {error}"), items)
+        self._die(UnknownTopicOrPartitionError(f"topic '{self.topic}' was deleted: {error}"), items or [])
         self._on_stale()
 
     def _die(self, error: LogstoreError, items: list[Pending]) -> None:
-        """Fenced: this node no longer commits the topic; fail ``items`` and everything pending."""
+        """Fenced: this node no longer commits the topic; fail ``items``, those kept for a retry, and everything
+        pending (each is answered: a promise left unanswered would keep the node from registering again)."""
+        items, self._retry = items + self._retry, []
         rest = self._acc.kill(error)
         self.release()
         failure = NotLeaderOrFollowerError(f"topic '{self.topic}': {error.message}")

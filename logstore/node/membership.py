@@ -215,6 +215,8 @@ class ClusterMembership:
         self._promises_unanswered = promises_unanswered
         self._registered = True
         """False from a lost session until this node registered again (it accepts no produce meanwhile)."""
+        self._session_events = 0
+        """Session events so far: a lease round trip counts only if none came while it was on its way."""
         self._waiting_logged = False
         self._on_change = on_change
         self._on_session = on_session
@@ -259,8 +261,9 @@ class ClusterMembership:
         return self.session_timeout_s * LEASE_FRACTION
 
     def lease_valid(self) -> bool:
-        """Whether an acks=1 promise may be answered now (see the module docstring)."""
-        return self._connected and time.monotonic() - self._lease_from < self.lease_s
+        """Whether an acks=1 promise may be answered now (see the module docstring): never while the session
+        is down, nor after a lost one until this node registered again."""
+        return self._connected and self._registered and time.monotonic() - self._lease_from < self.lease_s
 
     def metadata(self) -> ClusterMetadata:
         """The cluster as this node's ZooKeeper cache sees it (no round trip)."""
@@ -403,7 +406,7 @@ class ClusterMembership:
         return any(s.leader == me and s.handover_to is not None and not s.drained for s in meta.partitions.values())
 
     def _ping(self) -> None:
-        sent = time.monotonic()
+        sent, session = time.monotonic(), self._session_events
         try:
             self.coordinator.ping()
         except KazooException as e:
@@ -411,24 +414,29 @@ class ClusterMembership:
                 "node %d: ZooKeeper round trip failed (acks=1 lease not renewed): %s", self.node_id, describe(e)
             )
             return
-        self._lease_from = max(self._lease_from, sent)
+        if self._session_events == session:  # else the session changed meanwhile: the round trip proves nothing
+            self._lease_from = max(self._lease_from, sent)
 
     def _session_changed(self, event: str) -> None:
-        if event in ("lost", "registered"):
-            self._registered = event == "registered"
-        connected = event in ("connected", "registered")
-        self._connected = connected
-        if not connected:
-            self._lease_from = -math.inf
-            if self._closed.is_set():  # this node is leaving: its own session ends, not a fault
-                log.info("node %d: ZooKeeper session closed: left the cluster", self.node_id)
-            else:
-                log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
-        elif event == "connected":
-            self._log_negotiated()
+        """The session's state (``connected``, ``suspended``, ``lost``) and this node's registration
+        (``lost`` ends it, ``registered`` gives it back) are kept apart: produce is accepted only with both."""
         if event == "registered":
-            log.warning("node %d: registered again in a new ZooKeeper session: accepting produce", self.node_id)
-        self._on_session(connected and self._registered)
+            self._registered = True
+            log.warning("node %d: registered again in a new ZooKeeper session", self.node_id)
+        else:
+            self._session_events += 1
+            self._connected = event == "connected"
+            if event == "lost":
+                self._registered = False
+            if not self._connected:
+                self._lease_from = -math.inf
+                if self._closed.is_set():  # this node is leaving: its own session ends, not a fault
+                    log.info("node %d: ZooKeeper session closed: left the cluster", self.node_id)
+                else:
+                    log.warning("node %d: ZooKeeper session %s: not accepting produce", self.node_id, event)
+            else:
+                self._log_negotiated()
+        self._on_session(self._connected and self._registered)
 
     def _may_register_again(self) -> bool:
         """After a lost session: whether every acks=1 batch this node promised is answered (the module docstring);

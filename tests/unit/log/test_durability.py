@@ -143,3 +143,22 @@ def test_group_offset_commits_are_fsynced(tmp_path: Path, fsynced: _Recorder, mo
         data = sorted({p for p in fsynced.paths if p.endswith(".parquet")})
         assert len(data) == 1 and os.path.dirname(data[0]).startswith(offsets.path)
         assert os.path.dirname(data[0]) in fsynced.paths
+
+
+def test_a_partition_directory_made_by_a_commit_is_on_disk_before_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The table's directory entry of a new partition=N directory must survive a power loss like its files do.
+    catalog = _catalog(tmp_path)
+    catalog.create_topic("t", 2)
+    w = TopicWriter(catalog, "t")
+    recorder = _Recorder()
+    monkeypatch.setattr(_log_append, "fsync_path", recorder)
+    root = catalog.topic_path("t")
+    _append(w, [0], "a")  # partition=0 is made: the table's directory holds a new entry
+    assert root in recorder.paths  # was missing: only the files and partition=0 itself were fsynced
+    assert os.path.join(root, "partition=0") in recorder.paths
+    recorder.paths.clear()
+    _append(w, [0], "b")  # no new directory: the table's is not fsynced again
+    assert root not in recorder.paths
+    w.close()
