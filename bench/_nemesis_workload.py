@@ -136,20 +136,27 @@ class Workload:
         proc, producer_id = f"producer-{i}", f"nemesis-{self.seed}-{i}"
         sequences: dict[str, int] = {}
         count = 0
+        follow: tuple[str, list[int]] | None = None
+        """Partitions a plain request failed on: the next request writes them again, idempotent, until answered."""
         with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=self.cluster.headers) as client:
             while not self.stop.is_set():
-                topic = rng.choice((STABLE, STABLE, CHURN))
-                acks = rng.choice(("0", "1", "all", "all"))
-                idempotent = acks != "0" and rng.random() < 0.5
+                if follow is not None:
+                    (topic, chosen), follow = follow, None
+                    acks, idempotent = "all", True
+                else:
+                    topic = rng.choice((STABLE, STABLE, CHURN))
+                    acks = rng.choice(("0", "1", "all", "all"))
+                    idempotent = acks != "0" and rng.random() < 0.5
+                    mode, n = rng.choice(("keyed", "keyless", "explicit")), rng.choice((1, 1, 2, 4))
+                    chosen = [rng.randrange(self.partitions[topic]) if mode == "explicit" else -1 for _ in range(n)]
                 records = []
-                mode, n = rng.choice(("keyed", "keyless", "explicit")), rng.choice((1, 1, 2, 4))
-                for _ in range(n):
+                for p in chosen:
                     count += 1
                     record: dict[str, Any] = {"value": f"{self.seed}:{i}:{count}"}
-                    if mode == "keyed":
+                    if p >= 0:
+                        record["partition"] = p
+                    elif mode == "keyed":
                         record["key"] = f"k{rng.randrange(40)}"
-                    elif mode == "explicit":
-                        record["partition"] = rng.randrange(self.partitions[topic])
                     records.append(record)
                 body: dict[str, Any] = {"records": records}
                 if idempotent:
@@ -174,6 +181,9 @@ class Workload:
                     if done or self.stop.is_set():
                         break
                     time.sleep(RETRY_BACKOFF_S)
+                explicit = sorted({r["partition"] for r in records if "partition" in r})
+                if not idempotent and acks != "0" and explicit and not line["ok"] and line["status"] in RETRIABLE:
+                    follow = (topic, explicit)  # as a producer with more records for them would: sampled until up
                 time.sleep(rng.uniform(0.01, 0.05))
 
     # -- group members -----------------------------------------------------------------
