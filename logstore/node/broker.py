@@ -399,7 +399,9 @@ class Broker:
             if state.leader == me and state.handover_to is None:  # one being handed over is accepted no more
                 mine.setdefault(topic, {})[p] = state.leader_epoch
         failed: Exception | None = None
-        for topic, epochs in sorted(mine.items()):
+        # Topics already open first: opening one (its log replayed, its writer read) takes a while, and the
+        # partitions of the others must not wait for it to be claimed.
+        for topic, epochs in sorted(mine.items(), key=lambda item: (item[0] not in self._pipelines, item[0])):
             if self._retirements.busy(topic):
                 continue
             try:
