@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -233,10 +235,11 @@ def _consume(args: argparse.Namespace, config: LogstoreConfig) -> None:
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise InvalidConfigError(f"--timeout-ms takes a number of milliseconds >= 0, got {args.timeout_ms}")
     try:
-        if args.group and getattr(args, "server", None) and args.partition is None:
-            _consume_as_member(args, printer)
-        else:
-            _consume_partitions(args, config, printer)
+        with _ctrl_c() as pressed:
+            if args.group and getattr(args, "server", None) and args.partition is None:
+                _consume_as_member(args, printer, pressed)
+            else:
+                _consume_partitions(args, config, printer, pressed)
     finally:
         with contextlib.suppress(BrokenPipeError):
             printer.out.flush()
@@ -248,7 +251,25 @@ def _idle_deadline(args: argparse.Namespace) -> float | None:
     return None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
 
 
-def _consume_partitions(args: argparse.Namespace, config: LogstoreConfig, printer: _Printer) -> None:
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) as a flag the consume loops look at between batches, not an exception wherever it lands:
+    a batch is printed, counted and committed whole, so the total counts exactly the records printed (an
+    interrupt raised inside a write, after the line reached the terminal, used to leave it uncounted)."""
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+        yield pressed
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: pressed.set())
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _consume_partitions(
+    args: argparse.Namespace, config: LogstoreConfig, printer: _Printer, pressed: threading.Event
+) -> None:
     """Read partitions by fetching from positions (the root, or a server without group membership)."""
     store = backend(args, config)
     info = store.describe_topic(args.topic)
@@ -266,10 +287,10 @@ def _consume_partitions(args: argparse.Namespace, config: LogstoreConfig, printe
         raise UnknownTopicOrPartitionError(f"partition {args.partition} of topic '{args.topic}' does not exist")
     deadline = _idle_deadline(args)
     try:
-        while not printer.done:
+        while not printer.done and not pressed.is_set():
             progressed = False
             for part in sorted(positions):
-                if printer.done:
+                if printer.done or pressed.is_set():
                     break
                 recs = store.fetch(args.topic, part, positions[part], max_records=printer.wanted(10_000)).records
                 if not len(recs):
@@ -289,7 +310,7 @@ def _consume_partitions(args: argparse.Namespace, config: LogstoreConfig, printe
             elif deadline is not None and time.monotonic() >= deadline:
                 break
             else:
-                time.sleep(_IDLE_POLL_S)
+                pressed.wait(_IDLE_POLL_S)
     except KeyboardInterrupt:
         if args.group:  # what was printed (a batch cut short by Ctrl-C prints again next time)
             store.commit_offsets(args.group, args.topic, positions)
@@ -299,7 +320,7 @@ _IDLE_POLL_S = 0.2
 """How often ``consume`` asks again for new records once it has read everything (as a consumer's fetch wait)."""
 
 
-def _consume_as_member(args: argparse.Namespace, printer: _Printer) -> None:
+def _consume_as_member(args: argparse.Namespace, printer: _Printer, pressed: threading.Event) -> None:
     """``consume --group G --server URL``: a member of G (a :class:`Consumer`), sharing the topic with the others.
 
     Commits after printing (no record is lost or printed twice across a rebalance); leaves the group on exit.
@@ -322,7 +343,7 @@ def _consume_as_member(args: argparse.Namespace, printer: _Printer) -> None:
     uncommitted = False
     try:
         consumer.subscribe([args.topic])
-        while not printer.done:
+        while not printer.done and not pressed.is_set():
             wait_s = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
             msgs = consumer.consume(printer.wanted(500), timeout=wait_s)
             if not msgs:
