@@ -55,8 +55,11 @@ def serve(config: LogstoreConfig, *, insecure: bool = False, doors: Sequence[Doo
 
     log_audit_to_stderr()
     scheme = "https" if tls else "http"
-    # The socket is bound (and listening) before the app starts: in cluster mode the node registers in
-    # ZooKeeper at start-up, and other nodes forward to it as soon as it does.
+    # The port is bound now (a taken one stops the start here) and listened on only once the app has started:
+    # until then a client's connection is refused, so it tries another node, rather than accepted and held
+    # for as long as the start takes (in cluster mode, its previous run's frames replayed under their topics'
+    # failover locks). Requests forwarded to it between its registration and then are refused the same way,
+    # and their nodes answer NOT_LEADER_OR_FOLLOWER: retriable.
     sock = _bind(config.server_host, config.server_port)
     print(f"logstore serving {config.root} on {scheme}://{config.server_host}:{config.server_port}", flush=True)
     server = uvicorn.Server(
@@ -79,8 +82,7 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host.strip("[]"), port))
-    sock.listen(2048)
+    sock.bind((host.strip("[]"), port))  # uvicorn's server listens on it when it starts serving
     sock.set_inheritable(True)
     return sock
 

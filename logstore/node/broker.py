@@ -125,7 +125,7 @@ class Broker:
         """Replay every topic's write-ahead log left by a previous run, then accept requests.
 
         Cluster mode: connect to ZooKeeper, replay them (:func:`~logstore.node.recovery.replay_before_registering`),
-        then register (the HTTP socket is bound by then) and make every topic known to the controller; the
+        then register and make every topic known to the controller; the
         topics this node is given partitions of open as leadership arrives.
 
         Raises:

@@ -231,7 +231,7 @@ class ClusterMembership:
         return self.node.node_id
 
     def start(self, before_register: Callable[[], None] = lambda: None) -> None:
-        """Register (the HTTP socket is bound by now, so forwarded requests can reach this node) and watch.
+        """Register and watch (requests forwarded to this node before it serves are refused, and retried).
 
         ``before_register`` runs once the ZooKeeper session is open, while other nodes do not count this one live
         yet (:meth:`failover_lock` works): the node commits its previous run's write-ahead log then.
