@@ -14,7 +14,16 @@ ROOT   ?= ./data
 CONSOLE_VENDOR := ingest_api/console/static/vendor
 AZURITE := node_modules/.bin/azurite-blob
 
-.PHONY: runtime setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean compat
+.PHONY: runtime setup run demo test lint typecheck docs unit bench jars zookeeper kafka console chromium clean compat native
+
+# rustup keeps its toolchains beside its cargo (~/.cargo/bin/cargo, ~/.rustup): found there even when HOME
+# points elsewhere (a CI run with an empty HOME).
+CARGO_BIN := $(shell command -v cargo)
+ifeq ($(origin RUSTUP_HOME),undefined)
+  ifneq ($(wildcard $(dir $(CARGO_BIN))../../.rustup),)
+    export RUSTUP_HOME := $(abspath $(dir $(CARGO_BIN))../../.rustup)
+  endif
+endif
 
 # What `make run` needs (the package and its runtime dependencies, Delta's jars, the console's library), and
 # what the tests add to it (the dev extras, ZooKeeper, Spark's Kafka connector: the test session's classpath holds it).
@@ -26,10 +35,19 @@ $(BIN)/python:
 
 # pyproject.toml states the versions logstore supports (Spark 4.0-4.2, Python 3.11-3.12); constraints.txt pins
 # the set the tests run on, so every checkout installs the same one.
-$(VENV)/.runtime: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install -q --upgrade pip
+$(VENV)/.runtime: pyproject.toml constraints.txt $(VENV)/.native | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
+
+# native/: the compiled kernels of the Kafka listener (logstore_native: record batches ⇄ Arrow), Rust with PyO3,
+# built by maturin (from PyPI) with the crates Cargo.lock pins (from crates.io), installed into the venv.
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml native/logstore_native.pyi $(wildcard native/src/*.rs)
+$(VENV)/.native: $(NATIVE_SOURCES) | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q ./native
+	touch $@
+
+native: $(VENV)/.native
 
 $(VENV)/.installed: $(VENV)/.runtime
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
@@ -105,6 +123,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	cd native && cargo fmt --check && cargo clippy --release --locked --quiet -- -D warnings
 
 typecheck: setup
 	$(BIN)/mypy
@@ -130,7 +149,7 @@ bench: setup kafka
 	$(BIN)/python bench/vs_kafka.py
 
 clean:
-	rm -rf $(VENV) .cache node_modules $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis .schemathesis .import_linter_cache .grimp_cache .artifacts
+	rm -rf $(VENV) .cache node_modules native/target $(CONSOLE_VENDOR) .pytest_cache .mypy_cache .ruff_cache .hypothesis .schemathesis .import_linter_cache .grimp_cache .artifacts
 
 # The oldest supported pair (Python 3.12, pyspark 4.0, delta-spark 4.0) in a venv of its own, through the day-one
 # Spark path (bench/compat.py: produce, stream with a group, batch read, sink, SQL, compaction). Downloads
@@ -143,6 +162,7 @@ $(COMPAT)/.done: pyproject.toml
 	@test -n "$(COMPAT_PYTHON)" || (echo "make compat needs Python 3.12 (COMPAT_PYTHON=...)"; exit 1)
 	rm -rf $(COMPAT) && $(COMPAT_PYTHON) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install -q --upgrade pip
+	$(COMPAT)/bin/python -m pip install -q ./native
 	$(COMPAT)/bin/python -m pip install -q $(COMPAT_PINS) -e .
 	touch $@
 
