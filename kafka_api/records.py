@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from logstore.config import CompressionType
 from logstore.errors import CorruptMessageError, InvalidRequestError, RecordListTooLargeError
 from logstore.log.schema import HEADERS_TYPE
 from logstore.wire.json_produce import ParsedRecords
@@ -40,7 +41,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_FROM = 21
 """The CRC covers the batch from its attributes (byte 21) to its end."""
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_COMPRESSION: dict[int, CompressionType] = {0: "uncompressed", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+"""A batch's codec (its attributes' low 3 bits) by Kafka's ``compression.type`` name."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,8 @@ class DecodedBatch:
     """Sequence of the batch's first record; -1 = not idempotent."""
     transactional: bool
     control: bool
+    compression: CompressionType
+    """The codec the batch came in (``uncompressed`` … ``zstd``)."""
     keys: pa.Array
     """binary, null = no key."""
     values: pa.Array
@@ -145,6 +149,7 @@ def _decode_records(
         base_sequence=base_seq,
         transactional=bool(attributes & 0x10),
         control=bool(attributes & 0x20),
+        compression=_COMPRESSION[attributes & 0x7],
         keys=_binary_array(pa.binary(), count, keys),
         values=_binary_array(pa.binary(), count, values),
         headers=_headers_array(count, headers),
@@ -251,7 +256,9 @@ def encode_batches(records: pa.Table) -> bytes:
 def engine_records(
     batches: list[DecodedBatch], partition: int, producer_id: str | None = None, sequence: int | None = None
 ) -> ParsedRecords:
-    """One partition's decoded batches as one engine request (the records of every batch, in order)."""
+    """One partition's decoded batches as one engine request (the records of every batch, in order), with their
+    codec when every batch came in the same one."""
+    codecs = {b.compression for b in batches}
     return ParsedRecords(
         keys=pa.concat_arrays([b.keys for b in batches]),
         values=pa.concat_arrays([b.values for b in batches]),
@@ -260,4 +267,5 @@ def engine_records(
         partitions=[partition] * sum(len(b) for b in batches),
         producer_id=producer_id,
         sequence=sequence,
+        compression=codecs.pop() if len(codecs) == 1 else None,
     )

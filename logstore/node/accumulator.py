@@ -347,7 +347,8 @@ class Accumulator:
             if acks == "1" and pid is None:
                 pid, seq = self.wal_pid, self._wal_seq
                 self._wal_seq += 1
-            item = Pending(ProducerBatch(records, pid, seq, validated=True), nbytes, Future(), predicted, counts=counts)
+            batch = ProducerBatch(records, pid, seq, validated=True, compression=parsed.compression)
+            item = Pending(batch, nbytes, Future(), predicted, counts=counts)
             item.times.queued = time.perf_counter()
             if predicted:
                 self._leo = grown(self._leo, len(counts))

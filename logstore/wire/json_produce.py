@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from logstore.config import CompressionType
 from logstore.errors import InvalidRequestError, InvalidTimestampError
 from logstore.log.schema import HEADERS_TYPE, MAX_TIMESTAMP_MS
 from logstore.wire.arrow_produce import PRODUCER_ID_HEADER, SEQUENCE_HEADER, decode_produce
@@ -69,6 +70,9 @@ class ParsedRecords:
     partitions: list[int | None]
     producer_id: str | None
     sequence: int | None
+    compression: CompressionType | None = None
+    """The codec a Kafka client sent the records in (its record batches'); None for HTTP bodies
+    (:attr:`~logstore.structs.ProducerBatch.compression`)."""
 
     def __len__(self) -> int:
         return len(self.values)

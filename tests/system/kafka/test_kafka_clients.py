@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -148,6 +149,24 @@ def test_confluent_producer_records_are_the_table_rows_and_read_back_by_every_do
     assert _http_records(s, "orders", 3) == produced
     assert _table_records(s, "orders") == produced
     assert _consume(bootstrap, "orders", 3, 300) == produced
+    # compression.type=producer (the default): the data files keep the codec the client's batches came in
+    assert _file_codecs(s, "orders") == {PARQUET_CODECS[codec]}
+
+
+PARQUET_CODECS = {"none": "UNCOMPRESSED", "gzip": "GZIP", "snappy": "SNAPPY", "lz4": "LZ4", "zstd": "ZSTD"}
+"""A Kafka client's codec → the Parquet codec of the files its records land in under ``compression.type=producer``,
+as pyarrow's metadata names it (LZ4_RAW, what it writes, is ``LZ4`` there)."""
+
+
+def _file_codecs(s: Server, topic: str) -> set[str]:
+    """The Parquet codecs of the ``value`` column of every data file of ``topic``."""
+    table = DeltaTable(str(s.root / "topics" / topic))
+    out = set()
+    for uri in table.file_uris():
+        meta = pq.ParquetFile(uri.removeprefix("file://")).metadata
+        column = meta.schema.to_arrow_schema().get_field_index("value")
+        out |= {meta.row_group(g).column(column).compression for g in range(meta.num_row_groups)}
+    return out
 
 
 def test_http_records_read_by_kafka_consumer_identically(server: Callable[..., Server]) -> None:
