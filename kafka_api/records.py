@@ -25,7 +25,6 @@ import cramjam
 import logstore_native as native
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from logstore.config import CompressionType
 from logstore.errors import CorruptMessageError, InvalidRequestError, RecordListTooLargeError
@@ -207,8 +206,23 @@ def _headers_in(headers: pa.Array) -> native.HeadersIn | None:
     )
 
 
-def _single(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def _batch(records: pa.RecordBatch, attributes: int) -> native.BatchIn:
+    """One Kafka batch of ``records`` (contiguous columns), as the kernel takes it."""
+    offsets = records.column("offset")
+    stamps = records.column("timestamp").cast(pa.int64())
+    return (
+        records.num_rows,
+        np.ascontiguousarray(offsets.to_numpy()),
+        np.ascontiguousarray(stamps.to_numpy()),
+        _binary_in(records.column("key")),
+        _binary_in(records.column("value")),
+        _headers_in(records.column("headers")),
+        attributes,
+    )
+
+
+def _timestamp_type(records: pa.RecordBatch) -> int:
+    return 0x08 if records.column("timestamp_type")[0].as_py() == 1 else 0
 
 
 def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
@@ -219,38 +233,32 @@ def encode_batch(records: pa.Table, leader_epoch: int = 0) -> bytes:
     record's own, the batch's type CreateTime or LogAppendTime as its first
     record's ``timestamp_type``.
     """
-    offsets = _single(records["offset"]).cast(pa.int64())
-    stamps_ms = pc.divide(_single(records["timestamp"]).cast(pa.int64()), 1000)
-    log_append = int(records["timestamp_type"][0].as_py()) == 1
-    return native.encode_batch(
-        records.num_rows,
-        np.ascontiguousarray(offsets.to_numpy()),
-        np.ascontiguousarray(stamps_ms.to_numpy()),
-        _binary_in(_single(records["key"])),
-        _binary_in(_single(records["value"])),
-        _headers_in(_single(records["headers"])),
-        0x08 if log_append else 0,
-        leader_epoch,
-    )
+    [whole] = records.combine_chunks().to_batches()
+    return native.encode_batches([_batch(whole, _timestamp_type(whole))], leader_epoch)
 
 
 def encode_batches(records: pa.Table) -> bytes:
-    """``records`` as uncompressed v2 batches, a new batch wherever one batch could not say their timestamps.
+    """``records`` as uncompressed v2 batches, one after another: a batch per chunk of the table (a row group
+    read), cut further wherever one batch could not say their timestamps.
 
     A batch has one timestamp type, and a LogAppendTime batch one timestamp
     (its max timestamp: Kafka's clients give it to every record of the
     batch). So a run of CreateTime records is one batch, and LogAppendTime
-    records are one batch per commit time.
+    records are one batch per commit time. The kernel sizes every batch, then
+    writes them all into one ``bytes``: the records are copied once.
     """
-    n = records.num_rows
-    kinds = records["timestamp_type"].to_numpy()
-    stamps = records["timestamp"].cast(pa.int64()).to_numpy()
-    appended = kinds == 1
-    cut = np.flatnonzero((kinds[1:] != kinds[:-1]) | (appended[1:] & (stamps[1:] != stamps[:-1]))) + 1
-    if not len(cut):
-        return encode_batch(records)
-    bounds = [0, *cut.tolist(), n]
-    return b"".join(encode_batch(records.slice(a, b - a)) for a, b in itertools.pairwise(bounds))
+    batches = []
+    for chunk in records.to_batches():
+        n = chunk.num_rows
+        if not n:
+            continue
+        kinds = chunk.column("timestamp_type").to_numpy()
+        stamps = chunk.column("timestamp").cast(pa.int64()).to_numpy()
+        appended = kinds == 1
+        cut = np.flatnonzero((kinds[1:] != kinds[:-1]) | (appended[1:] & (stamps[1:] != stamps[:-1]))) + 1
+        for a, b in itertools.pairwise([0, *cut.tolist(), n]):
+            batches.append(_batch(chunk.slice(a, b - a), 0x08 if appended[a] else 0))
+    return native.encode_batches(batches, 0)
 
 
 def engine_records(

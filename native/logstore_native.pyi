@@ -53,18 +53,13 @@ def decode_records(
         RecordsTooLarge: over 2 GiB of keys, values or headers.
     """
 
-def encode_batch(
-    rows: int,
-    offsets: _Buffer,
-    timestamps_ms: _Buffer,
-    keys: BinaryIn,
-    values: BinaryIn,
-    headers: HeadersIn | None,
-    attributes: int,
-    leader_epoch: int,
-) -> bytes:
-    """One uncompressed v2 batch of ``rows`` records (int64 ``offsets`` ascending, int64 ``timestamps_ms``).
+BatchIn: TypeAlias = tuple[int, _Buffer, _Buffer, BinaryIn, BinaryIn, HeadersIn | None, int]
+"""One batch to encode: rows, int64 offsets (ascending), int64 timestamps in µs, keys, values, headers, attributes."""
+
+def encode_batches(batches: list[BatchIn], leader_epoch: int) -> bytes:
+    """Uncompressed v2 batches, one per element of ``batches``, one after another in one ``bytes``; producer id,
+    epoch and sequence -1, offset deltas from the records' own offsets.
 
     Raises:
-        ValueError: buffers that do not hold ``rows`` records, or offsets that do not ascend.
+        ValueError: buffers that do not hold their rows, or offsets that do not ascend.
     """

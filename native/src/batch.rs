@@ -9,11 +9,11 @@
 //! ```
 //!
 //! Decoding reads every field of every record in one pass, with each record's fields held to its declared
-//! length as Kafka's `DefaultRecord.readFrom` does; encoding writes uncompressed batches whole, header and
-//! CRC-32C included.
+//! length as Kafka's `DefaultRecord.readFrom` does; encoding sizes each batch in a first pass and then writes it,
+//! header and CRC-32C included, into bytes allocated once.
 
 use crate::crc32c;
-use crate::varint::{put_varint, put_varlong, varint_size, varlong_size, Cursor, Malformed};
+use crate::varint::{varint_size, varlong_size, Cursor, Malformed};
 
 /// Bytes of a v2 batch before its records.
 pub const BATCH_HEADER_SIZE: usize = 61;
@@ -292,107 +292,176 @@ pub struct RecordsIn<'a> {
     pub rows: usize,
     /// int64 offsets, ascending (gaps allowed: a compacted slice).
     pub offsets: &'a [u8],
-    /// int64 timestamps in milliseconds.
-    pub timestamps_ms: &'a [u8],
+    /// int64 timestamps in microseconds (Kafka's milliseconds are these divided by 1000, toward zero).
+    pub timestamps_us: &'a [u8],
     pub keys: BinaryIn<'a>,
     pub values: BinaryIn<'a>,
     pub headers: Option<HeadersIn<'a>>,
 }
 
-/// One uncompressed v2 batch of `records` (at least one), its offset deltas from the records' own offsets,
-/// `attributes` its attributes (timestamp type bit), `leader_epoch` its partition leader epoch; producer id,
-/// epoch and base sequence -1.
-pub fn encode(
-    records: &RecordsIn,
-    attributes: i16,
-    leader_epoch: i32,
-) -> Result<Vec<u8>, Malformed> {
+/// What :func:`write` needs of one batch, found by a first pass over its records: its bytes and each record's.
+pub struct Plan {
+    /// Bytes of each record after its length prefix.
+    sizes: Vec<i32>,
+    /// Bytes of the whole batch, header included.
+    pub total: usize,
+    base_offset: i64,
+    last_delta: i32,
+    base_ts: i64,
+    max_ts: i64,
+}
+
+/// Plan one uncompressed v2 batch of `records` (at least one): check every record and size it.
+pub fn plan(records: &RecordsIn) -> Result<Plan, Malformed> {
     let n = records.rows;
     if n == 0 {
         return Err(Malformed("a record batch of no records".into()));
     }
+    i32::try_from(n).map_err(|_| Malformed("more than 2^31 records in a batch".into()))?;
     let base_offset = i64_at(records.offsets, 0)?;
     let last_offset = i64_at(records.offsets, n - 1)?;
     let mut base_ts = i64::MAX;
     let mut max_ts = i64::MIN;
     for i in 0..n {
-        let t = i64_at(records.timestamps_ms, i)?;
+        let t = i64_at(records.timestamps_us, i)? / 1000;
         base_ts = base_ts.min(t);
         max_ts = max_ts.max(t);
     }
     let last_delta = i32::try_from(last_offset - base_offset)
         .map_err(|_| Malformed("a batch's offsets span more than 2^31".into()))?;
-    let mut out = Vec::with_capacity(BATCH_HEADER_SIZE + records.values.data.len() + 16 * n);
-    out.resize(BATCH_HEADER_SIZE, 0);
+    let mut sizes = Vec::with_capacity(n);
+    let mut total = BATCH_HEADER_SIZE;
     for i in 0..n {
-        let offset_delta =
-            i32::try_from(i64_at(records.offsets, i)? - base_offset).map_err(|_| {
-                Malformed("offsets of a batch must ascend within 2^31 of its first".into())
-            })?;
-        if offset_delta < 0 {
-            return Err(Malformed(
-                "offsets of a batch must ascend from its first".into(),
-            ));
-        }
-        let ts_delta = i64_at(records.timestamps_ms, i)? - base_ts;
-        let key = records.keys.get(i)?;
-        let value = records.values.get(i)?;
-        let headers = match &records.headers {
-            Some(h) => h.range(i)?,
-            None => 0..0,
-        };
+        let offset_delta = i32::try_from(i64_at(records.offsets, i)? - base_offset)
+            .ok()
+            .filter(|d| *d >= 0)
+            .ok_or_else(|| Malformed("offsets of a batch must ascend from its first".into()))?;
+        let ts_delta = i64_at(records.timestamps_us, i)? / 1000 - base_ts;
         let mut size = 1 + varlong_size(ts_delta) + varint_size(offset_delta);
-        size += field_size(key)? + field_size(value)?;
-        size += varint_size(headers.len() as i32);
-        if let Some(h) = &records.headers {
-            for e in headers.clone() {
-                size += field_size(Some(h.keys.get(e)?.unwrap_or(b"")))?
-                    + field_size(h.values.get(e)?)?;
+        size += field_size(records.keys.get(i)?)? + field_size(records.values.get(i)?)?;
+        match &records.headers {
+            None => size += varint_size(0),
+            Some(h) => {
+                let entries = h.range(i)?;
+                size += varint_size(entries.len() as i32);
+                for e in entries {
+                    size += field_size(Some(h.keys.get(e)?.unwrap_or(b"")))?
+                        + field_size(h.values.get(e)?)?;
+                }
             }
         }
         let size =
             i32::try_from(size).map_err(|_| Malformed("a record of more than 2 GiB".into()))?;
-        put_varint(&mut out, size);
-        out.push(0); // record attributes: none are defined
-        put_varlong(&mut out, ts_delta);
-        put_varint(&mut out, offset_delta);
-        put_field(&mut out, key);
-        put_field(&mut out, value);
-        put_varint(&mut out, headers.len() as i32);
-        if let Some(h) = &records.headers {
-            for e in headers {
-                put_field(&mut out, Some(h.keys.get(e)?.unwrap_or(b"")));
-                put_field(&mut out, h.values.get(e)?);
+        sizes.push(size);
+        total += varint_size(size) + size as usize;
+    }
+    if total - 12 > i32::MAX as usize {
+        return Err(Malformed("a record batch of more than 2 GiB".into()));
+    }
+    Ok(Plan {
+        sizes,
+        total,
+        base_offset,
+        last_delta,
+        base_ts,
+        max_ts,
+    })
+}
+
+/// Write the batch `plan` sized into `out` (exactly `plan.total` bytes): records, then the header and its CRC.
+/// `attributes` are the batch's (its timestamp type bit), `leader_epoch` its partition leader epoch; producer id,
+/// epoch and base sequence are -1.
+pub fn write(records: &RecordsIn, plan: &Plan, attributes: i16, leader_epoch: i32, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), plan.total);
+    let mut w = Writer {
+        buf: out,
+        pos: BATCH_HEADER_SIZE,
+    };
+    for (i, &size) in plan.sizes.iter().enumerate() {
+        // every field was read once by `plan`, which checked it: reading it again cannot fail
+        let offset = i64_at(records.offsets, i).expect("planned");
+        let ts = i64_at(records.timestamps_us, i).expect("planned") / 1000;
+        w.varint(size);
+        w.bytes(&[0]); // record attributes: none are defined
+        w.varlong(ts - plan.base_ts);
+        w.varint((offset - plan.base_offset) as i32);
+        w.field(records.keys.get(i).expect("planned"));
+        w.field(records.values.get(i).expect("planned"));
+        match &records.headers {
+            None => w.varint(0),
+            Some(h) => {
+                let entries = h.range(i).expect("planned");
+                w.varint(entries.len() as i32);
+                for e in entries {
+                    w.field(Some(h.keys.get(e).expect("planned").unwrap_or(b"")));
+                    w.field(h.values.get(e).expect("planned"));
+                }
             }
         }
     }
-    let length = i32::try_from(out.len() - 12)
-        .map_err(|_| Malformed("a record batch of more than 2 GiB".into()))?;
-    let count =
-        i32::try_from(n).map_err(|_| Malformed("more than 2^31 records in a batch".into()))?;
-    let mut h = &mut out[..BATCH_HEADER_SIZE];
-    put(&mut h, &base_offset.to_be_bytes());
-    put(&mut h, &length.to_be_bytes());
-    put(&mut h, &leader_epoch.to_be_bytes());
-    put(&mut h, &[2]); // magic
-    put(&mut h, &[0; 4]); // the CRC, below
-    put(&mut h, &attributes.to_be_bytes());
-    put(&mut h, &last_delta.to_be_bytes());
-    put(&mut h, &base_ts.to_be_bytes());
-    put(&mut h, &max_ts.to_be_bytes());
-    put(&mut h, &(-1i64).to_be_bytes()); // producer id
-    put(&mut h, &(-1i16).to_be_bytes()); // producer epoch
-    put(&mut h, &(-1i32).to_be_bytes()); // base sequence
-    put(&mut h, &count.to_be_bytes());
-    let crc = crc32c::append(0, &out[CRC_FROM..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    Ok(out)
+    debug_assert_eq!(w.pos, plan.total);
+    let mut h = Writer { buf: w.buf, pos: 0 };
+    h.bytes(&plan.base_offset.to_be_bytes());
+    h.bytes(&((plan.total - 12) as i32).to_be_bytes());
+    h.bytes(&leader_epoch.to_be_bytes());
+    h.bytes(&[2]); // magic
+    h.bytes(&[0; 4]); // the CRC, below
+    h.bytes(&attributes.to_be_bytes());
+    h.bytes(&plan.last_delta.to_be_bytes());
+    h.bytes(&plan.base_ts.to_be_bytes());
+    h.bytes(&plan.max_ts.to_be_bytes());
+    h.bytes(&(-1i64).to_be_bytes()); // producer id
+    h.bytes(&(-1i16).to_be_bytes()); // producer epoch
+    h.bytes(&(-1i32).to_be_bytes()); // base sequence
+    h.bytes(&(plan.sizes.len() as i32).to_be_bytes());
+    let crc = crc32c::append(0, &h.buf[CRC_FROM..]);
+    h.buf[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
-fn put(h: &mut &mut [u8], bytes: &[u8]) {
-    let (head, tail) = std::mem::take(h).split_at_mut(bytes.len());
-    head.copy_from_slice(bytes);
-    *h = tail;
+/// Bytes written into a slice sized beforehand.
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl Writer<'_> {
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
+        self.pos += b.len();
+    }
+
+    #[inline]
+    fn unsigned(&mut self, mut z: u64) {
+        while z >= 0x80 {
+            self.buf[self.pos] = (z as u8) | 0x80;
+            self.pos += 1;
+            z >>= 7;
+        }
+        self.buf[self.pos] = z as u8;
+        self.pos += 1;
+    }
+
+    #[inline]
+    fn varint(&mut self, v: i32) {
+        self.unsigned(u64::from(((v << 1) ^ (v >> 31)) as u32));
+    }
+
+    #[inline]
+    fn varlong(&mut self, v: i64) {
+        self.unsigned(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    #[inline]
+    fn field(&mut self, v: Option<&[u8]>) {
+        match v {
+            None => self.varint(-1),
+            Some(b) => {
+                self.varint(b.len() as i32);
+                self.bytes(b);
+            }
+        }
+    }
 }
 
 fn field_size(v: Option<&[u8]>) -> Result<usize, Malformed> {
@@ -404,14 +473,4 @@ fn field_size(v: Option<&[u8]>) -> Result<usize, Malformed> {
             varint_size(n) + b.len()
         }
     })
-}
-
-fn put_field(out: &mut Vec<u8>, v: Option<&[u8]>) {
-    match v {
-        None => put_varint(out, -1),
-        Some(b) => {
-            put_varint(out, b.len() as i32);
-            out.extend_from_slice(b);
-        }
-    }
 }

@@ -272,67 +272,119 @@ impl BinaryArg {
     }
 }
 
-/// One uncompressed record batch v2 of `rows` records (at least one), as `bytes`: `offsets` and `timestamps_ms` int64
-/// buffers; `keys` and `values` `(validity | None, offsets, data | None, array_offset)` of Arrow binary arrays;
-/// `headers` None, or `(validity | None, list_offsets, array_offset, keys, values)` of the list array and its
-/// struct's two fields (a null header key is written empty). Offset deltas come from the records' offsets;
-/// producer id, epoch and sequence are -1. Raises `ValueError` for buffers that do not hold `rows` records.
-#[pyfunction]
-#[pyo3(signature = (rows, offsets, timestamps_ms, keys, values, headers, attributes, leader_epoch))]
-#[allow(clippy::too_many_arguments)]
-fn encode_batch<'py>(
-    py: Python<'py>,
+/// The columns of one batch to encode, as Python hands them over (see `encode_batches`), held while they are read.
+struct BatchArg {
     rows: usize,
-    offsets: &Bound<'py, PyAny>,
-    timestamps_ms: &Bound<'py, PyAny>,
-    keys: &Bound<'py, PyAny>,
-    values: &Bound<'py, PyAny>,
-    headers: &Bound<'py, PyAny>,
+    offsets: Bytes,
+    timestamps: Bytes,
+    keys: BinaryArg,
+    values: BinaryArg,
+    headers: Option<(Option<Bytes>, Bytes, usize, BinaryArg, BinaryArg)>,
     attributes: i16,
+}
+
+impl BatchArg {
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        type Args<'py> = (
+            usize,
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+            Bound<'py, PyAny>,
+            i16,
+        );
+        let (rows, offsets, timestamps, keys, values, headers, attributes): Args<'_> =
+            obj.extract()?;
+        let headers = if headers.is_none() {
+            None
+        } else {
+            type HeaderArgs<'py> = (
+                Bound<'py, PyAny>,
+                Bound<'py, PyAny>,
+                usize,
+                Bound<'py, PyAny>,
+                Bound<'py, PyAny>,
+            );
+            let (validity, list_offsets, offset, hkeys, hvalues): HeaderArgs<'_> =
+                headers.extract()?;
+            Some((
+                optional(&validity)?,
+                Bytes::get(&list_offsets)?,
+                offset,
+                BinaryArg::get(&hkeys)?,
+                BinaryArg::get(&hvalues)?,
+            ))
+        };
+        Ok(BatchArg {
+            rows,
+            offsets: Bytes::get(&offsets)?,
+            timestamps: Bytes::get(&timestamps)?,
+            keys: BinaryArg::get(&keys)?,
+            values: BinaryArg::get(&values)?,
+            headers,
+            attributes,
+        })
+    }
+
+    fn view(&self) -> batch::RecordsIn<'_> {
+        batch::RecordsIn {
+            rows: self.rows,
+            offsets: self.offsets.slice(),
+            timestamps_us: self.timestamps.slice(),
+            keys: self.keys.view(),
+            values: self.values.view(),
+            headers: self
+                .headers
+                .as_ref()
+                .map(|(validity, list_offsets, offset, k, v)| batch::HeadersIn {
+                    validity: validity.as_ref().map(Bytes::slice),
+                    offsets: list_offsets.slice(),
+                    offset: *offset,
+                    keys: k.view(),
+                    values: v.view(),
+                }),
+        }
+    }
+}
+
+/// Uncompressed record batches v2, one after another in one `bytes`: one batch per element of `batches`, each
+/// `(rows, offsets, timestamps_us, keys, values, headers, attributes)` — `rows` records (at least one), int64
+/// `offsets` ascending and int64 `timestamps_us` (microseconds: Kafka's milliseconds are these / 1000); `keys` and `values` `(validity | None, offsets, data | None,
+/// array_offset)` of Arrow binary arrays; `headers` None, or `(validity | None, list_offsets, array_offset, keys,
+/// values)` of the list array and its struct's two fields (a null header key is written empty); `attributes` the
+/// batch's (its timestamp type bit). Offset deltas come from the records' own offsets; producer id, epoch and
+/// sequence are -1; `leader_epoch` is every batch's. The batches are sized first and written into the `bytes`
+/// once, with the interpreter lock released. Raises `ValueError` for buffers that do not hold `rows` records, or
+/// offsets that do not ascend.
+#[pyfunction]
+fn encode_batches<'py>(
+    py: Python<'py>,
+    batches: &Bound<'py, PyAny>,
     leader_epoch: i32,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let offsets = Bytes::get(offsets)?;
-    let timestamps = Bytes::get(timestamps_ms)?;
-    let keys = BinaryArg::get(keys)?;
-    let values = BinaryArg::get(values)?;
-    let headers = if headers.is_none() {
-        None
-    } else {
-        let (validity, list_offsets, offset, hkeys, hvalues): (
-            Bound<'_, PyAny>,
-            Bound<'_, PyAny>,
-            usize,
-            Bound<'_, PyAny>,
-            Bound<'_, PyAny>,
-        ) = headers.extract()?;
-        Some((
-            optional(&validity)?,
-            Bytes::get(&list_offsets)?,
-            offset,
-            BinaryArg::get(&hkeys)?,
-            BinaryArg::get(&hvalues)?,
-        ))
-    };
-    let records = batch::RecordsIn {
-        rows,
-        offsets: offsets.slice(),
-        timestamps_ms: timestamps.slice(),
-        keys: keys.view(),
-        values: values.view(),
-        headers: headers
-            .as_ref()
-            .map(|(validity, list_offsets, offset, k, v)| batch::HeadersIn {
-                validity: validity.as_ref().map(Bytes::slice),
-                offsets: list_offsets.slice(),
-                offset: *offset,
-                keys: k.view(),
-                values: v.view(),
-            }),
-    };
-    let out = py
-        .detach(|| batch::encode(&records, attributes, leader_epoch))
+    let args = batches
+        .try_iter()?
+        .map(|b| BatchArg::get(&b?))
+        .collect::<PyResult<Vec<_>>>()?;
+    let views: Vec<batch::RecordsIn<'_>> = args.iter().map(BatchArg::view).collect();
+    let attributes: Vec<i16> = args.iter().map(|a| a.attributes).collect();
+    let plans = py
+        .detach(|| views.iter().map(batch::plan).collect::<Result<Vec<_>, _>>())
         .map_err(|e| PyValueError::new_err(e.0))?;
-    Ok(PyBytes::new(py, &out)) // one copy, under the lock: a memcpy, against the pass that built it
+    let total = plans.iter().map(|p| p.total).sum();
+    PyBytes::new_with(py, total, |out| {
+        // The bytes object is this call's alone until it returns: filling it needs no lock.
+        py.detach(|| {
+            let mut rest = out;
+            for ((records, plan), &attributes) in views.iter().zip(&plans).zip(&attributes) {
+                let (this, after) = rest.split_at_mut(plan.total);
+                batch::write(records, plan, attributes, leader_epoch, this);
+                rest = after;
+            }
+        });
+        Ok(())
+    })
 }
 
 #[pymodule]
@@ -344,6 +396,6 @@ fn logstore_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(crc32c_portable, m)?)?;
     m.add_function(wrap_pyfunction!(decode_records, m)?)?;
-    m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_batches, m)?)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Kafka's zigzag varints (`ByteUtils.readVarint` / `readVarlong` and their writers).
+//! Kafka's zigzag varints (`ByteUtils.readVarint` / `readVarlong`), and the bytes their writers take.
 
 /// A field that cannot be read: what it was, for the error message.
 #[derive(Debug)]
@@ -66,27 +66,6 @@ impl<'a> Cursor<'a> {
         self.pos += len;
         Ok(&self.buf[self.pos - len..self.pos])
     }
-}
-
-/// Append `v` as a zigzag varint (Kafka's `writeVarint`).
-#[inline]
-pub fn put_varint(out: &mut Vec<u8>, v: i32) {
-    put_unsigned(out, u64::from(((v << 1) ^ (v >> 31)) as u32));
-}
-
-/// Append `v` as a zigzag varlong (Kafka's `writeVarlong`).
-#[inline]
-pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
-    put_unsigned(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-#[inline]
-fn put_unsigned(out: &mut Vec<u8>, mut z: u64) {
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
 }
 
 /// Bytes `v` takes as a zigzag varint.

@@ -351,3 +351,20 @@ def test_a_malformed_record_is_corrupt_message_naming_the_field(record: bytes, e
 def test_the_crc_by_instruction_and_by_table_are_crc32c(head: bytes, tail: bytes) -> None:
     assert native.crc32c(head + tail) == native.crc32c_portable(head + tail) == crc32c.crc32c(head + tail)
     assert native.crc32c(tail, native.crc32c(head)) == crc32c.crc32c(head + tail)
+
+
+def test_a_table_of_several_chunks_is_a_batch_per_chunk_in_one_answer() -> None:
+    """A fetch's records come as several row groups: each is a batch, written together, read back whole."""
+    table = _table(30)
+    chunked = pa.concat_tables([table.slice(0, 7), table.slice(7, 1), table.slice(8, 22)])
+    data = encode_batches(chunked)
+    counts, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        counts.append(struct.unpack_from(">i", data, pos + 57)[0])
+        assert struct.unpack_from(">I", data, pos + 17)[0] == crc32c.crc32c(data[pos + 21 : pos + 12 + length])
+        pos += 12 + length
+    assert counts == [7, 1, 22]
+    decoded = decode_batches(data)
+    assert [v for b in decoded for v in b.values.to_pylist()] == table["value"].to_pylist()
+    assert [h for b in decoded for h in b.headers.to_pylist()] == table["headers"].to_pylist()
