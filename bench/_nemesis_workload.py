@@ -38,8 +38,8 @@ RETRY_BACKOFF_S = 0.1
 """The pause between two attempts of one request (Kafka's ``retry.backoff.ms``)."""
 ATTEMPT_TIMEOUT_S = SESSION_MS / 1000
 """How long one produce attempt may take: by then a paused or cut leader has lost its partitions, so the next
-attempt, to another random node, can succeed (an attempt to a paused node would otherwise hold the thread
-for the whole pause)."""
+attempt, to another random node (never the one that did not answer), can succeed (an attempt to a paused node
+would otherwise hold the thread for the whole pause, and a second one to it would add another timeout)."""
 
 
 class History:
@@ -122,8 +122,10 @@ class Workload:
             self.failures.append(e)
             raise
 
-    def _node(self, rng: random.Random) -> tuple[int, str]:
-        n = rng.choice(sorted(self.cluster.nodes))
+    def _node(self, rng: random.Random, avoid: int | None = None) -> tuple[int, str]:
+        """A random node; not ``avoid`` (the node the last attempt got no answer from) when there is another,
+        as a Kafka client marks a broker down after a request timeout and asks another for metadata."""
+        n = rng.choice([n for n in sorted(self.cluster.nodes) if n != avoid] or sorted(self.cluster.nodes))
         return n, self.cluster.nodes[n].url
 
     # -- producers -----------------------------------------------------------------
@@ -164,8 +166,9 @@ class Workload:
                     body |= {"producer_id": producer_id, "sequence": sequences[topic]}
                 req = {"topic": topic, "acks": acks, **{k: v for k, v in body.items()}}
                 give_up = time.monotonic() + (DELIVERY_TIMEOUT_S if idempotent else 0.0)
+                silent: int | None = None  # the node the last attempt got no answer from
                 while True:
-                    node, url = self._node(rng)
+                    node, url = self._node(rng, avoid=silent)
                     line = self.history.call(
                         "produce",
                         proc,
@@ -180,6 +183,7 @@ class Workload:
                     done = line["ok"] or line["status"] not in RETRIABLE or time.monotonic() >= give_up
                     if done or self.stop.is_set():
                         break
+                    silent = node if line["status"] is None else None
                     time.sleep(RETRY_BACKOFF_S)
                 explicit = sorted({r["partition"] for r in records if "partition" in r})
                 if not idempotent and acks != "0" and explicit and not line["ok"] and line["status"] in RETRIABLE:

@@ -27,7 +27,6 @@ import asyncio
 import ssl
 
 import httpx
-import numpy as np
 import orjson
 import pyarrow as pa
 from anyio import from_thread
@@ -226,7 +225,7 @@ def _merge(n: int, shares: list[Share], answers: list[Placed]) -> Placed:
 
 def encode_arrow(parsed: ParsedRecords) -> bytes:
     """Records with their partitions chosen, as an Arrow produce body (:mod:`logstore.wire.arrow_produce`)."""
-    parts = pa.array(np.asarray(parsed.partitions, np.int32), pa.int32())
+    parts = parsed.partitions.cast(pa.int32())
     return encode_produce(
         pa.Table.from_arrays(
             [parts, parsed.timestamps, parsed.keys, parsed.values, parsed.headers], schema=PRODUCE_SCHEMA

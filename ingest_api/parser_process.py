@@ -43,7 +43,7 @@ CHANNEL_BYTES = 4 * 1024 * 1024
 def encode(parsed: ParsedRecords) -> list[bytes]:
     """The payload of a ``parsed`` answer (status 1 above) for ``parsed``, as the buffers to write."""
     table = pa.Table.from_arrays(
-        [pa.array(parsed.partitions, pa.int32()), parsed.timestamps, parsed.keys, parsed.values, parsed.headers],
+        [parsed.partitions.cast(pa.int32()), parsed.timestamps, parsed.keys, parsed.values, parsed.headers],
         schema=PRODUCE_SCHEMA,
     )
     sink = pa.BufferOutputStream()

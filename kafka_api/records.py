@@ -267,12 +267,17 @@ def engine_records(
     """One partition's decoded batches as one engine request (the records of every batch, in order), with their
     codec when every batch came in the same one."""
     codecs = {b.compression for b in batches}
+
+    def joined(column: str) -> pa.Array:
+        arrays = [getattr(b, column) for b in batches]
+        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)  # one batch per partition, usually
+
     return ParsedRecords(
-        keys=pa.concat_arrays([b.keys for b in batches]),
-        values=pa.concat_arrays([b.values for b in batches]),
-        headers=pa.concat_arrays([b.headers for b in batches]),
-        timestamps=pa.concat_arrays([b.timestamps for b in batches]),
-        partitions=[partition] * sum(len(b) for b in batches),
+        keys=joined("keys"),
+        values=joined("values"),
+        headers=joined("headers"),
+        timestamps=joined("timestamps"),
+        partitions=pa.repeat(pa.scalar(partition, pa.int32()), sum(len(b) for b in batches)),
         producer_id=producer_id,
         sequence=sequence,
         compression=codecs.pop() if len(codecs) == 1 else None,

@@ -255,7 +255,7 @@ class TransactionHandlers:
                 )
             parsed = engine_records(batches, partition)
             await self._call(self.coordinator.produce, tid, first.producer_epoch, topic, parsed)
-            self._sequences[key] = (first.producer_epoch, first.base_sequence + len(parsed.partitions))
+            self._sequences[key] = (first.producer_epoch, first.base_sequence + len(parsed))
         except Exception as e:
             message = e.message if isinstance(e, LogstoreError) else repr(e)
             return {

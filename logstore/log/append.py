@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from logstore._cpus import usable_cores
 from logstore.common.fsync import fsync_path
 from logstore.common.workers import shared_pool
 from logstore.errors import KafkaStorageError
@@ -81,16 +82,30 @@ can stop only at page boundaries."""
 
 
 _fsync_executor: tuple[int, ThreadPoolExecutor] | None = None
-_fsync_lock = threading.Lock()
+_pools_lock = threading.Lock()
 
 
 def _fsync_pool() -> ThreadPoolExecutor:
     """The process's fsync threads (created on first use, again in a forked child); every appender shares them."""
     global _fsync_executor
-    with _fsync_lock:
+    with _pools_lock:
         if _fsync_executor is None or _fsync_executor[0] != os.getpid():
             _fsync_executor = (os.getpid(), ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="fsync"))
         return _fsync_executor[1]
+
+
+_writer_executor: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _writer_pool() -> ThreadPoolExecutor:
+    """The process's data-file writers, one per usable core (at most 4), shared by every appender (created on
+    first use, again in a forked child)."""
+    global _writer_executor
+    with _pools_lock:
+        if _writer_executor is None or _writer_executor[0] != os.getpid():
+            threads = min(4, usable_cores())
+            _writer_executor = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="parquet-writer"))
+        return _writer_executor[1]
 
 
 def _fsync_all(paths: Sequence[str]) -> list[Future[None]]:
@@ -133,8 +148,20 @@ def _by_partition(records: pa.Table) -> list[tuple[int, pa.Table]]:
 def _rows_per_write(chunk: pa.Table) -> int:
     # The page size is checked only after each write batch of rows (1024 by default): with large
     # records one page would hold the whole file, so size the batches to close a page near _PAGE_BYTES.
-    row_bytes = max(1, chunk.nbytes // max(1, len(chunk)))
+    # Keys and values make a record's size; their offsets say it without a pass over the data.
+    row_bytes = max(1, (_binary_bytes(chunk["key"]) + _binary_bytes(chunk["value"])) // max(1, len(chunk)))
     return max(1, min(1024, _PAGE_BYTES // row_bytes))
+
+
+def _binary_bytes(column: pa.ChunkedArray) -> int:
+    """Bytes of a binary column's values, from the first and last offset of each chunk."""
+    total = 0
+    for chunk in column.chunks:
+        offsets = chunk.buffers()[1]
+        if len(chunk) and offsets is not None:
+            ends = np.frombuffer(offsets, np.int32)
+            total += int(ends[chunk.offset + len(chunk)] - ends[chunk.offset])
+    return total
 
 
 class VersionTaken(Exception):
@@ -195,26 +222,40 @@ class LogAppender:
 
         ``compression``: pyarrow's codec for the files (:func:`logstore.log.compression.parquet_codec`).
         """
-        files = []
         now_ms = time.time_ns() // 1_000_000
         suffix = file_suffix(compression)
-        for p, chunk in _by_partition(records):
-            rel = f"partition={p}/part-{uuid.uuid4()}-c000.{suffix}parquet"
-            path = join(self.root, rel)
-            try:
-                size, made_dir = self._write_parquet(path, chunk, compression)
-            except OSError as err:
-                raise KafkaStorageError(f"cannot write {path}: {err}") from err
-            add = {
-                "path": rel,
-                "partitionValues": {"partition": str(p)},
-                "size": size,
-                "modificationTime": now_ms,
-                "dataChange": True,
-                "stats": file_stats(chunk),
-            }
-            files.append(NewFile(add, path, made_dir))
-        return files
+        by_partition = _by_partition(records)
+        if len(by_partition) == 1:
+            return [self._write_file(p, chunk, compression, suffix, now_ms) for p, chunk in by_partition]
+        # Files of several partitions are written at once: Parquet encoding and the file system's calls let go
+        # of the interpreter lock, so a commit's files take about as long as its largest on an idle core.
+        written = [
+            _writer_pool().submit(self._write_file, p, chunk, compression, suffix, now_ms) for p, chunk in by_partition
+        ]
+        wait(written)  # every file ended, so none is still being written when an error is raised
+        return [f.result() for f in written]  # in partition order
+
+    def _write_file(self, partition: int, chunk: pa.Table, compression: str, suffix: str, now_ms: int) -> NewFile:
+        """One partition's data file and its ``add`` action.
+
+        Raises:
+            KafkaStorageError: the file cannot be written.
+        """
+        rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{suffix}parquet"
+        path = join(self.root, rel)
+        try:
+            size, made_dir = self._write_parquet(path, chunk, compression)
+        except OSError as err:
+            raise KafkaStorageError(f"cannot write {path}: {err}") from err
+        add = {
+            "path": rel,
+            "partitionValues": {"partition": str(partition)},
+            "size": size,
+            "modificationTime": now_ms,
+            "dataChange": True,
+            "stats": file_stats(chunk),
+        }
+        return NewFile(add, path, made_dir)
 
     def _write_parquet(self, path: str, chunk: pa.Table, compression: str) -> tuple[int, bool]:
         """Write one data file (locally not yet fsynced: :meth:`commit` does that); its size in bytes, and

@@ -172,20 +172,20 @@ def file_stats(data: pa.Table) -> str:
     maximum rounded up so it is never below a record's timestamp) and
     ``timestamp_type``; null counts. Both engines prune with these.
     """
-    ts = pc.min_max(data["timestamp"])
-    tt = pc.min_max(data["timestamp_type"])
-    off = pc.min_max(data["offset"])
+    ts = _min_max(data["timestamp"])
+    tt = _min_max(data["timestamp_type"])
+    off = _min_max(data["offset"])
     stats = {
         "numRecords": len(data),
         "minValues": {
-            "offset": off["min"].as_py(),
-            "timestamp": _iso_ms(ts["min"].as_py()),
-            "timestamp_type": tt["min"].as_py(),
+            "offset": off[0],
+            "timestamp": _iso_ms(ts[0]),
+            "timestamp_type": tt[0],
         },
         "maxValues": {
-            "offset": off["max"].as_py(),
-            "timestamp": _iso_ms(ts["max"].as_py(), ceil=True),
-            "timestamp_type": tt["max"].as_py(),
+            "offset": off[1],
+            "timestamp": _iso_ms(ts[1], ceil=True),
+            "timestamp_type": tt[1],
         },
         "nullCount": {
             "offset": 0,
@@ -198,7 +198,22 @@ def file_stats(data: pa.Table) -> str:
     return json.dumps(stats)
 
 
-def _iso_ms(ts: dt.datetime, *, ceil: bool = False) -> str:
-    if ceil and ts.microsecond % 1000:
-        ts = ts + dt.timedelta(microseconds=1000 - ts.microsecond % 1000)
-    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+def _min_max(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
+    """The smallest and largest value of a non-null integer or timestamp column (timestamps in µs), with NumPy
+    over the column's own buffer: a commit computes these for every file it writes, on the committer."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_timestamp(arr.type):
+        arr = arr.cast(pa.int64())
+    values = arr.to_numpy(zero_copy_only=False)
+    return int(values.min()), int(values.max())
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _iso_ms(us: int, *, ceil: bool = False) -> str:
+    """``us`` (µs since the epoch) as Delta's ISO-8601 statistics, in ms (rounded up with ``ceil``)."""
+    if ceil and us % 1000:
+        us += 1000 - us % 1000
+    ts = _EPOCH + dt.timedelta(microseconds=us)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

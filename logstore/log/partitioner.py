@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from logstore.errors import UnknownTopicOrPartitionError
 
@@ -142,15 +143,20 @@ class Partitioner:
 
         Vectorised: the explicit partitions are one Arrow array (a list is
         converted once, in C), keys are hashed with :func:`murmur2_array`, so
-        no Python runs per record.
+        no Python runs per record. Records that all name their partition (a
+        Kafka client's batch) are only checked against the count.
 
         Raises:
             UnknownTopicOrPartitionError: an explicit partition outside 0..num_partitions-1 (the first, in order).
         """
-        sticky = self.sticky(num_partitions, producer_id=producer_id, sequence=sequence)
-        key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
         named = explicit if isinstance(explicit, pa.Array) else pa.array(explicit, pa.int64())
         n = len(named)
+        if n and named.null_count == 0:
+            bounds = pc.min_max(named)
+            if bounds["min"].as_py() >= 0 and bounds["max"].as_py() < num_partitions:
+                return named.cast(pa.int32())
+        sticky = self.sticky(num_partitions, producer_id=producer_id, sequence=sequence)
+        key_arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.binary())
         parts = np.full(n, sticky, np.int32)
         chosen = np.zeros(n, bool)
         if named.null_count < n:

@@ -380,7 +380,8 @@ class _Piece:
 
     def __init__(self, pf: pq.ParquetFile, row_group: int, start: int, end: int) -> None:
         meta = pf.metadata.row_group(row_group)
-        columns = [name for name in _FILE_SCHEMA.names if name in pf.schema_arrow.names]
+        present = set(pf.schema_arrow.names)
+        columns = [name for name in _FILE_SCHEMA.names if name in present]
         whole: pa.Table | None = None
         if meta.total_byte_size <= _WHOLE_ROW_GROUP_BYTES:
             whole = _conform(pf.read_row_group(row_group, columns=columns, use_threads=False))
@@ -510,9 +511,17 @@ def _offset_range(pf: pq.ParquetFile, row_group: int, f: _delta.DataFile) -> tup
 
 
 def _conform(table: pa.Table) -> pa.Table:
-    """A file's rows as ``_FILE_SCHEMA``: columns in order, types cast, missing ones null."""
+    """A file's rows as ``_FILE_SCHEMA``: columns in order, types cast, missing ones null (the files logstore
+    writes already are: nothing to do)."""
+    if table.schema.equals(_FILE_SCHEMA):
+        return table
+    names = set(table.column_names)
     columns = [
-        table[field.name].cast(field.type) if field.name in table.column_names else pa.nulls(len(table), field.type)
+        _cast(table[field.name], field.type) if field.name in names else pa.nulls(len(table), field.type)
         for field in _FILE_SCHEMA
     ]
     return pa.Table.from_arrays(columns, schema=_FILE_SCHEMA)
+
+
+def _cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    return column if column.type.equals(to) else column.cast(to)

@@ -278,7 +278,7 @@ class Accumulator:
                 f"this node lost touch with ZooKeeper; retry topic '{self.topic}' shortly or at another node"
             )
         n = len(parsed)
-        explicit = pa.array(parsed.partitions, pa.int64())  # converted in C: no Python runs per record below
+        explicit = parsed.partitions
         named = explicit.null_count != n  # any record names its partition
         if named and pc.max(explicit).as_py() >= self._num_partitions:
             self.refresh_partitions()
@@ -295,9 +295,10 @@ class Accumulator:
                 producer_id=parsed.producer_id,
                 sequence=parsed.sequence,
             )
+        counts = np.bincount(parts.to_numpy(zero_copy_only=False), minlength=num_partitions).astype(np.int64)
         led = self.led
         if led is not None:
-            missing = set(np.unique(parts.to_numpy(zero_copy_only=False)).tolist()) - led
+            missing = set(np.flatnonzero(counts).tolist()) - led
             if missing:
                 raise NotLeaderOrFollowerError(
                     f"this node does not lead partitions {sorted(missing)} of topic '{self.topic}' (yet); retry"
@@ -309,7 +310,6 @@ class Accumulator:
         # What the records hold in memory (keys, values, headers, their offsets, partitions, timestamps),
         # not only their key and value bytes: for small records that is several times more.
         nbytes = records.get_total_buffer_size()
-        counts = np.bincount(parts.to_numpy(zero_copy_only=False), minlength=num_partitions).astype(np.int64)
         self._buffer.reserve(nbytes)
         try:
             return self.enqueue(records, parsed, acks, nbytes, counts, parts)

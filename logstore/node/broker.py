@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
@@ -354,7 +353,7 @@ class Broker:
         meta = self.cluster.metadata()
         me = self.cluster.node_id
         n = len(parsed)
-        explicit = pa.array(parsed.partitions, pa.int64())  # converted in C: no Python runs per record below
+        explicit = parsed.partitions
         count = self.partition_count(topic)
         named = explicit.null_count != n
         if (named and pc.max(explicit).as_py() >= count) or meta.leader(topic, count) is not None:

@@ -34,7 +34,7 @@ class Share:
 
 
 def _subset(parsed: ParsedRecords, index: np.ndarray, parts: np.ndarray) -> ParsedRecords:
-    chosen = parts[index].tolist()
+    chosen = pa.array(parts[index], pa.int32())
     if len(index) == len(parsed):
         return dataclasses.replace(parsed, partitions=chosen)
     take = pa.array(index)

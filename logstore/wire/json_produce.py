@@ -67,7 +67,8 @@ class ParsedRecords:
     headers: pa.Array
     timestamps: pa.Array
     """timestamp[us, UTC]; null = stamp at commit."""
-    partitions: list[int | None]
+    partitions: pa.Array
+    """int32: the partition each record names; null = none (the partitioner chooses)."""
     producer_id: str | None
     sequence: int | None
     compression: CompressionType | None = None
@@ -85,10 +86,14 @@ class ParsedRecords:
             values=table["value"].chunk(0),
             headers=table["headers"].chunk(0),
             timestamps=table["timestamp"].chunk(0),
-            partitions=table["partition"].to_pylist(),
+            partitions=table["partition"].chunk(0),
             producer_id=producer_id,
             sequence=sequence,
         )
+
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+"""A partition is an int32, as in Kafka's protocol."""
 
 
 def parse_produce(body: bytes) -> ParsedRecords:
@@ -132,8 +137,8 @@ def parse_produce(body: bytes) -> ParsedRecords:
         values[i] = v
         p = r.get("partition")
         if p is not None:
-            if not isinstance(p, int) or isinstance(p, bool):
-                raise InvalidRequestError(f"records[{i}].partition must be an integer or null")
+            if not isinstance(p, int) or isinstance(p, bool) or not _INT32_MIN <= p <= _INT32_MAX:
+                raise InvalidRequestError(f"records[{i}].partition must be a 32-bit integer or null")
             partitions[i] = p
         ts = r.get("timestamp")
         if ts is not None:
@@ -168,7 +173,7 @@ def parse_produce(body: bytes) -> ParsedRecords:
         else pa.nulls(n, pa.timestamp("us", tz="UTC"))
     )
     hdr_arr = pa.array(headers, HEADERS_TYPE) if headers is not None else pa.nulls(n, HEADERS_TYPE)
-    return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, partitions, producer_id, sequence)
+    return ParsedRecords(key_arr, value_arr, hdr_arr, ts_arr, pa.array(partitions, pa.int32()), producer_id, sequence)
 
 
 def parse_arrow(body: bytes, producer_id: str | None, sequence: str | None, *, max_bytes: int) -> ParsedRecords:
@@ -230,7 +235,7 @@ def _parse_plain(records: list[Any], producer_id: str | None, sequence: int | No
         values.cast(pa.binary()),
         pa.nulls(n, HEADERS_TYPE),
         pa.nulls(n, pa.timestamp("us", tz="UTC")),
-        [None] * n,
+        pa.nulls(n, pa.int32()),
         producer_id,
         sequence,
     )

@@ -48,7 +48,8 @@ def assert_same_records(a: ParsedRecords, b: ParsedRecords) -> None:
     assert a.values.equals(b.values) and a.values.type == b.values.type
     assert a.headers.equals(b.headers)
     assert a.timestamps.equals(b.timestamps) and a.timestamps.type == b.timestamps.type
-    assert (a.partitions, a.producer_id, a.sequence) == (b.partitions, b.producer_id, b.sequence)
+    assert a.partitions.equals(b.partitions) and a.partitions.type == b.partitions.type
+    assert (a.producer_id, a.sequence) == (b.producer_id, b.sequence)
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
