@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 from _proxy import CuttableProxy
+from harness import free_port
 
 from logstore.cluster.security_store import ZooKeeperSecurityStore
 from logstore.cluster.zookeeper_server import ZooKeeperServer, ensemble
@@ -37,28 +38,6 @@ _LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 CHROOT = "/nemesis"
 SUPER_USER = "User:nemesis"
 """The principal every client of the nemesis acts as when security is on (in ``super.users``)."""
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range, for a server that is killed and started again on it.
-
-    A port the kernel handed out (``bind`` to port 0) lies in the ephemeral
-    range, from which it also picks the source ports of outgoing connections:
-    while a ZooKeeper server or a node is down, a client's connection could take
-    its port, and the restart would fail to bind it (ZooKeeper exits with 14).
-    """
-    import random
-    import socket
-
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.SystemRandom().randrange(10_000, low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
 
 
 class Node:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -286,11 +287,41 @@ def fill(
 # -- a logstore serve child process ---------------------------------------------------
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range.
+
+    A port the kernel hands out (``bind`` to port 0) lies in the ephemeral
+    range, from which it also picks the source port of every outgoing
+    connection: between this call and the server's own ``bind`` — or while a
+    server is down before a restart on the same port — a client's connection
+    (ZooKeeper members dialling each other, a Spark JVM, an HTTP client) can
+    take it, and the server fails to start (ZooKeeper exits with status 1).
+    So the port is drawn at random below that range, never twice in one
+    process; under pytest-xdist each worker draws from its own slice, so two
+    workers never pick the same port.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    first, last = 10_000, low
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+        width = (last - first) // workers
+        first, last = first + index * width, first + (index + 1) * width
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randrange(first, last)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
 
 
 def stop_child(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -16,14 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.harness import free_port
+
 LOGSTORE = [sys.executable, "-m", "logstore_cli"]
 """The ``logstore`` command, run from the code under test (not the console script installed once)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

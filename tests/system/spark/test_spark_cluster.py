@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 
 from logstore.store import LogStore
 from tests.support.paths import REPO
+from tests.support.server import free_port
 from tests.support.spark_helpers import produce
 
 pytestmark = pytest.mark.cluster
@@ -44,12 +44,6 @@ print(json.dumps({"rows": rows.count(), "distinct": rows.select("partition", "of
                   "batches": len(q.recentProgress), "executors": executors}), flush=True)
 spark.stop()
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Daemon:
@@ -90,7 +84,7 @@ class _Daemon:
 def cluster(tmp_path: Path) -> Iterator[str]:
     """``spark://127.0.0.1:<port>`` of a master with two one-core workers, all stopped afterwards."""
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
     daemons = []
     try:
