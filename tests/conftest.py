@@ -3,6 +3,10 @@
 The session is started by the first test that asks for it (in tests/integration or tests/system; a unit
 test that asks for it fails, as it starts a JVM) and shared by every later one. The fixtures that start
 ``logstore serve`` are in the integration and system tiers' conftest.py, ZooKeeper's in tests/system/cluster.
+The object-store emulators (``s3_server``, ``azurite_server``: one each per run, started by the first test that
+asks) are declared here, once: a session fixture imported into two conftest.py files would be two fixtures,
+two servers, and whichever started last would own the ``AWS_ENDPOINT_URL`` (``AZURITE_BLOB_STORAGE_URL``) that
+the other's tests then read.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import pytest
 
 from logstore.config import LogstoreConfig, load_config
 from logstore.store import LogStore
+from tests.support.azurite import azurite_server as azurite_server
 from tests.support.paths import SPARK_KAFKA_JARS
+from tests.support.s3 import s3_server as s3_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

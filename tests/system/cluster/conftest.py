@@ -18,7 +18,6 @@ from logstore.cluster.zookeeper_server import ZooKeeperServer
 from tests.support.s3 import object_root as object_root
 from tests.support.s3 import s3_bucket as s3_bucket
 from tests.support.s3 import s3_root as s3_root
-from tests.support.s3 import s3_server as s3_server
 from tests.support.server import Server, free_port, started_servers
 from tests.system.cluster.cluster_helpers import SESSION_MS
 

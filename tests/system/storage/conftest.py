@@ -9,11 +9,9 @@ import pytest
 from tests.support.azurite import az_container as az_container
 from tests.support.azurite import az_object_root as az_object_root
 from tests.support.azurite import az_root as az_root
-from tests.support.azurite import azurite_server as azurite_server
 from tests.support.s3 import object_root as object_root
 from tests.support.s3 import s3_bucket as s3_bucket
 from tests.support.s3 import s3_root as s3_root
-from tests.support.s3 import s3_server as s3_server
 from tests.support.s3 import server_on_root as server_on_root
 
 
