@@ -133,7 +133,7 @@ docs: setup
 	$(BIN)/mkdocs build --strict --quiet --site-dir .cache/site
 
 test: setup lint typecheck docs chromium
-	$(BIN)/pytest -q --durations=25 --junitxml=.artifacts/junit.xml
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25 --junitxml=.artifacts/junit.xml
 
 # The unit tier alone, the fast loop while editing: tests/unit runs in-process (no server, no JVM, no child
 # process; tests/unit/conftest.py fails a test that starts one), in well under two minutes. `make test` runs
