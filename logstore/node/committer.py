@@ -118,6 +118,9 @@ class Committer:
         self._failover = failover
         self._want_lock = threading.Lock()
         self._wanted: dict[int, int] | None = None
+        self._wanted_at: float | None = None
+        """When the oldest leadership not yet applied was given (``time.perf_counter()``), for the claim's log line."""
+        self._lock_warned = False
         self._acc = accumulator
         self._writer = writer
         self._wal = wal
@@ -157,6 +160,8 @@ class Committer:
         with self._want_lock:  # with the lock: a claim finishing now cannot accept a partition dropped here
             self._acc.drop_led(set(self._acc.led or ()) - set(epochs))  # refuse at once what is no longer led
             self._wanted = dict(epochs)
+            if self._wanted_at is None:
+                self._wanted_at = time.perf_counter()
         self._acc.wake()
 
     def _apply_leadership(self) -> bool:
@@ -166,6 +171,7 @@ class Committer:
         """
         with self._want_lock:
             wanted, self._wanted = self._wanted, None
+            given = self._wanted_at if self._wanted_at is not None else time.perf_counter()
         if wanted is None:
             return True
         try:
@@ -176,23 +182,16 @@ class Committer:
                     with self._want_lock:
                         if self._wanted is None:
                             self._wanted = wanted
+                    if not self._lock_warned and time.perf_counter() - given >= 1.0:
+                        self._lock_warned = True
+                        _say_lock_wait(self.topic, gained, time.perf_counter() - given, self._writer.others_waiting())
                     return False
                 started = time.perf_counter()
-                with self._failover():  # the topic's failover lock, and departed nodes' frames replayed
-                    replayed = time.perf_counter()
-                    while gained:
-                        try:
-                            self._writer.claim(gained)
-                            break
-                        except FencedLeaderEpochError as e:
-                            if not e.partitions:
-                                raise
-                            log.warning("topic %s: %s", self.topic, e.message)
-                            gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
+                gained, replay_s = _claim_in_failover(self._writer, self._failover, gained)
                 self._metrics.leadership_changes.labels(self.topic).inc(len(gained))
-                took, replay_s = time.perf_counter() - started, replayed - started
+                took = time.perf_counter() - started
                 self._metrics.failover_seconds.observe(took)
-                log.info("topic %s: leading %s after %.2f s (%.2f s lock, replay)", self.topic, gained, took, replay_s)
+                _say_claimed(self.topic, gained, given, started, took, replay_s)
         except BaseException:
             with self._want_lock:
                 if self._wanted is None:
@@ -200,6 +199,8 @@ class Committer:
             raise
         now = self._writer.leader_epochs
         with self._want_lock:  # a newer want that dropped a partition wins over this claim
+            if self._wanted is None:
+                self._wanted_at, self._lock_warned = None, False
             latest = self._wanted if self._wanted is not None else wanted
             self._acc.set_led(frozenset(p for p, e in wanted.items() if now.get(p) == e and latest.get(p) == e))
         return True
@@ -520,3 +521,49 @@ def _answer(
                 log.error("topic %s: a batch promised offsets to acks=1 failed: %s", topic, result)
             item.future.set_exception(result)
     return last_frame
+
+
+def _claim_in_failover(
+    writer: TopicWriter, failover: Callable[[], contextlib.AbstractContextManager[None]], gained: dict[int, int]
+) -> tuple[dict[int, int], float]:
+    """Claim ``gained`` inside the topic's failover lock, departed nodes' frames replayed first (``failover``).
+
+    Returns the partitions claimed (those a newer epoch fenced left out) and the seconds the lock and the replay took.
+    """
+    started = time.perf_counter()
+    with failover():
+        replayed = time.perf_counter()
+        while gained:
+            try:
+                writer.claim(gained)
+                break
+            except FencedLeaderEpochError as e:
+                if not e.partitions:
+                    raise
+                log.warning("topic %s: %s", writer.topic, e.message)
+                gained = {p: ep for p, ep in gained.items() if p not in e.partitions}
+    return gained, replayed - started
+
+
+def _say_claimed(
+    topic: str, gained: dict[int, int], given: float, started: float, took: float, replay_s: float
+) -> None:
+    """Log a claim and where its time went (``given``, ``started``: ``time.perf_counter()``; the rest seconds)."""
+    log.info(
+        "topic %s: leading %s %.2f s after it was given: %.2f s for the writer lock, then %.2f s "
+        "(%.2f s failover lock and replay, then the claim)",
+        topic,
+        gained,
+        time.perf_counter() - given,
+        started - given,
+        took,
+        replay_s,
+    )
+
+
+def _say_lock_wait(topic: str, gained: dict[int, int], waited_s: float, others_waiting: bool) -> None:
+    """Warn (once per leadership change) that partitions given to this node wait for the writer lock."""
+    why = "another writer on this host waits for it" if others_waiting else "another writer holds it"
+    log.warning(
+        "topic %s: partitions %s given %.1f s ago wait for the writer lock (%s)", topic, sorted(gained), waited_s, why
+    )

@@ -297,6 +297,7 @@ class ClusterMembership:
         """
         timeout_s = self.session_timeout_s
         lock = self.coordinator.lock(f"{FAILOVER_LOCKS}/{topic}")
+        asked = time.monotonic()
         try:
             taken = lock.acquire(timeout=timeout_s)
         except LockTimeout:
@@ -307,6 +308,10 @@ class ClusterMembership:
             raise KafkaStorageError(
                 f"topic {topic}: the failover lock in ZooKeeper ({FAILOVER_LOCKS}/{topic}) was not free within "
                 f"{timeout_s:.1f} s (another node is replaying or claiming); trying again later"
+            )
+        if (waited := time.monotonic() - asked) >= 0.5:
+            log.info(
+                "topic %s: took the failover lock after %.2f s (another node was replaying or claiming)", topic, waited
             )
         try:
             yield
