@@ -270,6 +270,57 @@ def read_plan(plan: FetchPlan, max_bytes: int) -> FetchResult:
     return FetchResult(records, view.high_watermark, view.log_start_offset)
 
 
+def _read_consecutive(
+    files: tuple[_delta.DataFile, ...], partition: int, start: int, end: int, max_bytes: int
+) -> tuple[list[pa.Table], int, int]:
+    """The leading part of a bounded read that lies in files one after another: ``(tables, next offset, bytes)``.
+
+    The common case — files as commits wrote them, each one row group holding
+    every offset of its range in order, the next file starting where it ends —
+    needs no merge: each file is decoded whole and sliced by position. The
+    first file that is not like that (a gap key compaction left, files that
+    overlap after OPTIMIZE, a large file of several row groups) ends this part
+    at its offset, and :func:`_read_bounded` reads on from there. The tables
+    are ``_FILE_SCHEMA``; the next offset is ``end`` when the slice is done,
+    and past the ``max_bytes`` cut when it stopped there.
+    """
+    tables: list[pa.Table] = []
+    offset, total = start, 0
+    for f in files:
+        if f.partition != partition or f.max_offset < offset:
+            continue
+        if offset >= end or f.min_offset > offset:  # done, or a gap: the merge reads on
+            break
+        if f.num_records != f.max_offset - f.min_offset + 1:
+            break
+        pf = _open(f)
+        meta = pf.metadata
+        if meta.num_row_groups != 1 or meta.row_group(0).total_byte_size > _WHOLE_ROW_GROUP_BYTES:
+            break
+        present = set(pf.schema_arrow.names)
+        rows = _conform(
+            pf.read_row_group(0, columns=[n for n in _FILE_SCHEMA.names if n in present], use_threads=False)
+        )
+        offsets = rows["offset"].to_numpy()
+        if len(offsets) != f.num_records or (len(offsets) and (np.diff(offsets) != 1).any()):
+            break  # not in order after all: the merge reads it
+        first, stop = offset - f.min_offset, min(end, f.max_offset + 1) - f.min_offset
+        rows = rows.slice(first, stop - first)
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(rows["key"]), 0), pc.fill_null(pc.binary_length(rows["value"]), 0)
+        ).to_numpy()
+        running = total + np.cumsum(sizes, dtype=np.int64)
+        fits = len(rows) if max_bytes <= 0 else int(np.searchsorted(running, max_bytes, side="right"))
+        if fits < len(rows):
+            fits = fits if tables or fits else 1  # the first record whole, whatever its size
+            tables.append(rows.slice(0, fits))
+            return tables, end, total + int(running[fits - 1]) if fits else total
+        tables.append(rows)
+        total = int(running[-1]) if len(running) else total
+        offset = f.min_offset + stop
+    return tables, offset, total
+
+
 def _fetch_end(view: PartitionView, offset: int, max_records: int) -> int:
     """Where a fetch of at most ``max_records`` records from ``offset`` ends (exclusive, at most the HW).
 
@@ -444,6 +495,29 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
     which), so a fetch that fills ``max_bytes`` from its first few files does
     not open the others its offset range covers.
     """
+    out, start, out_bytes = _read_consecutive(files, partition, start, end, max_bytes)
+    if start < end:
+        out += _merge_bounded(files, partition, start, end, max_bytes, out_bytes, first=not out)
+    data = out[0] if len(out) == 1 else pa.concat_tables(out) if out else _FILE_SCHEMA.empty_table()
+    data = data.add_column(0, TOPIC_SCHEMA.field("partition"), pa.repeat(pa.scalar(partition, pa.int32()), len(data)))
+    return data.replace_schema_metadata() if data.schema.equals(TOPIC_SCHEMA) else data.cast(TOPIC_SCHEMA)
+
+
+def _merge_bounded(
+    files: tuple[_delta.DataFile, ...],
+    partition: int,
+    start: int,
+    end: int,
+    max_bytes: int,
+    out_bytes: int,
+    *,
+    first: bool,
+) -> list[pa.Table]:
+    """:func:`_read_bounded` through a merge by offset of every row group that may hold the slice.
+
+    ``out_bytes``: what was read before (counts toward ``max_bytes``); ``first``: nothing was, so the first
+    record is returned whole.
+    """
     # (smallest offset, tie-break, what): a DataFile not opened yet, or a row group (file, index) of one opened.
     heap: list[tuple[int, int, _delta.DataFile | tuple[pq.ParquetFile, int]]] = []
     tie = itertools.count()
@@ -454,7 +528,6 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
     pieces: list[_Piece] = []
     buffered = _FILE_SCHEMA.empty_table()
     out: list[pa.Table] = []
-    out_bytes = 0
     while True:
         frontier = min([p.next_offset for p in pieces] + ([heap[0][0]] if heap else [_NO_OFFSET]))
         if len(buffered):
@@ -472,7 +545,7 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
                 total = out_bytes + np.cumsum(sizes, dtype=np.int64)
                 fits = len(ready) if max_bytes <= 0 else int(np.searchsorted(total, max_bytes, side="right"))
                 if fits < len(ready):
-                    out.append(ready.slice(0, fits if out or fits else 1))
+                    out.append(ready.slice(0, fits if out or fits or not first else 1))
                     break
                 out.append(ready)
                 out_bytes = int(total[-1])
@@ -493,9 +566,7 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
         piece = min(pieces, key=lambda p: p.next_offset)
         buffered = pa.concat_tables([buffered, piece.read(start, end)])
         pieces = [p for p in pieces if p.next_offset != _NO_OFFSET]
-    data = pa.concat_tables(out) if out else _FILE_SCHEMA.empty_table()
-    data = data.add_column(0, TOPIC_SCHEMA.field("partition"), pa.repeat(pa.scalar(partition, pa.int32()), len(data)))
-    return data.cast(TOPIC_SCHEMA)
+    return out
 
 
 def _offset_range(pf: pq.ParquetFile, row_group: int, f: _delta.DataFile) -> tuple[int, int]:

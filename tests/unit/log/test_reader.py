@@ -1,6 +1,8 @@
 """Fetching slices of a partition, pruned by file statistics, bounded by the high watermark."""
 
 import os
+import random
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -8,12 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from logstore.log import file_changes, reader, tables
 from logstore.log.files import DataFile
 from logstore.log.reader import _read_bounded
-from logstore.log.schema import input_table
+from logstore.log.schema import TOPIC_SCHEMA, input_table
 from logstore.store import LogStore
 from logstore.structs import ProducerBatch
 
@@ -94,8 +98,9 @@ def test_a_refreshed_view_builds_only_the_new_files(store: LogStore, make_topic:
     assert after.high_watermark == 3
 
 
-def _file(path: Path, offsets: list[int]) -> DataFile:
-    """A data file holding ``offsets`` in the order given, in row groups of 4 rows, values ``v<offset>``."""
+def _file(path: Path, offsets: list[int], row_group_size: int = 4) -> DataFile:
+    """A data file holding ``offsets`` in the order given, in row groups of ``row_group_size`` rows, values
+    ``v<offset>``."""
     n = len(offsets)
     table = pa.table(
         {
@@ -106,7 +111,7 @@ def _file(path: Path, offsets: list[int]) -> DataFile:
             "value": pa.array([b"v%d" % o for o in offsets], pa.binary()),
         }
     )
-    pq.write_table(table, path, row_group_size=4)
+    pq.write_table(table, path, row_group_size=row_group_size)
     return DataFile(
         path=str(path),
         partition=0,
@@ -157,3 +162,38 @@ def test_fetch_steps_over_gaps_that_compaction_left(store: LogStore, make_topic:
     assert store.fetch(t, 0, 5, max_records=100).records["offset"].to_pylist() == [17, 18, *range(20, 30)]
     assert store.fetch(t, 0, 19, max_records=2).records["offset"].to_pylist() == [20, 21]
     assert store.fetch(t, 0, 0).log_start_offset == 0
+
+
+_KINDS = ["in-order", "shuffled", "with-gaps", "row-groups"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    segments=st.lists(st.tuples(st.integers(1, 12), st.sampled_from(_KINDS), st.randoms()), min_size=1, max_size=6),
+    cut=st.tuples(st.integers(0, 80), st.integers(0, 80)),
+    max_bytes=st.sampled_from([0, 1, 3, 7, 20, 1000]),
+)
+def test_a_bounded_read_of_any_file_layout_returns_the_records_in_order_up_to_max_bytes(
+    tmp_path: Path, segments: list[tuple[int, str, random.Random]], cut: tuple[int, int], max_bytes: int
+) -> None:
+    # Files as commits write them (in order, one row group) read by position; any other file — rows out of
+    # order, offsets compaction removed, several row groups — is merged by offset from there on.
+    files, kept, offset = [], [], 0
+    for n, kind, rng in segments:
+        offsets = list(range(offset, offset + n))
+        offset += n
+        if kind == "with-gaps" and n > 2:
+            offsets = [o for o in offsets if o in (offsets[0], offsets[-1]) or rng.random() < 0.5]
+        if kind == "shuffled":
+            rng.shuffle(offsets)
+        kept += offsets
+        path = tmp_path / f"{uuid.uuid4().hex}.parquet"
+        files.append(_file(path, offsets, row_group_size=3 if kind == "row-groups" else len(offsets)))
+    start, end = min(cut), max(cut)
+    want = sorted(o for o in kept if start <= o < end)
+    sizes = np.cumsum([len(b"v%d" % o) for o in want])
+    count = len(want) if max_bytes <= 0 else max(1, int(np.sum(sizes <= max_bytes)))
+    got = _read_bounded(tuple(files), 0, start, end, max_bytes)
+    assert got["offset"].to_pylist() == want[:count]
+    assert got["value"].to_pylist() == [b"v%d" % o for o in want[:count]]
+    assert got.schema.equals(TOPIC_SCHEMA, check_metadata=True)
