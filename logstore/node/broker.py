@@ -41,6 +41,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
+from logstore.common.keyed_locks import KeyedLocks
 from logstore.common.logs import describe
 from logstore.common.workers import WorkerPool, shared_pool
 from logstore.config import LogstoreConfig
@@ -99,6 +100,7 @@ class Broker:
         self._pipelines: dict[str, TopicPipeline] = {}
         self._lock = threading.Lock()
         self._closing = False  # set under _lock when close() begins: no pipeline opens after it
+        self._opens = KeyedLocks()  # a topic opens, or closes for a delete, one at a time; other topics meanwhile
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._readers = WarmReaders(self.store)
         self.ready = False
@@ -169,9 +171,12 @@ class Broker:
             return False
         return True
 
-    def pipeline(self, topic: str, *, create: bool = True) -> TopicPipeline:
-        """The topic's pipeline, opened on first use (claiming the topic's next epoch); a missing topic is created
-        only with ``create`` and ``auto.create.topics.enable``.
+    def pipeline(self, topic: str, *, standby: bool = False) -> TopicPipeline:
+        """The topic's pipeline, opened on first use (claiming the topic's next epoch) and registered with the
+        controller. A topic opens without holding up the opening of others.
+
+        ``standby``: opened ahead of leadership (:func:`open_ahead`): never creates a missing topic and does not
+        register it (it is in ZooKeeper already; registering a topic being deleted would bring it back).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic (and not created), or it was deleted meanwhile.
@@ -180,25 +185,14 @@ class Broker:
         p = self._pipelines.get(topic)
         if p is not None and p.registered:
             return p
-        self._retirements.wait(topic)
-        with self._lock:
-            p = self._pipelines.get(topic)
-            if p is None:
-                if self._closing:
-                    raise KafkaStorageError(f"topic '{topic}' was not open and this node is shutting down")
-                if not self.store.catalog.exists(topic):
-                    if not (create and self.config.auto_create_topics_enable):
-                        raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
-                    self.store.create_topic(topic, self.config.num_partitions)
-                try:
-                    p = TopicPipeline(self, topic)
-                except FileNotFoundError:  # its table went while it was opened (a delete, perhaps a re-create)
-                    raise UnknownTopicOrPartitionError(f"topic '{topic}' was deleted while it was opened") from None
-                self._pipelines[topic] = p
-                p.set_available(self.available)  # a session event while it opened found it not listed yet
-        if self.cluster is not None and not p.registered:  # retried by the next request if ZooKeeper failed it
+        with self._opens.hold(topic):
+            self._retirements.wait(topic)
+            p = self._pipelines.get(topic) or _open_pipeline(self, topic, create=not standby)
+        if self.cluster is not None and not p.registered and not standby:  # a failed one is retried next time
             self.cluster.register_topic(topic, p.writer.num_partitions, p.writer.topic_id)
-        p.registered = True
+            p.registered = True
+        elif self.cluster is None:
+            p.registered = True
         return p
 
     def pipeline_if_open(self, topic: str) -> TopicPipeline | None:
@@ -218,17 +212,18 @@ class Broker:
             )
 
     def forget(self, topic: str) -> None:
-        """Close a topic's pipeline (before the topic is deleted)."""
-        with self._lock:
-            p = self._pipelines.pop(topic, None)
-            self._readers.drop(topic)
-            self._counts.pop(topic, None)
-            done = self._retirements.begin(topic) if p is not None else None  # its promises count until closed
-        if p is not None and done is not None:
-            try:
-                p.close()
-            finally:
-                done()
+        """Close a topic's pipeline (before the topic is deleted; an open of it in progress finishes first)."""
+        with self._opens.hold(topic):
+            with self._lock:
+                p = self._pipelines.pop(topic, None)
+                self._readers.drop(topic)
+                self._counts.pop(topic, None)
+                done = self._retirements.begin(topic) if p is not None else None  # its promises count until closed
+            if p is not None and done is not None:
+                try:
+                    p.close()
+                finally:
+                    done()
         if self.cluster is not None:
             self.cluster.unregister_topic(topic)
 
@@ -478,6 +473,30 @@ class Broker:
         self._node_lock.release()
 
 
+def _open_pipeline(broker: Broker, topic: str, *, create: bool) -> TopicPipeline:
+    """Open the topic's pipeline and list it (the caller holds the topic's lock in ``broker._opens``); a missing
+    topic is created only with ``create`` and ``auto.create.topics.enable``."""
+    if broker._closing:
+        raise KafkaStorageError(f"topic '{topic}' was not open and this node is shutting down")
+    if not broker.store.catalog.exists(topic):
+        if not (create and broker.config.auto_create_topics_enable):
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
+        broker.store.create_topic(topic, broker.config.num_partitions)
+    try:
+        p = TopicPipeline(broker, topic)
+    except FileNotFoundError:  # its table went while it was opened (a delete, perhaps a re-create)
+        raise UnknownTopicOrPartitionError(f"topic '{topic}' was deleted while it was opened") from None
+    with broker._lock:
+        closing = broker._closing  # close() took its list of pipelines while this one opened
+        if not closing:
+            broker._pipelines[topic] = p
+            p.set_available(broker.available)  # a session event while it opened found it not listed yet
+    if closing:
+        p.close()
+        raise KafkaStorageError(f"topic '{topic}' was opened as this node shut down; closed again")
+    return p
+
+
 def led_partitions(cluster: ClusterMembership | None, topic: str) -> frozenset[int] | None:
     """The partitions of ``topic`` whose retention is this node's: those it leads (cluster), all (embedded: None)."""
     if cluster is None:
@@ -499,7 +518,7 @@ def open_ahead(broker: Broker) -> None:
         if broker._retirements.busy(topic):
             continue
         try:
-            broker.pipeline(topic, create=False)
+            broker.pipeline(topic, standby=True)
         except Exception as e:  # deleted meanwhile, or its table cannot be read now: the next change retries
             log.info("topic %s: not opened ahead of leadership (%s)", topic, describe(e))
 

@@ -103,8 +103,8 @@ class TopicPipeline:
         if cluster:
             self._accumulator.set_led(frozenset())  # until the committer claims what the cluster watch hands it
             self._accumulator.set_available(broker.available)
-        self._committer.acquire()
         try:
+            self._committer.acquire()  # inside: a catch-up that fails (the table renamed away) closes what it opened
             if broker.cluster is None:
                 replay(self.writer, self.wal, broker.metrics)
             elif self.wal.recovered():  # the previous run's frames, before the node registers (Broker.start)
