@@ -304,10 +304,10 @@ def free_port() -> int:
     workers never pick the same port.
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    first, last = 10_000, low
+    first, last = min(10_000, low // 2), low
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:
-        index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    if workers > 1:  # a worker xdist starts again after a crash is gw<n> with n >= workers: it takes n's slot
+        index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % workers
         width = (last - first) // workers
         first, last = first + index * width, first + (index + 1) * width
     rng = random.SystemRandom()
