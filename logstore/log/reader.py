@@ -314,7 +314,7 @@ def _read_consecutive(
         if fits < len(rows):
             fits = fits if tables or fits else 1  # the first record whole, whatever its size
             tables.append(rows.slice(0, fits))
-            return tables, end, total + int(running[fits - 1]) if fits else total
+            return tables, end, int(running[fits - 1]) if fits else total
         tables.append(rows)
         total = int(running[-1]) if len(running) else total
         offset = f.min_offset + stop
@@ -500,7 +500,7 @@ def _read_bounded(files: tuple[_delta.DataFile, ...], partition: int, start: int
         out += _merge_bounded(files, partition, start, end, max_bytes, out_bytes, first=not out)
     data = out[0] if len(out) == 1 else pa.concat_tables(out) if out else _FILE_SCHEMA.empty_table()
     data = data.add_column(0, TOPIC_SCHEMA.field("partition"), pa.repeat(pa.scalar(partition, pa.int32()), len(data)))
-    return data.replace_schema_metadata() if data.schema.equals(TOPIC_SCHEMA) else data.cast(TOPIC_SCHEMA)
+    return data if data.schema.equals(TOPIC_SCHEMA, check_metadata=True) else data.cast(TOPIC_SCHEMA)
 
 
 def _merge_bounded(
