@@ -305,18 +305,10 @@ def _read_consecutive(
         if len(offsets) != f.num_records or (len(offsets) and (np.diff(offsets) != 1).any()):
             break  # not in order after all: the merge reads it
         first, stop = offset - f.min_offset, min(end, f.max_offset + 1) - f.min_offset
-        rows = rows.slice(first, stop - first)
-        sizes = pc.add(
-            pc.fill_null(pc.binary_length(rows["key"]), 0), pc.fill_null(pc.binary_length(rows["value"]), 0)
-        ).to_numpy()
-        running = total + np.cumsum(sizes, dtype=np.int64)
-        fits = len(rows) if max_bytes <= 0 else int(np.searchsorted(running, max_bytes, side="right"))
-        if fits < len(rows):
-            fits = fits if tables or fits else 1  # the first record whole, whatever its size
-            tables.append(rows.slice(0, fits))
-            return tables, end, int(running[fits - 1]) if fits else total
-        tables.append(rows)
-        total = int(running[-1]) if len(running) else total
+        kept, total, cut = _within(rows.slice(first, stop - first), total, max_bytes, nothing_yet=not tables)
+        tables.append(kept)
+        if cut:
+            return tables, end, total
         offset = f.min_offset + stop
     return tables, offset, total
 
@@ -539,16 +531,10 @@ def _merge_bounded(
             if not offsets_sorted(ready["offset"]):
                 ready = ready.sort_by("offset")
             if len(ready):
-                sizes = pc.add(
-                    pc.fill_null(pc.binary_length(ready["key"]), 0), pc.fill_null(pc.binary_length(ready["value"]), 0)
-                ).to_numpy()
-                total = out_bytes + np.cumsum(sizes, dtype=np.int64)
-                fits = len(ready) if max_bytes <= 0 else int(np.searchsorted(total, max_bytes, side="right"))
-                if fits < len(ready):
-                    out.append(ready.slice(0, fits if out or fits or not first else 1))
+                kept, out_bytes, cut = _within(ready, out_bytes, max_bytes, nothing_yet=first and not out)
+                out.append(kept)
+                if cut:
                     break
-                out.append(ready)
-                out_bytes = int(total[-1])
         if frontier == _NO_OFFSET:
             break
         if heap and heap[0][0] == frontier and all(p.next_offset > frontier for p in pieces):
@@ -567,6 +553,21 @@ def _merge_bounded(
         buffered = pa.concat_tables([buffered, piece.read(start, end)])
         pieces = [p for p in pieces if p.next_offset != _NO_OFFSET]
     return out
+
+
+def _within(rows: pa.Table, before: int, max_bytes: int, *, nothing_yet: bool) -> tuple[pa.Table, int, bool]:
+    """The leading ``rows`` whose keys and values fit in ``max_bytes`` after the ``before`` bytes a read already
+    returned (all of them when ``max_bytes`` <= 0; the first record whole, whatever its size, when
+    ``nothing_yet``): ``(those rows, the bytes returned with them, whether rows were left out)``."""
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(rows["key"]), 0), pc.fill_null(pc.binary_length(rows["value"]), 0)
+    ).to_numpy()
+    running = before + np.cumsum(sizes, dtype=np.int64)
+    fits = len(rows) if max_bytes <= 0 else int(np.searchsorted(running, max_bytes, side="right"))
+    if fits == len(rows):
+        return rows, int(running[-1]) if fits else before, False
+    fits = fits or int(nothing_yet)
+    return rows.slice(0, fits), int(running[fits - 1]) if fits else before, True
 
 
 def _offset_range(pf: pq.ParquetFile, row_group: int, f: _delta.DataFile) -> tuple[int, int]:
