@@ -28,7 +28,6 @@ from the shared Delta table.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
@@ -43,6 +42,7 @@ from deltalake.exceptions import DeltaError
 from logstore.cluster import ClusterMetadata, NodeInfo, PartitionState
 from logstore.common.keyed_locks import KeyedLocks
 from logstore.common.logs import describe
+from logstore.common.signals import Signals
 from logstore.common.workers import WorkerPool, shared_pool
 from logstore.config import LogstoreConfig
 from logstore.errors import (
@@ -101,7 +101,10 @@ class Broker:
         self._lock = threading.Lock()
         self._closing = False  # set under _lock when close() begins: no pipeline opens after it
         self._opens = KeyedLocks()  # a topic opens, or closes for a delete, one at a time; other topics meanwhile
-        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._commits = Signals()  # key: a topic
+        self.leadership = Signals()
+        """Notified (key None) each time the cluster watch hands this node a new view of the leaders, before
+        the node applies it: a request forwarded to a leader waits no longer once its partitions moved."""
         self._readers = WarmReaders(self.store)
         self.ready = False
         self.available = True
@@ -398,6 +401,7 @@ class Broker:
                 looks again soon.
         """
         assert self.cluster is not None
+        self.leadership.notify()
         for pipeline in list(self._pipelines.values()):
             if not pipeline.current():  # deleted, or deleted and created again, by any node
                 self.retire_in_background(pipeline)
@@ -433,20 +437,11 @@ class Broker:
     # -- long-poll signalling ---------------------------------------------------
 
     def notify_commit(self, topic: str) -> None:
-        for loop, event in list(self._waiters.get(topic, ())):
-            loop.call_soon_threadsafe(event.set)
+        self._commits.notify(topic)
 
     async def wait_for_commit(self, topic: str, timeout_s: float) -> None:
         """Return after the next commit to ``topic`` on this node, or after ``timeout_s``."""
-        event = asyncio.Event()
-        key = (asyncio.get_running_loop(), event)
-        self._waiters.setdefault(topic, set()).add(key)
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters[topic].discard(key)
+        await self._commits.wait(topic, timeout_s)
 
     def close(self) -> None:
         """Drain: commit everything pending on every topic, then stop.
