@@ -16,6 +16,15 @@ one (every share carries its ``producer_id`` and ``sequence``) is checked per
 partition, so the shares that landed answer their original offsets and only
 the others are written (:mod:`logstore.log.producer_state`).
 
+A forward lasts only while this node's view of the cluster names the node it
+went to as the leader of every partition it carries. A leader that stopped
+answering (paused: a long GC pause, a frozen VM, SIGSTOP) keeps its connections
+open, so its requests would otherwise wait for it to resume long after its
+session expired and its partitions moved; once they move, the request is
+answered ``NOT_LEADER_OR_FOLLOWER`` naming the new leader and the client retries
+there. The paused node commits none of it after the move: the new leader's
+claim fences its epoch.
+
 With ``?forward=false`` a node that does not lead every record's partition
 answers ``NOT_LEADER_OR_FOLLOWER`` (HTTP 421) naming a leader, instead of
 forwarding.
@@ -25,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Coroutine
+from typing import Any
 
 import httpx
 import orjson
@@ -161,7 +172,7 @@ async def produce_in_cluster(
         *(
             produce_here(broker, topic, s.parsed, acks)
             if s.leader is None
-            else forwarder.produce(s.leader, topic, s.parsed, acks, authorization)
+            else _while_led(broker, topic, s, forwarder.produce(s.leader, topic, s.parsed, acks, authorization))
             for s in shares
         )
     )
@@ -185,6 +196,43 @@ async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: 
         return [], []
     partitions, offsets = await sub.acknowledged(broker.lease_valid, broker.config.request_timeout_ms)
     return partitions, list[int | None](offsets)  # REQUEST_TIMED_OUT while commits fail
+
+
+async def _while_led(broker: Broker, topic: str, share: Share, forward: Coroutine[Any, Any, Placed]) -> Placed:
+    """Await ``forward`` of ``share`` to its leader until this node's view moves any of its partitions away.
+
+    Only a move counts, not a registration missing from the view: a cache being refilled after a lost
+    connection to ZooKeeper can miss a node for a moment, and a node's partitions move at once when its
+    session really expires.
+
+    Raises:
+        NotLeaderOrFollowerError: a partition moved to another node (named when it is live) before the leader
+            answered; the forward is cancelled.
+    """
+    assert share.leader is not None and broker.cluster is not None
+    leader = share.leader.node_id
+    partitions = set(share.parsed.partitions.to_pylist())
+    call = asyncio.ensure_future(forward)
+    with broker.leadership.listen() as changed:
+        try:
+            while not call.done():
+                changed.clear()  # before the look: a change during it wakes the wait below at once
+                meta = broker.cluster.metadata()
+                states = [meta.leader(topic, p) for p in partitions]
+                now = sorted({s.leader for s in states if s is not None and s.leader != leader})
+                if now:
+                    moved_to = meta.node(now[0])
+                    raise NotLeaderOrFollowerError(
+                        f"partitions {sorted(partitions)} of topic '{topic}' moved from node {leader}, which had not "
+                        f"answered their forwarded records, to node {now[0]}; retry",
+                        leader=None if moved_to is None else (moved_to.node_id, moved_to.url),
+                    )
+                woken = asyncio.ensure_future(changed.wait())
+                await asyncio.wait((call, woken), return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+            return call.result()
+        finally:
+            call.cancel()
 
 
 def cluster_appender(broker: Broker, forwarder: Forwarder) -> Appender | None:
