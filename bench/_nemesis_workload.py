@@ -122,9 +122,12 @@ class Workload:
             self.failures.append(e)
             raise
 
-    def _node(self, rng: random.Random, avoid: int | None = None) -> tuple[int, str]:
-        """A random node; not ``avoid`` (the node the last attempt got no answer from) when there is another,
-        as a Kafka client marks a broker down after a request timeout and asks another for metadata."""
+    def _node(self, rng: random.Random, avoid: int | None = None, named: int | None = None) -> tuple[int, str]:
+        """``named`` (the leader the last attempt's 421 named) when it is a node, as a Kafka client goes to the
+        leader its metadata refresh names; else a random node, not ``avoid`` (the node the last attempt got no
+        answer from) when there is another, as a Kafka client marks a broker down after a request timeout."""
+        if named in self.cluster.nodes:
+            return named, self.cluster.nodes[named].url
         n = rng.choice([n for n in sorted(self.cluster.nodes) if n != avoid] or sorted(self.cluster.nodes))
         return n, self.cluster.nodes[n].url
 
@@ -167,8 +170,9 @@ class Workload:
                 req = {"topic": topic, "acks": acks, **{k: v for k, v in body.items()}}
                 give_up = time.monotonic() + (DELIVERY_TIMEOUT_S if idempotent else 0.0)
                 silent: int | None = None  # the node the last attempt got no answer from
+                named: int | None = None  # the leader the last attempt's 421 named
                 while True:
-                    node, url = self._node(rng, avoid=silent)
+                    node, url = self._node(rng, avoid=silent, named=named)
                     line = self.history.call(
                         "produce",
                         proc,
@@ -184,6 +188,7 @@ class Workload:
                     if done or self.stop.is_set():
                         break
                     silent = node if line["status"] is None else None
+                    named = _leader_named(line)
                     time.sleep(RETRY_BACKOFF_S)
                 explicit = sorted({r["partition"] for r in records if "partition" in r})
                 if not idempotent and acks != "0" and explicit and not line["ok"] and line["status"] in RETRIABLE:
@@ -319,3 +324,10 @@ def _committed(doc: dict[str, Any]) -> list[list[Any]]:
         for p in t["partitions"]
         if p.get("committed_offset") is not None
     ]
+
+
+def _leader_named(line: dict[str, Any]) -> int | None:
+    """The node id a 421 ``NOT_LEADER_OR_FOLLOWER`` answer names as the partition's leader, if any."""
+    ans = line["ans"]
+    leader = ans.get("leader") if line["status"] == 421 and isinstance(ans, dict) else None
+    return leader.get("node_id") if isinstance(leader, dict) else None
