@@ -16,14 +16,19 @@ one (every share carries its ``producer_id`` and ``sequence``) is checked per
 partition, so the shares that landed answer their original offsets and only
 the others are written (:mod:`logstore.log.producer_state`).
 
-A forward lasts only while this node's view of the cluster names the node it
-went to as the leader of every partition it carries. A leader that stopped
-answering (paused: a long GC pause, a frozen VM, SIGSTOP) keeps its connections
-open, so its requests would otherwise wait for it to resume long after its
-session expired and its partitions moved; once they move, the request is
-answered ``NOT_LEADER_OR_FOLLOWER`` naming the new leader and the client retries
-there. The paused node commits none of it after the move: the new leader's
-claim fences its epoch.
+A forward lasts only until this node's view of the cluster says its leader is
+gone: no longer registered (its ZooKeeper session expired) and the partitions
+it carries moved to another node. A leader that stopped answering (paused: a
+long GC pause, a frozen VM, SIGSTOP) keeps its connections open, so its
+requests would otherwise wait for it to resume long after its partitions moved;
+they are answered ``NOT_LEADER_OR_FOLLOWER``, naming the new leader when it is
+registered, and the client retries there. Like a forward that lost its
+connection, such an answer does not say the records were not written: the old
+leader may have logged them before it stopped (the new leader replays its
+acks=1 frames) or commit them if it resumes before the new leader's claim
+fences it; an idempotent retry is answered exactly, a plain one may write them
+twice. A leader handing its partitions over stays registered, so its answer is
+always awaited.
 
 With ``?forward=false`` a node that does not lead every record's partition
 answers ``NOT_LEADER_OR_FOLLOWER`` (HTTP 421) naming a leader, instead of
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -44,7 +49,7 @@ from anyio import from_thread
 from fastapi.concurrency import run_in_threadpool
 
 from ingest_api.internode import identity_headers
-from logstore.cluster import NodeInfo
+from logstore.cluster import ClusterMetadata, NodeInfo
 from logstore.errors import (
     ERRORS_BY_NAME,
     KafkaStorageError,
@@ -64,7 +69,15 @@ from logstore.wire.arrow_produce import (
 )
 from logstore.wire.json_produce import ParsedRecords
 
-__all__ = ["COMMIT_SHARE_HEADER", "Forwarder", "cluster_appender", "encode_arrow", "produce_here", "produce_in_cluster"]
+__all__ = [
+    "COMMIT_SHARE_HEADER",
+    "Forwarder",
+    "cluster_appender",
+    "encode_arrow",
+    "produce_here",
+    "produce_in_cluster",
+    "successor",
+]
 
 COMMIT_SHARE_HEADER = "x-logstore-transaction-commit"
 """Marks a forwarded share of a decided transaction's commit (producer ``__txn.<producer id>``, reserved
@@ -172,7 +185,7 @@ async def produce_in_cluster(
         *(
             produce_here(broker, topic, s.parsed, acks)
             if s.leader is None
-            else _while_led(broker, topic, s, forwarder.produce(s.leader, topic, s.parsed, acks, authorization))
+            else _forward_while_led(broker, forwarder, topic, s, acks, authorization)
             for s in shares
         )
     )
@@ -198,34 +211,33 @@ async def produce_here(broker: Broker, topic: str, parsed: ParsedRecords, acks: 
     return partitions, list[int | None](offsets)  # REQUEST_TIMED_OUT while commits fail
 
 
-async def _while_led(broker: Broker, topic: str, share: Share, forward: Coroutine[Any, Any, Placed]) -> Placed:
-    """Await ``forward`` of ``share`` to its leader until this node's view moves any of its partitions away.
-
-    Only a move counts, not a registration missing from the view: a cache being refilled after a lost
-    connection to ZooKeeper can miss a node for a moment, and a node's partitions move at once when its
-    session really expires.
+async def _forward_while_led(
+    broker: Broker, forwarder: Forwarder, topic: str, share: Share, acks: Acks, authorization: str | None
+) -> Placed:
+    """Forward ``share`` to its leader (:meth:`Forwarder.produce`) and await the answer until this node's view
+    says that leader is gone.
 
     Raises:
-        NotLeaderOrFollowerError: a partition moved to another node (named when it is live) before the leader
-            answered; the forward is cancelled.
+        NotLeaderOrFollowerError: the leader is no longer registered and a partition of the share moved
+            (:func:`successor`) before it answered; the forward is cancelled.
     """
-    assert share.leader is not None and broker.cluster is not None
+    assert share.leader is not None
     leader = share.leader.node_id
-    partitions = set(share.parsed.partitions.to_pylist())
-    call = asyncio.ensure_future(forward)
+    partitions = sorted(set(share.parsed.partitions.to_pylist()))
     with broker.leadership.listen() as changed:
+        call = asyncio.ensure_future(forwarder.produce(share.leader, topic, share.parsed, acks, authorization))
+        woken: asyncio.Future[Any] | None = None
         try:
             while not call.done():
                 changed.clear()  # before the look: a change during it wakes the wait below at once
-                meta = broker.cluster.metadata()
-                states = [meta.leader(topic, p) for p in partitions]
-                now = sorted({s.leader for s in states if s is not None and s.leader != leader})
-                if now:
-                    moved_to = meta.node(now[0])
+                moved = successor(broker.view, topic, partitions, leader)
+                if moved is not None:
+                    node_id, node = moved
                     raise NotLeaderOrFollowerError(
-                        f"partitions {sorted(partitions)} of topic '{topic}' moved from node {leader}, which had not "
-                        f"answered their forwarded records, to node {now[0]}; retry",
-                        leader=None if moved_to is None else (moved_to.node_id, moved_to.url),
+                        f"node {leader}, the leader of partitions {partitions} of topic '{topic}', did not answer "
+                        f"their forwarded records before its session expired; node {node_id} leads them now; the "
+                        "records may or may not have been written, retry",
+                        leader=None if node is None else (node.node_id, node.url),
                     )
                 woken = asyncio.ensure_future(changed.wait())
                 await asyncio.wait((call, woken), return_when=asyncio.FIRST_COMPLETED)
@@ -233,6 +245,27 @@ async def _while_led(broker: Broker, topic: str, share: Share, forward: Coroutin
             return call.result()
         finally:
             call.cancel()
+            if woken is not None:
+                woken.cancel()
+
+
+def successor(
+    view: ClusterMetadata | None, topic: str, partitions: Sequence[int], leader: int
+) -> tuple[int, NodeInfo | None] | None:
+    """The node leading one of ``partitions`` of ``topic`` instead of ``leader``, and its registration, once
+    ``leader`` is gone from ``view``; None while ``leader`` may still answer.
+
+    Gone means both: not registered (its session expired; a cache being refilled after a lost connection to
+    ZooKeeper can miss a live node for a moment, but never moves its partitions) and a partition moved (a
+    leader handing partitions over is still registered, and its answer says whether they were committed).
+    """
+    if view is None or view.node(leader) is not None:
+        return None
+    for p in partitions:
+        state = view.leader(topic, p)
+        if state is not None and state.leader != leader:
+            return state.leader, view.node(state.leader)
+    return None
 
 
 def cluster_appender(broker: Broker, forwarder: Forwarder) -> Appender | None:

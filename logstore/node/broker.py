@@ -103,8 +103,10 @@ class Broker:
         self._opens = KeyedLocks()  # a topic opens, or closes for a delete, one at a time; other topics meanwhile
         self._commits = Signals()  # key: a topic
         self.leadership = Signals()
-        """Notified (key None) each time the cluster watch hands this node a new view of the leaders, before
-        the node applies it: a request forwarded to a leader waits no longer once its partitions moved."""
+        """Notified (key None) each time :attr:`view` changes, before the node applies the new view: a request
+        forwarded to a leader waits no longer once that leader is gone."""
+        self.view: ClusterMetadata | None = None
+        """Cluster mode: the view of the cluster the watch last handed this node (None before the first)."""
         self._readers = WarmReaders(self.store)
         self.ready = False
         self.available = True
@@ -401,7 +403,9 @@ class Broker:
                 looks again soon.
         """
         assert self.cluster is not None
-        self.leadership.notify()
+        if meta != self.view:  # during a hand-over the watch hands the same view every 20 ms
+            self.view = meta
+            self.leadership.notify()
         for pipeline in list(self._pipelines.values()):
             if not pipeline.current():  # deleted, or deleted and created again, by any node
                 self.retire_in_background(pipeline)
