@@ -77,6 +77,17 @@ def create_topic(node: Server, topic: str, zk: KazooClient, live: set[int]) -> d
     return state
 
 
+def solo_topic_on_two_nodes(nodes: dict[int, Server], zk: KazooClient, topic: str = "solo") -> tuple[int, int]:
+    """Create ``topic`` with one partition through node 1 of a two-node cluster; (its leader, the other node)
+    once ZooKeeper names the leader."""
+    r = httpx.post(f"{nodes[1].url}/v1/topics", json={"name": topic, "partitions": 1}, timeout=30)
+    assert r.status_code == 201, r.text
+    state = until(lambda: leaders(zk, topic, 1))
+    assert isinstance(state, dict)
+    leader = state[0][0]
+    return leader, 2 if leader == 1 else 1
+
+
 def leader_epochs_in_log(root: Path | str, topic: str) -> dict[int, list[int]]:
     """Per partition, the ``logstore.leader.<p>`` txn versions (leader epochs) of the topic's commits, in log order.
 

@@ -21,7 +21,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.support.server import Server
-from tests.system.cluster.cluster_helpers import SESSION_MS, leaders, until
+from tests.system.cluster.cluster_helpers import SESSION_MS, leaders, solo_topic_on_two_nodes, until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -33,12 +33,7 @@ def test_a_forward_to_a_paused_leader_is_answered_when_its_partitions_move(
     cluster: Callable[..., Server], zk: KazooClient
 ) -> None:
     nodes = {i: cluster(i) for i in (1, 2)}
-    r = httpx.post(f"{nodes[1].url}/v1/topics", json={"name": "solo", "partitions": 1}, timeout=30)
-    assert r.status_code == 201, r.text
-    state = until(lambda: leaders(zk, "solo", 1))
-    assert isinstance(state, dict)
-    paused = state[0][0]
-    other = 2 if paused == 1 else 1
+    paused, other = solo_topic_on_two_nodes(nodes, zk)
     url = f"{nodes[other].url}/v1/topics/solo/records"
     # Both nodes serve the partition's leader before the pause: the forward path is warm.
     assert httpx.post(url, json={"records": [{"value": "before"}]}, timeout=30).status_code == 200

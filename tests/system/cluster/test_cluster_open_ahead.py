@@ -15,7 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.support.server import Server
-from tests.system.cluster.cluster_helpers import leaders, until
+from tests.system.cluster.cluster_helpers import leaders, solo_topic_on_two_nodes, until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -24,12 +24,7 @@ def test_a_node_opens_a_topic_it_leads_no_partition_of_and_claims_it_when_the_le
     cluster: Callable[..., Server], cluster_root: Path, zk: KazooClient
 ) -> None:
     nodes = {i: cluster(i) for i in (1, 2)}
-    r = httpx.post(f"{nodes[1].url}/v1/topics", json={"name": "solo", "partitions": 1}, timeout=30)
-    assert r.status_code == 201, r.text
-    state = until(lambda: leaders(zk, "solo", 1))
-    assert isinstance(state, dict)
-    leader = state[0][0]
-    standby = 2 if leader == 1 else 1
+    leader, standby = solo_topic_on_two_nodes(nodes, zk)
     # The other node has the topic open — its write-ahead log directory is there — without leading any of it.
     until(lambda: (cluster_root / "_wal" / str(standby) / "solo").is_dir())
     assert leaders(zk, "solo", 1)[0][0] == leader
