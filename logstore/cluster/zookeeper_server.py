@@ -10,7 +10,7 @@ zookeeper start`` runs it in the foreground; the tests start real servers
 with it (never a mock).
 
 The admin HTTP server is off (it would take port 8080, the ingest API's
-default); the ``ruok``/``srvr``/``mntr`` four-letter words stay on for probes.
+default); the ``ruok``/``srvr``/``mntr``/``stat`` four-letter words stay on for probes.
 """
 
 from __future__ import annotations
@@ -52,14 +52,22 @@ def zookeeper_classpath(jars_dir: str | os.PathLike[str] | None = None) -> str:
 
 
 def zookeeper_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True when a ZooKeeper server answers ``ruok`` with ``imok`` at ``host:port`` (it is serving)."""
+    """True when a ZooKeeper server at ``host:port`` serves sessions: ``srvr`` reports its ``Mode``.
+
+    Not ``ruok``: ZooKeeper answers ``imok`` as soon as its port is open, while it still loads its data and
+    drops every session request ("not currently serving requests"). ``srvr`` reports a mode (``standalone``,
+    ``leader``, ``follower``) only once it serves; an ensemble member reports one only once it is in a quorum.
+    """
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as s:
-            s.sendall(b"ruok")
+            s.sendall(b"srvr")
             s.shutdown(socket.SHUT_WR)
-            return s.recv(16) == b"imok"
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
     except OSError:
         return False
+    return any(f"Mode: {mode}".encode() in data for mode in ("standalone", "leader", "follower"))
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,7 @@ class ZooKeeperServer:
             out.close()
 
     def wait_serving(self, proc: subprocess.Popen[bytes] | None = None, timeout_s: float = 60) -> None:
-        """Block until the server answers ``ruok`` (in an ensemble: once it has joined a quorum).
+        """Block until the server serves sessions (:func:`zookeeper_ok`; in an ensemble: once it is in a quorum).
 
         Raises:
             KafkaStorageError: it exited or did not serve within ``timeout_s``.
@@ -159,24 +167,10 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 raise KafkaStorageError(f"ZooKeeper on {self.connect} exited with status {proc.returncode}")
-            if zookeeper_ok(self.host, self.port) and (not self.peers or _in_quorum(self.host, self.port)):
+            if zookeeper_ok(self.host, self.port):
                 return
             time.sleep(0.05)
         raise KafkaStorageError(f"ZooKeeper on {self.connect} did not start serving within {timeout_s} s")
-
-
-def _in_quorum(host: str, port: int) -> bool:
-    """True when an ensemble member reports itself leader or follower (``srvr``)."""
-    try:
-        with socket.create_connection((host, port), timeout=1) as s:
-            s.sendall(b"srvr")
-            s.shutdown(socket.SHUT_WR)
-            data = b""
-            while chunk := s.recv(4096):
-                data += chunk
-    except OSError:
-        return False
-    return b"Mode: leader" in data or b"Mode: follower" in data
 
 
 def ensemble(base_dir: str, ports: Sequence[tuple[int, int, int]], host: str = "127.0.0.1") -> list[ZooKeeperServer]:
