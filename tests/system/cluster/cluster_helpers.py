@@ -69,10 +69,23 @@ def led_by(zk: KazooClient, topic: str, live: set[int]) -> dict[int, tuple[int, 
 
 
 def create_topic(node: Server, topic: str, zk: KazooClient, live: set[int]) -> dict[int, tuple[int, int]]:
-    """Create ``topic`` with ``PARTITIONS`` partitions through ``node``; its states once ``live`` leads them all."""
+    """Create ``topic`` with ``PARTITIONS`` partitions through ``node``; its states once ``live`` leads them all.
+
+    "Leads" as a client sees it: ZooKeeper names the leader *and* that leader has claimed the partition at that
+    epoch in the topic's log, which it does just before it accepts records for it. Until then the leader answers
+    a retriable NOT_LEADER_OR_FOLLOWER, as Kafka does while a leader is being elected.
+    """
     r = httpx.post(f"{node.url}/v1/topics", json={"name": topic, "partitions": PARTITIONS}, timeout=30)
     assert r.status_code == 201, r.text
-    state = until(lambda: led_by(zk, topic, live))
+
+    def claimed() -> dict[int, tuple[int, int]] | None:
+        state = led_by(zk, topic, live)
+        if state is None:
+            return None
+        epochs = leader_epochs_in_log(node.root, topic)
+        return state if all(epoch in epochs.get(p, ()) for p, (_, epoch) in state.items()) else None
+
+    state = until(claimed)
     assert isinstance(state, dict)
     return state
 
