@@ -402,19 +402,13 @@ class Handlers:
 
     async def fetch(self, version: int, req: Any) -> Any:
         """Read every asked partition; with nothing (or under ``min_bytes``) wait up to ``max_wait`` for commits."""
-        max_wait_s = req.max_wait.total_seconds()
-        deadline = time.monotonic() + max_wait_s
         total_max = min(getattr(req, "max_bytes", self.config.fetch_max_bytes), self.config.fetch_max_bytes)
-        while True:
-            answers, size = await asyncio.to_thread(self._fetch_all, req, total_max)
-            left = deadline - time.monotonic()
-            if size >= req.min_bytes or left <= 0:
-                break
-            topics = {t.topic for t in req.topics}
-            if len(topics) == 1:  # this node's commits to it wake the poll at once
-                await self.broker.wait_for_commit(next(iter(topics)), min(left, 0.1))
-            else:
-                await asyncio.sleep(min(left, 0.05))
+        answers, _ = await self.broker.poll(
+            {t.topic for t in req.topics},
+            lambda: asyncio.to_thread(self._fetch_all, req, total_max),
+            lambda found: found[1] >= req.min_bytes,
+            req.max_wait.total_seconds(),
+        )
         responses = [{"topic": name, "partitions": parts} for name, parts in answers]
         return build(
             response_class(1, version), {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

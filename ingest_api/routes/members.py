@@ -23,7 +23,7 @@ from ingest_api.routes.records import _fetch_body, _json
 from logstore.errors import InvalidRequestError
 from logstore.groups.group import MemberState
 from logstore.security import Operation, Resource, ResourceType
-from logstore.structs import TopicPartition
+from logstore.structs import FetchResult, TopicPartition
 from logstore.wire.arrow_fetch import ARROW_STREAM, GENERATION_HEADER, encode_member_records
 
 router = APIRouter(
@@ -119,20 +119,23 @@ async def records(
     skip = frozenset(_topic_partition(p) for p in paused or ())
     deadline = time.monotonic() + wait_ms / 1000
     state = joined
-    while True:
+
+    async def look() -> list[tuple[str, FetchResult]]:
+        nonlocal state
         slices = await run_in_threadpool(
             lambda: coordinator.fetch(
                 group, member, broker.fetch, max_records=max_records, max_bytes=max_bytes, paused=skip
             )
         )
-        left = deadline - time.monotonic()
-        if slices or left <= 0:
-            break  # nothing may fail after the group's positions moved past these records
-        state = await run_in_threadpool(coordinator.member, group, member)
-        if state.generation != joined.generation:
-            break  # a rebalance ends the wait: the member learns of it from this answer's generation header
-        # commits on this node wake us at once; other writers (and new assignments) are seen on the next poll
-        await broker.wait_for_commit(state.topics[0], min(left, 0.1))
+        # Nothing may fail once the group's positions moved past these records; a rebalance ends the wait
+        # (the member learns of it from this answer's generation header).
+        if not slices and time.monotonic() < deadline:
+            state = await run_in_threadpool(coordinator.member, group, member)
+        return slices
+
+    slices = await broker.poll(
+        joined.topics, look, lambda found: bool(found) or state.generation != joined.generation, wait_ms / 1000
+    )
     headers = {GENERATION_HEADER: str(state.generation)}
     if ARROW_STREAM in request.headers.get("accept", ""):
         return Response(encode_member_records(slices), media_type=ARROW_STREAM, headers=headers)

@@ -244,14 +244,12 @@ async def fetch(
                 leader=(leader.node_id, leader.url),
             )
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
-    deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        result = await run_in_threadpool(broker.fetch, topic, partition, offset, max_records, max_bytes)
-        left = deadline - time.monotonic()
-        if len(result.records) or left <= 0:
-            break
-        # commits on this node wake us at once; other writers are seen on the next poll
-        await broker.wait_for_commit(topic, min(left, 0.1))
+    result = await broker.poll(
+        [topic],
+        lambda: run_in_threadpool(broker.fetch, topic, partition, offset, max_records, max_bytes),
+        lambda r: len(r.records) > 0,
+        wait_ms / 1000,
+    )
     return _json(_fetch_body(result))
 
 

@@ -32,7 +32,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
+from typing import TypeVar
 
 import numpy as np
 import pyarrow.compute as pc
@@ -75,6 +76,10 @@ log = logging.getLogger("logstore.ingest")
 
 PARTITION_COUNT_MAX_AGE_S = 1.0
 """Longest a topic's partition count read from its Delta table is used once the table has moved (seconds)."""
+POLL_S = 0.1
+"""Longest a long poll (:meth:`Broker.poll`) waits between two looks: how soon it sees other writers' commits."""
+
+T = TypeVar("T")
 
 
 class Broker:
@@ -443,9 +448,12 @@ class Broker:
     def notify_commit(self, topic: str) -> None:
         self._commits.notify(topic)
 
-    async def wait_for_commit(self, topic: str, timeout_s: float) -> None:
-        """Return after the next commit to ``topic`` on this node, or after ``timeout_s``."""
-        await self._commits.wait(topic, timeout_s)
+    async def poll(
+        self, topics: Collection[str], look: Callable[[], Awaitable[T]], done: Callable[[T], bool], wait_s: float
+    ) -> T:
+        """A long poll over ``topics`` (:meth:`Signals.poll`): this node's commits to them wake it at once; other
+        writers' (other nodes', Spark jobs') are seen by a look every :data:`POLL_S`."""
+        return await self._commits.poll(topics, look, done, wait_s, every_s=POLL_S)
 
     def close(self) -> None:
         """Drain: commit everything pending on every topic, then stop.
